@@ -1,0 +1,197 @@
+//! Computing a baseline from one topology version and one run, and the baseline document.
+
+use serde::{Deserialize, Serialize};
+
+use crate::checks::{self, Finding};
+use crate::drift::DriftEntry;
+use crate::duration::HumanDuration;
+use crate::rules::{self, RetryPlan, TimeoutRule};
+use crate::run::RunData;
+use crate::topology::{Idempotency, SegmentClass, Topology};
+use crate::us_to_ms;
+
+/// One segment of a baseline: what was measured, the rule applied, and the result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BaselineSegment {
+    pub id: String,
+    pub caller: String,
+    pub callee: String,
+    pub parent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<u32>,
+    pub class: SegmentClass,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p999_ms: Option<f64>,
+    pub rule: TimeoutRule,
+    pub timeout_ms: u64,
+    pub budget_ms: u64,
+    #[serde(default)]
+    pub reserve_ms: u64,
+    pub retry: RetryPlan,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency: Option<Idempotency>,
+}
+
+/// The result of [`compute`]: segments in topology order and the findings of every check.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Computation {
+    pub segments: Vec<BaselineSegment>,
+    pub findings: Vec<Finding>,
+}
+
+impl Computation {
+    pub fn has_errors(&self) -> bool {
+        checks::has_errors(&self.findings)
+    }
+}
+
+/// Why a baseline could not be computed at all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+#[error("segment {segment:?}: {message}")]
+pub struct ComputeError {
+    pub segment: String,
+    pub message: String,
+}
+
+/// Applies R-margin, R-retry and R-budget to every segment, then runs every check.
+/// The topology must be valid ([`Topology::validate`]).
+pub fn compute(topology: &Topology, run: &RunData) -> Result<Computation, Vec<ComputeError>> {
+    let mut errors = Vec::new();
+    let mut segments = Vec::with_capacity(topology.segments.len());
+    for seg in &topology.segments {
+        let stats = run.segments.get(&seg.id);
+        let Some((timeout_ms, rule)) = rules::timeout_ms(topology, seg, stats) else {
+            errors.push(ComputeError {
+                segment: seg.id.clone(),
+                message: "the run has no percentiles for this segment".into(),
+            });
+            continue;
+        };
+        let retry = RetryPlan::for_segment(seg);
+        segments.push(BaselineSegment {
+            id: seg.id.clone(),
+            caller: seg.caller.clone(),
+            callee: seg.callee.clone(),
+            parent: seg.parent.clone(),
+            stage: seg.stage,
+            class: seg.class,
+            samples: stats.map(|s| s.samples),
+            p99_ms: stats.map(|s| us_to_ms(s.p99_us)),
+            p999_ms: stats.map(|s| us_to_ms(s.p999_us)),
+            rule,
+            budget_ms: rules::budget_ms(timeout_ms, &retry),
+            timeout_ms,
+            reserve_ms: seg.reserve_ms,
+            retry,
+            idempotency: seg.idempotency.clone(),
+        });
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let findings = checks::run_checks(topology, &segments, run);
+    Ok(Computation { segments, findings })
+}
+
+/// Lifecycle of a baseline: `draft` → `approved` → `superseded`, or `draft` → `rejected`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BaselineState {
+    Draft,
+    Approved,
+    Superseded,
+    Rejected,
+}
+
+impl BaselineState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Draft => "draft",
+            Self::Approved => "approved",
+            Self::Superseded => "superseded",
+            Self::Rejected => "rejected",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "draft" => Self::Draft,
+            "approved" => Self::Approved,
+            "superseded" => Self::Superseded,
+            "rejected" => Self::Rejected,
+            _ => return None,
+        })
+    }
+}
+
+/// Why a baseline was created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BaselineReason {
+    /// The chain's first run.
+    FirstRun,
+    /// A run uploaded while the chain had no approved baseline.
+    NoApprovedBaseline,
+    /// A run drifted more than 20 % from the approved baseline (R-drift).
+    Drift,
+    /// Someone asked for a recompute explicitly.
+    Recompute,
+}
+
+/// A human decision on a draft.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    pub by: String,
+    pub at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}
+
+/// The baseline document: served by `GET /baselines/{id}` and archived byte for byte.
+///
+/// Everything but `state`, `decision` and `superseded_*` is fixed at creation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BaselineDocument {
+    pub id: String,
+    pub chain: String,
+    pub state: BaselineState,
+    pub reason: BaselineReason,
+    pub run_id: String,
+    pub topology_version: i64,
+    pub created_at: String,
+    pub created_by: String,
+    pub entry_budget_ms: u64,
+    pub breaker_window_ms: u64,
+    pub max_recovery: HumanDuration,
+    pub segments: Vec<BaselineSegment>,
+    pub findings: Vec<Finding>,
+    /// The drift that triggered this baseline (reason `drift`), against `drift_baseline_id`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drift: Vec<DriftEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift_baseline_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
+}
+
+impl BaselineDocument {
+    pub fn has_errors(&self) -> bool {
+        checks::has_errors(&self.findings)
+    }
+
+    pub fn segment(&self, id: &str) -> Option<&BaselineSegment> {
+        self.segments.iter().find(|s| s.id == id)
+    }
+
+    /// The canonical bytes: pretty JSON with a trailing newline. Served and archived as is.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out =
+            serde_json::to_vec_pretty(self).expect("a baseline document always serializes");
+        out.push(b'\n');
+        out
+    }
+}

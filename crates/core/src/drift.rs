@@ -1,0 +1,90 @@
+//! R-drift: a run whose p999 (and, for stable segments, p99) moved more than 20 % either way
+//! from the approved baseline calls for a recompute (seed: "P999 变化超 20% 触发重算").
+
+use serde::{Deserialize, Serialize};
+
+use crate::baseline::BaselineSegment;
+use crate::run::RunData;
+use crate::topology::{SegmentClass, Topology};
+use crate::{ms_to_us, us_to_ms};
+
+/// A change of more than this many percent either way is drift.
+pub const DRIFT_THRESHOLD_PCT: u64 = 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    P99,
+    P999,
+}
+
+/// One compared percentile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DriftEntry {
+    pub segment: String,
+    pub metric: Metric,
+    /// The baseline's value; `None` when the baseline has no data for the segment.
+    pub baseline_ms: Option<f64>,
+    pub run_ms: f64,
+    /// Change in percent, one decimal; `None` when there is nothing to compare with.
+    pub change_pct: Option<f64>,
+    pub drift: bool,
+}
+
+fn entry(segment: &str, metric: Metric, old_ms: Option<f64>, new_us: u64) -> DriftEntry {
+    let old_us = old_ms.map(ms_to_us);
+    let (change_pct, drift) = match old_us {
+        None => (None, true),
+        Some(0) => (None, new_us > 0),
+        Some(old) => {
+            let delta = new_us.abs_diff(old);
+            let pct = (delta as f64 * 1000.0 / old as f64).round() / 10.0;
+            let signed = if new_us < old { -pct } else { pct };
+            (Some(signed), delta * 100 > DRIFT_THRESHOLD_PCT * old)
+        }
+    };
+    DriftEntry {
+        segment: segment.to_owned(),
+        metric,
+        baseline_ms: old_ms,
+        run_ms: us_to_ms(new_us),
+        change_pct,
+        drift,
+    }
+}
+
+/// Compares every measured segment of `run` with the approved baseline's segments.
+/// Entries come in topology order: p999 first, then p99 for stable segments.
+pub fn compare(
+    topology: &Topology,
+    baseline: &[BaselineSegment],
+    run: &RunData,
+) -> Vec<DriftEntry> {
+    let mut out = Vec::new();
+    for seg in &topology.segments {
+        let Some(stats) = run.segments.get(&seg.id) else {
+            continue;
+        };
+        let old = baseline.iter().find(|b| b.id == seg.id);
+        out.push(entry(
+            &seg.id,
+            Metric::P999,
+            old.and_then(|b| b.p999_ms),
+            stats.p999_us,
+        ));
+        if seg.class == SegmentClass::Stable {
+            out.push(entry(
+                &seg.id,
+                Metric::P99,
+                old.and_then(|b| b.p99_ms),
+                stats.p99_us,
+            ));
+        }
+    }
+    out
+}
+
+/// Whether any compared entry drifted.
+pub fn drifted(entries: &[DriftEntry]) -> bool {
+    entries.iter().any(|e| e.drift)
+}

@@ -1,0 +1,51 @@
+//! budget-core: the pure domain of budgetd.
+//!
+//! Everything here is synchronous and deterministic: callers pass the topology, the run and
+//! (where it matters) the time; nothing here performs I/O. The server and the agent both call
+//! these functions, so every rule of the budget discipline has exactly one implementation.
+//!
+//! - [`topology`]: the call tree of a chain and its structural validation;
+//! - [`run`]: one load test's percentiles per segment;
+//! - [`rules`]: R-margin, R-retry and R-budget;
+//! - [`checks`]: the findings (`inversion`, `breaker_window`, `idempotency_ttl`, `entry_headroom`);
+//! - [`baseline`]: computing a baseline document from a topology and a run;
+//! - [`drift`]: R-drift, comparing a run with an approved baseline;
+//! - [`diff`]: comparing two baselines segment by segment.
+#![forbid(unsafe_code)]
+
+pub mod baseline;
+pub mod checks;
+pub mod diff;
+pub mod drift;
+pub mod duration;
+pub mod example;
+pub mod live;
+pub mod rules;
+pub mod run;
+pub mod topology;
+
+#[cfg(test)]
+mod proptests;
+
+pub use baseline::{compute, BaselineSegment, Computation, ComputeError};
+pub use checks::{Finding, FindingKind, Severity};
+pub use duration::HumanDuration;
+pub use run::{RunData, SegmentStats};
+pub use topology::{Segment, SegmentClass, Topology, TopologyError};
+
+/// Integer ceiling division for non-negative numbers.
+pub(crate) fn ceil_div(n: u64, d: u64) -> u64 {
+    n.div_ceil(d)
+}
+
+/// Milliseconds (as measured, possibly fractional) to whole microseconds, rounded to nearest.
+///
+/// Callers validate that `ms` is finite and non-negative first.
+pub fn ms_to_us(ms: f64) -> u64 {
+    (ms * 1000.0).round() as u64
+}
+
+/// Microseconds back to milliseconds for display (exact for every value `ms_to_us` produced).
+pub fn us_to_ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}

@@ -1,0 +1,139 @@
+//! Building and running the server: bind every listener first, then serve until told to stop.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde_json::json;
+use tokio::net::TcpListener;
+
+use crate::auth::{generate_token, hash_token, Principal, Role};
+use crate::config::{redact_url, Settings};
+use crate::state::AppState;
+use crate::store::{self, Audit};
+use crate::{http, service};
+
+pub struct App {
+    listener: TcpListener,
+    state: AppState,
+    http_addr: SocketAddr,
+    generated_admin_token: Option<String>,
+}
+
+impl App {
+    /// Opens the store (applying migrations), installs the admin token and binds the listener.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let url = settings.database_url();
+        if url.starts_with("sqlite:") && settings.database_url.is_none() {
+            std::fs::create_dir_all(&settings.data_dir)
+                .with_context(|| format!("failed to create data directory {}", settings.data_dir.display()))?;
+        }
+        let store = store::connect(&url).await?;
+        tracing::info!(database = %redact_url(&url), backend = store.backend(), "store ready");
+        let generated_admin_token = bootstrap_admin(&*store, &settings).await?;
+        let listener = TcpListener::bind(settings.http)
+            .await
+            .with_context(|| format!("failed to bind HTTP listener on {}", settings.http))?;
+        let http_addr = listener.local_addr()?;
+        let state = AppState { store, settings: Arc::new(settings) };
+        Ok(Self { listener, state, http_addr, generated_admin_token })
+    }
+
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// The admin token generated at this start, when none existed and none was configured.
+    pub fn generated_admin_token(&self) -> Option<&str> {
+        self.generated_admin_token.as_deref()
+    }
+
+    /// Loads SPEC example A (`checkout`) into an empty store and publishes it.
+    pub async fn load_demo(&self) -> anyhow::Result<bool> {
+        load_demo(&self.state).await
+    }
+
+    /// Serves until `shutdown` resolves, then finishes in-flight requests.
+    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let housekeeping = tokio::spawn(expire_idempotency_keys(self.state.clone()));
+        let router = http::router(self.state);
+        let result = axum::serve(self.listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await
+            .context("HTTP server failed");
+        housekeeping.abort();
+        result
+    }
+}
+
+async fn bootstrap_admin(store: &dyn store::Store, settings: &Settings) -> anyhow::Result<Option<String>> {
+    let audit = |action| Audit {
+        actor: "budgetd".into(),
+        action,
+        chain: None,
+        subject: Some("admin".into()),
+        detail: json!({}),
+        at: service::now(),
+    };
+    if let Some(token) = &settings.admin_token {
+        anyhow::ensure!(token.0.len() >= 16, "BUDGETD_ADMIN_TOKEN must be at least 16 characters");
+        store
+            .upsert_token("admin", Role::Admin, &hash_token(&token.0), audit("token.bootstrap"))
+            .await
+            .context("failed to install the admin token")?;
+        return Ok(None);
+    }
+    let tokens = store.list_tokens().await.context("failed to read tokens")?;
+    if tokens.iter().any(|t| t.role == Role::Admin) {
+        return Ok(None);
+    }
+    let token = generate_token();
+    store
+        .upsert_token("admin", Role::Admin, &hash_token(&token), audit("token.generate"))
+        .await
+        .context("failed to store the generated admin token")?;
+    Ok(Some(token))
+}
+
+/// Forgets `Idempotency-Key` records after a day.
+async fn expire_idempotency_keys(state: AppState) {
+    let mut tick = tokio::time::interval(Duration::from_secs(3600));
+    loop {
+        tick.tick().await;
+        let cutoff = (chrono::Utc::now() - chrono::Duration::hours(24))
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        match state.store.idem_expire(&cutoff).await {
+            Ok(n) if n > 0 => tracing::info!(removed = n, "expired idempotency keys"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "failed to expire idempotency keys"),
+        }
+    }
+}
+
+async fn load_demo(state: &AppState) -> anyhow::Result<bool> {
+    if !state.store.list_chains().await?.is_empty() {
+        return Ok(false);
+    }
+    let uploader = Principal { name: "demo-uploader".into(), role: Role::Uploader };
+    let approver = Principal { name: "demo-approver".into(), role: Role::Approver };
+    let parse = |s: &str| serde_json::from_str::<serde_json::Value>(s).expect("example is JSON");
+    let err = |e: crate::error::ApiError| anyhow::anyhow!("demo: {e}");
+    service::put_topology(state, &uploader, "checkout", parse(budget_core::example::CHECKOUT_TOPOLOGY))
+        .await
+        .map_err(err)?;
+    let raw = budget_core::example::CHECKOUT_RUN_A;
+    let outcome = service::upload_run(state, &uploader, "checkout", parse(raw), raw.as_bytes())
+        .await
+        .map_err(err)?;
+    let id = outcome.baseline_id.context("demo: the first run created no draft")?;
+    service::approve(state, &approver, &id, Some("demo: SPEC example A".into()))
+        .await
+        .map_err(err)?;
+    Ok(true)
+}

@@ -1,0 +1,73 @@
+//! Bearer tokens and roles. Tokens are random, shown once, and stored as SHA-256 hashes.
+
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use sha2::Digest;
+
+/// What a token may do. Every role may read; writes need the role named on each route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Reader,
+    Uploader,
+    Approver,
+    Agent,
+    Admin,
+}
+
+impl Role {
+    pub const ALL: [Role; 5] = [Role::Reader, Role::Uploader, Role::Approver, Role::Agent, Role::Admin];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Reader => "reader",
+            Self::Uploader => "uploader",
+            Self::Approver => "approver",
+            Self::Agent => "agent",
+            Self::Admin => "admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The caller of a request, resolved from its bearer token.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    /// The token's name; recorded as the actor of everything the caller does.
+    pub name: String,
+    pub role: Role,
+}
+
+impl Principal {
+    /// Whether the caller has one of `roles`; `admin` may do everything.
+    pub fn has_any(&self, roles: &[Role]) -> bool {
+        self.role == Role::Admin || roles.contains(&self.role)
+    }
+}
+
+/// A fresh token: `bgt_` and 64 hex digits (256 random bits).
+pub fn generate_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    format!("bgt_{}", hex::encode(bytes))
+}
+
+/// What the store keeps of a token.
+pub fn hash_token(token: &str) -> String {
+    hex::encode(sha2::Sha256::digest(token.as_bytes()))
+}
+
+/// Token names: short, printable, no spaces (they appear in audit logs and URLs).
+pub fn valid_token_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
+}

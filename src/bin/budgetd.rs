@@ -1,0 +1,191 @@
+//! `budgetd`: serve the control plane, manage tokens offline, print the configuration.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use budgetd::auth::{generate_token, hash_token, valid_token_name, Role};
+use budgetd::config::{LogFormat, Secret, Settings, EXAMPLE};
+use budgetd::store::{self, Audit};
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "budgetd", version, about = "Control plane for timeout budgets: derive, check, approve and publish")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server (HTTP API on --http). Embedded default: SQLite under --data-dir.
+    Serve {
+        #[command(flatten)]
+        common: Common,
+        /// HTTP listen address [default: 127.0.0.1:8080]
+        #[arg(long, value_name = "ADDR")]
+        http: Option<SocketAddr>,
+        /// Load SPEC example A (chain `checkout`, approved) into an empty store.
+        #[arg(long)]
+        demo: bool,
+    },
+    /// Manage API tokens directly in the store (same --data-dir / --database-url as serve).
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+    /// Print a commented example configuration file.
+    PrintConfig,
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Create a token and print its secret once.
+    Create {
+        #[command(flatten)]
+        common: Common,
+        /// reader, uploader, approver, agent or admin
+        #[arg(long)]
+        role: String,
+        /// A unique name; it is recorded as the actor of everything the token does.
+        #[arg(long)]
+        name: String,
+    },
+    /// Revoke a token by name.
+    Revoke {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long)]
+        name: String,
+    },
+}
+
+#[derive(Args)]
+struct Common {
+    /// TOML configuration file (see `budgetd print-config`).
+    #[arg(long, short, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Directory of the embedded SQLite database [default: ./budgetd-data]
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// sqlite:PATH or postgres://… (overrides --data-dir)
+    #[arg(long, value_name = "URL")]
+    database_url: Option<String>,
+}
+
+impl Common {
+    fn settings(&self) -> anyhow::Result<Settings> {
+        let env: Vec<(String, String)> = std::env::vars().collect();
+        let mut settings = Settings::load(self.config.as_deref(), &env)?;
+        if let Some(dir) = &self.data_dir {
+            settings.data_dir = dir.clone();
+        }
+        if let Some(url) = &self.database_url {
+            settings.database_url = Some(Secret(url.clone()));
+        }
+        Ok(settings)
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    tracing::info!("shutting down");
+}
+
+async fn serve(common: Common, http: Option<SocketAddr>, demo: bool) -> anyhow::Result<()> {
+    let mut settings = common.settings()?;
+    if let Some(http) = http {
+        settings.http = http;
+    }
+    init_logging(settings.log_format);
+    let app = budgetd::App::build(settings).await?;
+    if let Some(token) = app.generated_admin_token() {
+        println!("budgetd: no admin token was configured; generated one (shown only this once):");
+        println!("  BUDGETD_TOKEN={token}");
+        println!("  create more with: budgetd token create --role approver --name alice");
+    }
+    if demo && app.load_demo().await? {
+        println!("budgetd: loaded the demo chain `checkout` (SPEC example A, approved)");
+    }
+    println!("budgetd: HTTP API on http://{}/api/v1", app.http_addr());
+    app.run_until_stopped(shutdown_signal()).await
+}
+
+async fn token(command: TokenCommand) -> anyhow::Result<()> {
+    let audit = |action, name: &str| Audit {
+        actor: "budgetd-cli".into(),
+        action,
+        chain: None,
+        subject: Some(name.to_owned()),
+        detail: serde_json::json!({}),
+        at: budgetd::service::now(),
+    };
+    match command {
+        TokenCommand::Create { common, role, name } => {
+            let role = Role::parse(&role)
+                .ok_or_else(|| anyhow::anyhow!("unknown role {role:?}: use reader, uploader, approver, agent or admin"))?;
+            anyhow::ensure!(valid_token_name(&name), "invalid token name {name:?}: 1-64 letters, digits, '-', '_', '.', '@'");
+            let store = store::connect(&common.settings()?.database_url()).await?;
+            let token = generate_token();
+            store
+                .create_token(&name, role, &hash_token(&token), audit("token.create", &name))
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!("{token}");
+            eprintln!("created {role} token {name:?}; the secret above is shown only once");
+        }
+        TokenCommand::Revoke { common, name } => {
+            let store = store::connect(&common.settings()?.database_url()).await?;
+            store
+                .revoke_token(&name, audit("token.revoke", &name))
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            eprintln!("revoked token {name:?}");
+        }
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve { common, http, demo } => serve(common, http, demo).await,
+        Command::Token { command } => token(command).await,
+        Command::PrintConfig => {
+            print!("{EXAMPLE}");
+            Ok(())
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("budgetd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Settings: defaults → TOML file → `BUDGETD_*` environment (`__` nests) → command-line flags.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::providers::{Format, Serialized, Toml};
+use figment::value::{Dict, Value};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+
+/// A secret string: never printed by `Debug`.
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("\"***\"")
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Where the embedded SQLite database lives.
+    pub data_dir: PathBuf,
+    /// `sqlite:PATH` or `postgres://…`; default: `sqlite:{data_dir}/budgetd.db`.
+    pub database_url: Option<Secret>,
+    /// HTTP listener (API, schemas, health).
+    pub http: SocketAddr,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+    pub approval: ApprovalSettings,
+    /// The admin token to install at start (`BUDGETD_ADMIN_TOKEN`).
+    pub admin_token: Option<Secret>,
+    /// `text` or `json` log lines.
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalSettings {
+    /// Four eyes: the approver of a draft must not be the uploader of its run.
+    pub require_distinct_approver: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./budgetd-data"),
+            database_url: None,
+            http: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            max_body_bytes: 8 * 1024 * 1024,
+            approval: ApprovalSettings { require_distinct_approver: true },
+            admin_token: None,
+            log_format: LogFormat::Text,
+        }
+    }
+}
+
+/// Environment keys that belong to the server (others, such as budgetctl's, are ignored).
+const ENV_KEYS: [&str; 7] = ["data_dir", "database_url", "http", "max_body_bytes", "approval", "admin_token", "log_format"];
+
+fn insert_nested(dict: &mut Dict, path: &[&str], value: Value) {
+    match path {
+        [] => {}
+        [last] => {
+            dict.insert((*last).to_owned(), value);
+        }
+        [first, rest @ ..] => {
+            let entry = dict
+                .entry((*first).to_owned())
+                .or_insert_with(|| Value::from(Dict::new()));
+            if let Value::Dict(_, inner) = entry {
+                insert_nested(inner, rest, value);
+            }
+        }
+    }
+}
+
+impl Settings {
+    /// Loads the layers below the command line. `env` is the process environment, passed in
+    /// so only `main` reads it.
+    pub fn load(file: Option<&Path>, env: &[(String, String)]) -> anyhow::Result<Self> {
+        let mut figment = Figment::from(Serialized::defaults(Settings::default()));
+        if let Some(file) = file {
+            anyhow::ensure!(file.exists(), "config file {} does not exist", file.display());
+            figment = figment.merge(Toml::file_exact(file));
+        }
+        let vars: Vec<(String, String)> = env
+            .iter()
+            .filter_map(|(k, v)| {
+                let rest = k.strip_prefix("BUDGETD_")?.to_ascii_lowercase();
+                ENV_KEYS.iter().any(|p| rest.starts_with(p)).then(|| (rest, v.clone()))
+            })
+            .collect();
+        let mut dict = Dict::new();
+        for (key, value) in vars {
+            let path: Vec<&str> = key.split("__").collect();
+            insert_nested(&mut dict, &path, value.parse().unwrap_or_else(|e: std::convert::Infallible| match e {}));
+        }
+        figment = figment.merge(Serialized::defaults(dict));
+        figment.extract().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))
+    }
+
+    /// The database URL in effect.
+    pub fn database_url(&self) -> String {
+        match &self.database_url {
+            Some(url) => url.0.clone(),
+            None => format!("sqlite:{}", self.data_dir.join("budgetd.db").display()),
+        }
+    }
+}
+
+/// A URL with any password replaced, for logs.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.find(':') {
+                Some(colon) => format!("{}{}:***{}", &url[..scheme + 3], &userinfo[..colon], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// The commented example printed by `budgetd print-config`.
+pub const EXAMPLE: &str = r#"# budgetd configuration (TOML). Every key is optional; shown with its default.
+# Each key can also be set from the environment as BUDGETD_<KEY>, nested keys with "__"
+# (BUDGETD_APPROVAL__REQUIRE_DISTINCT_APPROVER=false); command-line flags win over both.
+
+# Directory of the embedded SQLite database.
+data_dir = "./budgetd-data"
+
+# sqlite:PATH or postgres://user:password@host/db. Default: sqlite:{data_dir}/budgetd.db
+# database_url = "postgres://budgetd@127.0.0.1/budgetd"
+
+# HTTP listener: API under /api/v1, /schemas, /healthz, /readyz.
+http = "127.0.0.1:8080"
+
+# Largest request body accepted, in bytes (larger bodies answer 413).
+max_body_bytes = 8388608
+
+# "text" or "json" log lines. The filter comes from RUST_LOG (default "info").
+log_format = "text"
+
+# The admin token installed at start. Prefer the environment: BUDGETD_ADMIN_TOKEN=...
+# admin_token = "..."
+
+[approval]
+# Four eyes: the approver of a draft must not be the uploader of its run.
+require_distinct_approver = true
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn layers_and_nesting() {
+        let s = Settings::load(
+            None,
+            &env(&[
+                ("BUDGETD_HTTP", "127.0.0.1:9999"),
+                ("BUDGETD_APPROVAL__REQUIRE_DISTINCT_APPROVER", "false"),
+                ("BUDGETD_URL", "http://ignored"),
+                ("BUDGETD_ADMIN_TOKEN", "s3cret"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.http.port(), 9999);
+        assert!(!s.approval.require_distinct_approver);
+        assert_eq!(s.admin_token, Some(Secret("s3cret".into())));
+        assert!(!format!("{s:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn example_parses_and_unknown_keys_fail() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("budgetd.toml");
+        std::fs::write(&file, EXAMPLE).unwrap();
+        Settings::load(Some(&file), &[]).unwrap();
+        std::fs::write(&file, "htp = \"x\"").unwrap();
+        let err = Settings::load(Some(&file), &[]).unwrap_err().to_string();
+        assert!(err.contains("htp"), "{err}");
+        assert!(Settings::load(None, &env(&[("BUDGETD_HTTP", "nonsense")])).is_err());
+    }
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(redact_url("postgres://u:pw@h/db"), "postgres://u:***@h/db");
+        assert_eq!(redact_url("sqlite:./x.db"), "sqlite:./x.db");
+    }
+}

@@ -1,0 +1,136 @@
+//! The server's one error type. Each code maps to an HTTP status here, in one place.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+use crate::store::StoreError;
+
+/// Stable error codes; clients match on these, never on messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    BadRequest,
+    MalformedJson,
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    MethodNotAllowed,
+    Conflict,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    ValidationFailed,
+    Internal,
+    Unavailable,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::BadRequest => "bad_request",
+            Self::MalformedJson => "malformed_json",
+            Self::Unauthorized => "unauthorized",
+            Self::Forbidden => "forbidden",
+            Self::NotFound => "not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::Conflict => "conflict",
+            Self::PayloadTooLarge => "payload_too_large",
+            Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::ValidationFailed => "validation_failed",
+            Self::Internal => "internal",
+            Self::Unavailable => "unavailable",
+        }
+    }
+
+    pub fn status(self) -> StatusCode {
+        match self {
+            Self::BadRequest | Self::MalformedJson => StatusCode::BAD_REQUEST,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Forbidden => StatusCode::FORBIDDEN,
+            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Conflict => StatusCode::CONFLICT,
+            Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::ValidationFailed => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+/// An error answered as `{"error":{"code","message","details"}}`.
+#[derive(Debug)]
+pub struct ApiError {
+    pub code: Code,
+    pub message: String,
+    pub details: Value,
+    /// The cause of a 5xx, logged once and never sent.
+    pub source: Option<anyhow::Error>,
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        Self { code, message: message.into(), details: Value::Null, source: None }
+    }
+
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = details;
+        self
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(Code::BadRequest, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(Code::NotFound, message)
+    }
+
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(Code::Conflict, message)
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(Code::Forbidden, message)
+    }
+
+    pub fn validation(message: impl Into<String>, details: Value) -> Self {
+        Self::new(Code::ValidationFailed, message).with_details(details)
+    }
+
+    pub fn internal(source: anyhow::Error) -> Self {
+        Self { code: Code::Internal, message: "internal error".into(), details: Value::Null, source: Some(source) }
+    }
+
+    /// The JSON body of this error.
+    pub fn body(&self) -> Value {
+        json!({"error": {"code": self.code.as_str(), "message": self.message, "details": self.details}})
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code.as_str(), self.message)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(what) => Self::not_found(format!("{what} not found")),
+            StoreError::Conflict(msg) => Self::conflict(msg),
+            StoreError::Internal(source) => Self::internal(source),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let Some(source) = &self.source {
+            tracing::error!(error = ?source, "request failed");
+        }
+        (self.code.status(), axum::Json(self.body())).into_response()
+    }
+}

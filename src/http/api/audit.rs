@@ -1,0 +1,32 @@
+//! The audit log: who did what, newest first.
+
+use std::collections::HashMap;
+
+use axum::extract::{Query, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use super::query_int;
+use crate::auth::Principal;
+use crate::error::ApiResult;
+use crate::service;
+use crate::state::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/audit", get(list))
+}
+
+async fn list(
+    State(state): State<AppState>,
+    _: Principal,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult<Json<Value>> {
+    let chain = query.get("chain").map(String::as_str).filter(|c| !c.is_empty());
+    if let Some(chain) = chain {
+        service::check_chain_name(chain)?;
+    }
+    let limit = query_int(&query, "limit", 1..=1000)?.unwrap_or(100);
+    let before = query_int(&query, "before", 1..=i64::MAX)?;
+    Ok(Json(json!({ "entries": state.store.audit_log(chain, limit, before).await? })))
+}

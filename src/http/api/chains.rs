@@ -1,0 +1,73 @@
+//! Chains, their topologies, live budgets and rollback.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use super::query_int;
+use crate::auth::{Principal, Role};
+use crate::error::{ApiError, ApiResult};
+use crate::http::extract::{string_field, JsonBody};
+use crate::service;
+use crate::state::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/chains", get(list))
+        .route("/chains/{chain}/topology", get(get_topology).put(put_topology))
+        .route("/chains/{chain}/budgets", get(budgets))
+        .route("/chains/{chain}/rollback", post(rollback))
+}
+
+async fn list(State(state): State<AppState>, _: Principal) -> ApiResult<Json<Value>> {
+    Ok(Json(json!({ "chains": state.store.list_chains().await? })))
+}
+
+async fn get_topology(
+    State(state): State<AppState>,
+    _: Principal,
+    Path(chain): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult<Json<Value>> {
+    service::check_chain_name(&chain)?;
+    let version = query_int(&query, "version", 1..=i64::MAX)?;
+    Ok(Json(json!(state.store.get_topology(&chain, version).await?)))
+}
+
+async fn put_topology(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(chain): Path<String>,
+    body: JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    principal.require(&[Role::Uploader])?;
+    let (version, created) = service::put_topology(&state, &principal, &chain, body.value).await?;
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(json!(version))))
+}
+
+async fn budgets(State(state): State<AppState>, _: Principal, Path(chain): Path<String>) -> ApiResult<Json<Value>> {
+    Ok(Json(json!(service::budgets(&state, &chain).await?)))
+}
+
+async fn rollback(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(chain): Path<String>,
+    body: JsonBody,
+) -> ApiResult<Json<Value>> {
+    principal.require(&[Role::Approver])?;
+    let id = string_field(&Some(body.value), "baseline_id")?
+        .ok_or_else(|| ApiError::validation("baseline_id is required", json!({"violations": [{"pointer": "/baseline_id", "message": "required"}]})))?;
+    let published = service::rollback(&state, &principal, &chain, &id).await?;
+    Ok(Json(json!({
+        "chain": chain,
+        "baseline_id": published.baseline.doc.id,
+        "revision": published.revision,
+        "superseded": published.superseded,
+    })))
+}

@@ -1,0 +1,65 @@
+//! Request logging and Prometheus metrics (`/metrics`, text exposition format).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{LazyLock, Mutex};
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::state::AppState;
+
+/// `(method, route, status)` → (count, total seconds).
+static REQUESTS: LazyLock<Mutex<BTreeMap<(String, String, u16), (u64, f64)>>> = LazyLock::new(Default::default);
+
+/// Logs every request once and counts it by route template and status.
+pub async fn track(req: Request, next: Next) -> Response {
+    let method = req.method().to_string();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let path = req.uri().path().to_owned();
+    let start = Instant::now();
+    let response = next.run(req).await;
+    let elapsed = start.elapsed().as_secs_f64();
+    let status = response.status().as_u16();
+    tracing::info!(%method, %path, status, ms = (elapsed * 1000.0).round(), "request");
+    if let Ok(mut map) = REQUESTS.lock() {
+        let e = map.entry((method, route, status)).or_insert((0, 0.0));
+        e.0 += 1;
+        e.1 += elapsed;
+    }
+    response
+}
+
+pub async fn render(State(state): State<AppState>) -> Response {
+    let mut out = String::new();
+    out.push_str("# HELP budgetd_http_requests_total HTTP requests by route and status.\n");
+    out.push_str("# TYPE budgetd_http_requests_total counter\n");
+    let snapshot = REQUESTS.lock().map(|m| m.clone()).unwrap_or_default();
+    for ((method, route, status), (count, _)) in &snapshot {
+        let _ = writeln!(out, "budgetd_http_requests_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {count}");
+    }
+    out.push_str("# HELP budgetd_http_request_seconds_total Time spent answering requests.\n");
+    out.push_str("# TYPE budgetd_http_request_seconds_total counter\n");
+    for ((method, route, status), (_, secs)) in &snapshot {
+        let _ = writeln!(out, "budgetd_http_request_seconds_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {secs}");
+    }
+    if let Ok(chains) = state.store.list_chains().await {
+        out.push_str("# HELP budgetd_chains Chains known to this control plane.\n# TYPE budgetd_chains gauge\n");
+        let _ = writeln!(out, "budgetd_chains {}", chains.len());
+        out.push_str("# HELP budgetd_drafts Draft baselines waiting for a decision.\n# TYPE budgetd_drafts gauge\n");
+        for c in &chains {
+            let _ = writeln!(out, "budgetd_drafts{{chain=\"{}\"}} {}", c.name, c.drafts);
+        }
+        out.push_str("# HELP budgetd_revision Latest publication revision per chain.\n# TYPE budgetd_revision gauge\n");
+        for c in chains.iter().filter(|c| c.revision.is_some()) {
+            let _ = writeln!(out, "budgetd_revision{{chain=\"{}\"}} {}", c.name, c.revision.unwrap_or_default());
+        }
+    }
+    ([(CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}

@@ -1,0 +1,65 @@
+//! HTTP transport: `/api/v1` (authenticated), schemas, health and metrics.
+
+pub mod api;
+pub mod extract;
+pub mod metrics;
+pub mod middleware;
+
+use axum::extract::{Path, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{middleware as mw, Json, Router};
+use serde_json::json;
+
+use crate::error::{ApiError, Code};
+use crate::schemas;
+use crate::state::AppState;
+
+/// The whole HTTP surface.
+pub fn router(state: AppState) -> Router {
+    let api = api::router()
+        .layer(mw::from_fn_with_state(state.clone(), middleware::idempotency))
+        .layer(mw::from_fn_with_state(state.clone(), middleware::authenticate));
+    Router::new()
+        .nest("/api/v1", api)
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics::render))
+        .route("/schemas/{name}", get(schema))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(mw::from_fn(metrics::track))
+        .with_state(state)
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    match state.store.ping().await {
+        Ok(()) => Json(json!({"status": "ready", "store": state.store.backend()})).into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness check failed");
+            ApiError::new(Code::Unavailable, "the database does not answer").into_response()
+        }
+    }
+}
+
+async fn schema(Path(name): Path<String>) -> Response {
+    match name.strip_suffix(".json").and_then(schemas::text) {
+        Some(text) => (StatusCode::OK, [(CONTENT_TYPE, "application/schema+json")], text).into_response(),
+        None => ApiError::not_found(format!("no schema {name:?}; available: topology.json, run.json, baseline.json"))
+            .into_response(),
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such route; the API lives under /api/v1")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(Code::MethodNotAllowed, "method not allowed on this route")
+}

@@ -1,0 +1,19 @@
+//! budgetd: the control plane for timeout budgets.
+//!
+//! The pure rules live in `budget-core`; this crate adds storage, the HTTP API and the
+//! `budgetd` / `budgetctl` binaries. See ARCHITECTURE.md for the map.
+#![forbid(unsafe_code)]
+
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod ctl;
+pub mod error;
+pub mod http;
+pub mod schemas;
+pub mod service;
+pub mod state;
+pub mod store;
+
+pub use app::App;
+pub use config::Settings;

@@ -1,0 +1,92 @@
+//! The JSON Schemas shipped with budgetd, embedded and compiled once.
+
+use std::sync::LazyLock;
+
+use serde_json::{json, Value};
+
+/// `(name, text)` of every schema, served at `/schemas/{name}.json`.
+pub const SCHEMAS: [(&str, &str); 3] = [
+    ("topology", include_str!("../schemas/topology.json")),
+    ("run", include_str!("../schemas/run.json")),
+    ("baseline", include_str!("../schemas/baseline.json")),
+];
+
+pub fn text(name: &str) -> Option<&'static str> {
+    SCHEMAS.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+}
+
+fn compile(name: &str) -> jsonschema::Validator {
+    let schema: Value = serde_json::from_str(text(name).expect("schema is embedded")).expect("embedded schema is JSON");
+    jsonschema::validator_for(&schema).expect("embedded schema compiles")
+}
+
+static TOPOLOGY: LazyLock<jsonschema::Validator> = LazyLock::new(|| compile("topology"));
+static RUN: LazyLock<jsonschema::Validator> = LazyLock::new(|| compile("run"));
+static BASELINE: LazyLock<jsonschema::Validator> = LazyLock::new(|| compile("baseline"));
+
+#[derive(Debug, Clone, Copy)]
+pub enum Schema {
+    Topology,
+    Run,
+    Baseline,
+}
+
+impl Schema {
+    fn validator(self) -> &'static jsonschema::Validator {
+        match self {
+            Self::Topology => &TOPOLOGY,
+            Self::Run => &RUN,
+            Self::Baseline => &BASELINE,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Topology => "topology",
+            Self::Run => "run",
+            Self::Baseline => "baseline",
+        }
+    }
+
+    /// Every violation as `{"pointer", "message"}`; empty when `instance` is valid.
+    pub fn violations(self, instance: &Value) -> Vec<Value> {
+        self.validator()
+            .iter_errors(instance)
+            .map(|e| {
+                let pointer = e.instance_path().as_str().to_owned();
+                json!({"pointer": pointer, "message": e.to_string()})
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_schema_compiles_and_examples_validate() {
+        for s in [Schema::Topology, Schema::Run, Schema::Baseline] {
+            let _ = s.validator();
+        }
+        for (schema, doc) in [
+            (Schema::Topology, budget_core::example::CHECKOUT_TOPOLOGY),
+            (Schema::Topology, budget_core::example::CHECKOUT_TOPOLOGY_B),
+            (Schema::Run, budget_core::example::CHECKOUT_RUN_A),
+            (Schema::Run, budget_core::example::CHECKOUT_RUN_C),
+        ] {
+            let v: Value = serde_json::from_str(doc).unwrap();
+            assert_eq!(schema.violations(&v), Vec::<Value>::new());
+        }
+    }
+
+    #[test]
+    fn violations_carry_pointers() {
+        let v = json!({"entry_budget_ms": "800", "segments": [{"id": "a->b", "caller": "a", "callee": "b", "class": "wobbly", "extra": 1}]});
+        let errs = Schema::Topology.violations(&v);
+        let pointers: Vec<&str> = errs.iter().map(|e| e["pointer"].as_str().unwrap()).collect();
+        assert!(pointers.contains(&"/entry_budget_ms"), "{errs:?}");
+        assert!(pointers.contains(&"/segments/0/class"), "{errs:?}");
+        assert!(pointers.contains(&"/segments/0"), "{errs:?}");
+    }
+}

@@ -1,0 +1,344 @@
+//! What the transports call: one function per operation. Each validates its input, applies
+//! the core rules and calls the store; handlers only extract, call and map.
+
+use budget_core::baseline::{BaselineDocument, BaselineReason, BaselineState};
+use budget_core::checks::Finding;
+use budget_core::diff::BaselineDiff;
+use budget_core::drift::{self, DriftEntry};
+use budget_core::live::LiveChain;
+use budget_core::run::RunUpload;
+use budget_core::{RunData, Topology};
+use serde::Serialize;
+use serde_json::{json, Value};
+use sha2::Digest;
+
+use crate::auth::Principal;
+use crate::error::{ApiError, ApiResult};
+use crate::schemas::Schema;
+use crate::state::AppState;
+use crate::store::{Audit, NewRun, Published, StoreError, StoredBaseline, TopologyVersion, Verdict};
+
+/// Now, as stored and shown: RFC 3339 UTC with milliseconds.
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+fn audit(principal: &Principal, action: &'static str, chain: Option<&str>, detail: Value) -> Audit {
+    Audit {
+        actor: principal.name.clone(),
+        action,
+        chain: chain.map(str::to_owned),
+        subject: None,
+        detail,
+        at: now(),
+    }
+}
+
+/// Chain names: lowercase letters, digits, `-`, `_`, `.`; 1–64 characters.
+pub fn check_chain_name(chain: &str) -> ApiResult<()> {
+    let ok = (1..=64).contains(&chain.len())
+        && chain.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && chain.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_.".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "invalid chain name {chain:?}: use 1-64 lowercase letters, digits, '-', '_' or '.', starting with a letter or digit"
+        )))
+    }
+}
+
+/// Schema check, then typed parse: every violation with its JSON pointer.
+fn parse_with_schema<T: serde::de::DeserializeOwned>(schema: Schema, body: Value) -> ApiResult<T> {
+    let violations = schema.violations(&body);
+    if !violations.is_empty() {
+        return Err(ApiError::validation(
+            format!("the document does not match the {} schema ({} violations)", schema.name(), violations.len()),
+            json!({"schema": format!("/schemas/{}.json", schema.name()), "violations": violations}),
+        ));
+    }
+    serde_json::from_value(body).map_err(|e| {
+        ApiError::validation(
+            format!("the document does not match the {} schema: {e}", schema.name()),
+            json!({"violations": [{"pointer": "", "message": e.to_string()}]}),
+        )
+    })
+}
+
+fn violations_of<E: Serialize>(message: String, errors: Vec<E>) -> ApiError {
+    ApiError::validation(message, json!({ "violations": errors }))
+}
+
+pub async fn put_topology(
+    state: &AppState,
+    principal: &Principal,
+    chain: &str,
+    body: Value,
+) -> ApiResult<(TopologyVersion, bool)> {
+    check_chain_name(chain)?;
+    let topology: Topology = parse_with_schema(Schema::Topology, body)?;
+    topology
+        .validate()
+        .map_err(|errs| violations_of(format!("the topology of {chain:?} is not a valid call tree"), errs))?;
+    let audit = audit(principal, "topology.put", Some(chain), json!({}));
+    Ok(state.store.put_topology(chain, &topology, audit).await?)
+}
+
+/// What a run upload answers.
+#[derive(Debug, Serialize)]
+pub struct RunOutcome {
+    pub run_id: String,
+    pub chain: String,
+    pub topology_version: i64,
+    /// Drift findings: the compared percentiles that moved more than 20 %.
+    pub drift: Vec<DriftEntry>,
+    /// Every compared percentile, drifted or not.
+    pub comparison: Vec<DriftEntry>,
+    /// The approved baseline the run was compared with.
+    pub compared_to: Option<String>,
+    /// The draft created, or null.
+    pub baseline_id: Option<String>,
+    pub reason: Option<BaselineReason>,
+    pub findings: Vec<Finding>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn draft_document(
+    chain: &str,
+    topology_version: i64,
+    topology: &Topology,
+    run_id: &str,
+    run: &RunData,
+    reason: BaselineReason,
+    actor: &str,
+    created_at: &str,
+    drift: (Vec<DriftEntry>, Option<String>),
+) -> ApiResult<BaselineDocument> {
+    let computation = budget_core::compute(topology, run)
+        .map_err(|errs| violations_of(format!("the run does not cover the topology of {chain:?}"), errs))?;
+    Ok(BaselineDocument {
+        id: String::new(),
+        chain: chain.to_owned(),
+        state: BaselineState::Draft,
+        reason,
+        run_id: run_id.to_owned(),
+        topology_version,
+        created_at: created_at.to_owned(),
+        created_by: actor.to_owned(),
+        entry_budget_ms: topology.entry_budget_ms,
+        breaker_window_ms: topology.breaker_window_ms,
+        max_recovery: topology.max_recovery,
+        segments: computation.segments,
+        findings: computation.findings,
+        drift: drift.0,
+        drift_baseline_id: drift.1,
+        decision: None,
+    })
+}
+
+pub async fn upload_run(
+    state: &AppState,
+    principal: &Principal,
+    chain: &str,
+    body: Value,
+    raw: &[u8],
+) -> ApiResult<RunOutcome> {
+    check_chain_name(chain)?;
+    let topo = state.store.get_topology(chain, None).await?;
+    let upload: RunUpload = parse_with_schema(Schema::Run, body)?;
+    let (tool, note) = (upload.tool.clone(), upload.note.clone());
+    let run = upload
+        .into_run(&topo.topology)
+        .map_err(|errs| violations_of(format!("the run does not fit the topology of {chain:?} (v{})", topo.version), errs))?;
+    let source_sha256 = hex::encode(sha2::Sha256::digest(raw));
+
+    // The approved baseline may change between comparing and inserting; the store refuses the
+    // insert then, and we compare again.
+    for _ in 0..5 {
+        let current = state.store.current_baseline(chain).await?;
+        let first_run = state.store.run_count(chain).await? == 0;
+        let comparison = current
+            .as_ref()
+            .map(|c| drift::compare(&topo.topology, &c.doc.segments, &run))
+            .unwrap_or_default();
+        let reason = match &current {
+            None if first_run => Some(BaselineReason::FirstRun),
+            None => Some(BaselineReason::NoApprovedBaseline),
+            Some(_) if drift::drifted(&comparison) => Some(BaselineReason::Drift),
+            Some(_) => None,
+        };
+        let created_at = now();
+        let compared_to = current.as_ref().map(|c| c.doc.id.clone());
+        let drift: Vec<DriftEntry> = comparison.iter().filter(|e| e.drift).cloned().collect();
+        let draft = match reason {
+            Some(reason) => {
+                let drift_part = if reason == BaselineReason::Drift {
+                    (drift.clone(), compared_to.clone())
+                } else {
+                    (Vec::new(), None)
+                };
+                Some(draft_document(
+                    chain,
+                    topo.version,
+                    &topo.topology,
+                    "",
+                    &run,
+                    reason,
+                    &principal.name,
+                    &created_at,
+                    drift_part,
+                )?)
+            }
+            None => None,
+        };
+        let new_run = NewRun {
+            chain: chain.to_owned(),
+            topology_version: topo.version,
+            format: "native".into(),
+            tool: tool.clone(),
+            note: note.clone(),
+            source_sha256: source_sha256.clone(),
+            source_size: raw.len() as i64,
+            data: run.clone(),
+            uploaded_by: principal.name.clone(),
+            created_at: created_at.clone(),
+        };
+        let audit = audit(principal, "run.upload", Some(chain), json!({"drift": !drift.is_empty()}));
+        match state.store.insert_run(new_run, draft, compared_to.clone(), audit).await {
+            Ok((stored, baseline)) => {
+                return Ok(RunOutcome {
+                    run_id: stored.id,
+                    chain: chain.to_owned(),
+                    topology_version: topo.version,
+                    drift,
+                    comparison,
+                    compared_to,
+                    baseline_id: baseline.as_ref().map(|b| b.doc.id.clone()),
+                    reason,
+                    findings: baseline.map(|b| b.doc.findings).unwrap_or_default(),
+                })
+            }
+            Err(StoreError::Conflict(_)) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::conflict(format!("the approved baseline of {chain:?} kept changing; upload again")))
+}
+
+pub async fn recompute(
+    state: &AppState,
+    principal: &Principal,
+    chain: &str,
+    run_id: &str,
+    topology_version: Option<i64>,
+) -> ApiResult<StoredBaseline> {
+    check_chain_name(chain)?;
+    let run = state.store.get_run(chain, run_id).await?;
+    let topo = state.store.get_topology(chain, topology_version).await?;
+    let doc = draft_document(
+        chain,
+        topo.version,
+        &topo.topology,
+        &run.id,
+        &run.data,
+        BaselineReason::Recompute,
+        &principal.name,
+        &now(),
+        (Vec::new(), None),
+    )?;
+    let audit = audit(principal, "baseline.recompute", Some(chain), json!({"run_id": run.id, "topology_version": topo.version}));
+    Ok(state.store.insert_baseline(doc, audit).await?)
+}
+
+pub async fn approve(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+    comment: Option<String>,
+) -> ApiResult<(StoredBaseline, Option<Published>)> {
+    let stored = state.store.get_baseline(id).await?;
+    if stored.doc.state != BaselineState::Draft {
+        return Err(ApiError::conflict(format!(
+            "baseline {id} is {}; only a draft can be approved",
+            stored.doc.state.as_str()
+        )));
+    }
+    if stored.doc.has_errors() {
+        let errors: Vec<&Finding> = stored
+            .doc
+            .findings
+            .iter()
+            .filter(|f| f.severity == budget_core::Severity::Error)
+            .collect();
+        return Err(ApiError::validation(
+            format!("baseline {id} has {} error finding(s) and cannot be approved", errors.len()),
+            json!({ "findings": errors }),
+        ));
+    }
+    if state.settings.approval.require_distinct_approver && stored.run_uploaded_by == principal.name {
+        return Err(ApiError::forbidden(format!(
+            "four eyes: {} uploaded run {} and cannot approve its baseline; another approver must",
+            principal.name, stored.doc.run_id
+        )));
+    }
+    let audit = audit(principal, "baseline.approve", Some(&stored.doc.chain), json!({"comment": comment}));
+    Ok(state.store.decide(id, Verdict::Approve, comment, audit).await?)
+}
+
+pub async fn reject(state: &AppState, principal: &Principal, id: &str, comment: Option<String>) -> ApiResult<StoredBaseline> {
+    let comment = comment.filter(|c| !c.trim().is_empty()).ok_or_else(|| {
+        ApiError::validation(
+            "a rejection needs a comment saying why",
+            json!({"violations": [{"pointer": "/comment", "message": "required, non-empty"}]}),
+        )
+    })?;
+    let stored = state.store.get_baseline(id).await?;
+    if stored.doc.state != BaselineState::Draft {
+        return Err(ApiError::conflict(format!(
+            "baseline {id} is {}; only a draft can be rejected",
+            stored.doc.state.as_str()
+        )));
+    }
+    let audit = audit(principal, "baseline.reject", Some(&stored.doc.chain), json!({"comment": comment}));
+    Ok(state.store.decide(id, Verdict::Reject, Some(comment), audit).await?.0)
+}
+
+pub async fn rollback(state: &AppState, principal: &Principal, chain: &str, id: &str) -> ApiResult<Published> {
+    check_chain_name(chain)?;
+    let target = state.store.get_baseline(id).await?;
+    if target.doc.chain != chain {
+        return Err(ApiError::not_found(format!("baseline {id} belongs to chain {:?}, not {chain:?}", target.doc.chain)));
+    }
+    if target.doc.has_errors() {
+        return Err(ApiError::validation(
+            format!("baseline {id} has error findings and cannot be published"),
+            json!({"findings": target.doc.findings}),
+        ));
+    }
+    let audit = audit(principal, "chain.rollback", Some(chain), json!({}));
+    Ok(state.store.rollback(chain, id, audit).await?)
+}
+
+/// The live config of a chain: its latest publication.
+pub async fn budgets(state: &AppState, chain: &str) -> ApiResult<LiveChain> {
+    check_chain_name(chain)?;
+    let publication = state.store.latest_publication(chain).await?.ok_or_else(|| {
+        ApiError::not_found(format!("chain {chain:?} has no published budgets yet: approve a baseline first"))
+    })?;
+    let baseline = state.store.get_baseline(&publication.baseline_id).await?;
+    Ok(LiveChain::from_baseline(&baseline.doc, publication.revision, &publication.created_at))
+}
+
+pub async fn diff(state: &AppState, id: &str, against: &str) -> ApiResult<BaselineDiff> {
+    let to = state.store.get_baseline(id).await?;
+    let from = if against == "current" {
+        state
+            .store
+            .current_baseline(&to.doc.chain)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("chain {:?} has no approved baseline to compare with", to.doc.chain)))?
+    } else {
+        state.store.get_baseline(against).await?
+    };
+    Ok(budget_core::diff::diff(&from.doc, &to.doc))
+}

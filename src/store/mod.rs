@@ -1,0 +1,277 @@
+//! Persistence behind one [`Store`] trait, returning core types.
+//!
+//! One SQL implementation ([`sql::SqlStore`]) serves both backends through sqlx's `Any` driver;
+//! [`sqlite`] and [`postgres`] hold what differs: connecting, pragmas and migrations. The
+//! backend is chosen from the URL scheme at start ([`connect`]).
+
+pub mod postgres;
+pub mod sql;
+pub mod sqlite;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use budget_core::baseline::{BaselineDocument, BaselineState};
+use budget_core::{RunData, Topology};
+use serde::Serialize;
+
+use crate::auth::Role;
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        match e {
+            sqlx::Error::RowNotFound => Self::NotFound("row".into()),
+            sqlx::Error::Database(db) if db.is_unique_violation() => {
+                Self::Conflict(format!("already exists ({})", db.message()))
+            }
+            other => Self::Internal(anyhow::Error::new(other).context("database error")),
+        }
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TopologyVersion {
+    pub chain: String,
+    pub version: i64,
+    pub sha256: String,
+    pub created_at: String,
+    pub created_by: String,
+    pub topology: Topology,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ChainSummary {
+    pub name: String,
+    pub topology_version: Option<i64>,
+    pub current_baseline: Option<String>,
+    pub revision: Option<i64>,
+    pub drafts: i64,
+    pub runs: i64,
+    pub updated_at: String,
+}
+
+/// A run to insert; the store assigns its id (`run-YYYYMMDD-NNN`).
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    pub chain: String,
+    pub topology_version: i64,
+    pub format: String,
+    pub tool: Option<String>,
+    pub note: Option<String>,
+    pub source_sha256: String,
+    pub source_size: i64,
+    pub data: RunData,
+    pub uploaded_by: String,
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StoredRun {
+    pub id: String,
+    pub chain: String,
+    pub topology_version: i64,
+    pub format: String,
+    pub tool: Option<String>,
+    pub note: Option<String>,
+    pub source_sha256: String,
+    pub source_size: i64,
+    pub uploaded_by: String,
+    pub created_at: String,
+    #[serde(skip)]
+    pub data: RunData,
+}
+
+/// A baseline as stored: the parsed document and its canonical bytes.
+#[derive(Debug, Clone)]
+pub struct StoredBaseline {
+    pub doc: BaselineDocument,
+    pub bytes: String,
+    pub sha256: String,
+    /// Who uploaded the run it was computed from (four eyes).
+    pub run_uploaded_by: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BaselineSummary {
+    pub id: String,
+    pub chain: String,
+    pub state: BaselineState,
+    pub reason: String,
+    pub run_id: String,
+    pub topology_version: i64,
+    pub has_errors: bool,
+    pub created_at: String,
+    pub created_by: String,
+    pub updated_at: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Publication {
+    pub revision: i64,
+    pub chain: String,
+    pub baseline_id: String,
+    pub kind: String,
+    pub created_by: String,
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditEntry {
+    pub id: i64,
+    pub at: String,
+    pub actor: String,
+    pub action: String,
+    pub chain: Option<String>,
+    pub subject: Option<String>,
+    pub detail: serde_json::Value,
+}
+
+/// What happened, by whom, to go into the audit log in the same transaction.
+#[derive(Debug, Clone)]
+pub struct Audit {
+    pub actor: String,
+    pub action: &'static str,
+    pub chain: Option<String>,
+    pub subject: Option<String>,
+    pub detail: serde_json::Value,
+    pub at: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TokenRecord {
+    pub name: String,
+    pub role: Role,
+    pub created_at: String,
+    pub created_by: String,
+}
+
+/// A stored response for an `Idempotency-Key`.
+#[derive(Debug, Clone)]
+pub struct IdemResponse {
+    pub status: u16,
+    pub content_type: String,
+    pub body: String,
+}
+
+#[derive(Debug, Clone)]
+pub enum IdemBegin {
+    /// The caller owns the key now and must `idem_finish` or `idem_abort` it.
+    Started,
+    /// Another request with the same key and body is still running.
+    InFlight,
+    /// The same key and body completed before: its response.
+    Done(IdemResponse),
+    /// The key was used with another request.
+    Mismatch,
+}
+
+/// How a decision changes a draft.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Approve,
+    Reject,
+}
+
+/// Result of a publication (approve or rollback).
+#[derive(Debug, Clone)]
+pub struct Published {
+    pub baseline: StoredBaseline,
+    pub revision: i64,
+    pub superseded: Option<String>,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Which backend this is: `sqlite` or `postgres`.
+    fn backend(&self) -> &'static str;
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// Stores a topology version; same content as the latest → the latest, `false`.
+    async fn put_topology(
+        &self,
+        chain: &str,
+        topology: &Topology,
+        audit: Audit,
+    ) -> StoreResult<(TopologyVersion, bool)>;
+    async fn get_topology(&self, chain: &str, version: Option<i64>) -> StoreResult<TopologyVersion>;
+    async fn list_chains(&self) -> StoreResult<Vec<ChainSummary>>;
+
+    /// Inserts a run and, when given, a draft computed from it, in one transaction.
+    /// `expect_current` is the approved baseline the caller compared against; if another is
+    /// current now, nothing is written and `Conflict` is returned so the caller can recompute.
+    async fn insert_run(
+        &self,
+        run: NewRun,
+        draft: Option<BaselineDocument>,
+        expect_current: Option<String>,
+        audit: Audit,
+    ) -> StoreResult<(StoredRun, Option<StoredBaseline>)>;
+    async fn get_run(&self, chain: &str, id: &str) -> StoreResult<StoredRun>;
+    async fn list_runs(&self, chain: &str, limit: i64) -> StoreResult<Vec<StoredRun>>;
+    /// Whether the chain has any run yet.
+    async fn run_count(&self, chain: &str) -> StoreResult<i64>;
+
+    /// Inserts a draft; the store assigns its id (`bl-YYYYMMDD-NNN`, date of `created_at`).
+    async fn insert_baseline(&self, draft: BaselineDocument, audit: Audit) -> StoreResult<StoredBaseline>;
+    async fn get_baseline(&self, id: &str) -> StoreResult<StoredBaseline>;
+    async fn list_baselines(
+        &self,
+        chain: &str,
+        state: Option<BaselineState>,
+    ) -> StoreResult<Vec<BaselineSummary>>;
+    /// The chain's approved baseline, if any.
+    async fn current_baseline(&self, chain: &str) -> StoreResult<Option<StoredBaseline>>;
+
+    /// Approves or rejects a draft. `Conflict` when it is no longer a draft.
+    async fn decide(
+        &self,
+        id: &str,
+        verdict: Verdict,
+        comment: Option<String>,
+        audit: Audit,
+    ) -> StoreResult<(StoredBaseline, Option<Published>)>;
+    /// Makes a superseded baseline of `chain` approved again and publishes it.
+    async fn rollback(&self, chain: &str, id: &str, audit: Audit) -> StoreResult<Published>;
+    /// The latest publication of a chain.
+    async fn latest_publication(&self, chain: &str) -> StoreResult<Option<Publication>>;
+
+    async fn audit_log(&self, chain: Option<&str>, limit: i64, before: Option<i64>) -> StoreResult<Vec<AuditEntry>>;
+
+    async fn create_token(&self, name: &str, role: Role, hash: &str, audit: Audit) -> StoreResult<TokenRecord>;
+    /// Creates or replaces a token (start-up bootstrap of the admin token).
+    async fn upsert_token(&self, name: &str, role: Role, hash: &str, audit: Audit) -> StoreResult<()>;
+    async fn revoke_token(&self, name: &str, audit: Audit) -> StoreResult<()>;
+    async fn find_token(&self, hash: &str) -> StoreResult<Option<TokenRecord>>;
+    async fn list_tokens(&self) -> StoreResult<Vec<TokenRecord>>;
+
+    async fn idem_begin(&self, principal: &str, key: &str, request_hash: &str, now: &str) -> StoreResult<IdemBegin>;
+    async fn idem_finish(&self, principal: &str, key: &str, response: &IdemResponse) -> StoreResult<()>;
+    async fn idem_abort(&self, principal: &str, key: &str) -> StoreResult<()>;
+    /// Forgets keys created before `cutoff`; returns how many.
+    async fn idem_expire(&self, cutoff: &str) -> StoreResult<u64>;
+}
+
+/// Opens the store named by `url` (`sqlite:…` or `postgres://…`) and applies its migrations.
+pub async fn connect(url: &str) -> anyhow::Result<Arc<dyn Store>> {
+    let store: sql::SqlStore = if url.starts_with("sqlite:") {
+        sqlite::open(url).await?
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        postgres::open(url).await?
+    } else {
+        anyhow::bail!("unsupported database URL {url:?}: use sqlite:PATH or postgres://…");
+    };
+    Ok(Arc::new(store))
+}

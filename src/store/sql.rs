@@ -1,0 +1,795 @@
+//! The one SQL implementation of [`Store`], over sqlx's `Any` pool (SQLite or PostgreSQL).
+//!
+//! Every statement is plain SQL both backends accept (`$N` placeholders, `ON CONFLICT`,
+//! `RETURNING`). Every transaction that changes a chain first touches the chain's row, which
+//! serialises writers per chain on PostgreSQL (row lock) and takes SQLite's write lock at
+//! once; counters (`bl-…` ids, publication revisions) are rows updated in the same
+//! transaction, so ids are unique and revisions increase in commit order across processes.
+
+use async_trait::async_trait;
+use budget_core::baseline::{BaselineDocument, BaselineState, Decision};
+use budget_core::{RunData, Topology};
+use sqlx::any::AnyRow;
+use sqlx::{Any, AnyPool, Row, Transaction};
+
+use super::*;
+use crate::auth::Role;
+
+#[derive(Debug, Clone)]
+pub struct SqlStore {
+    pool: AnyPool,
+    backend: &'static str,
+}
+
+type Tx = Transaction<'static, Any>;
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+fn internal(e: impl Into<anyhow::Error>) -> StoreError {
+    StoreError::Internal(e.into())
+}
+
+/// `2026-11-30T06:00:00.000Z` → `20261130`.
+fn compact_date(rfc3339: &str) -> String {
+    rfc3339.get(..10).unwrap_or_default().replace('-', "")
+}
+
+impl SqlStore {
+    pub(super) fn new(pool: AnyPool, backend: &'static str) -> Self {
+        Self { pool, backend }
+    }
+
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    async fn begin(&self) -> StoreResult<Tx> {
+        Ok(self.pool.begin().await?)
+    }
+}
+
+async fn lock_chain(tx: &mut Tx, chain: &str, now: &str) -> StoreResult<()> {
+    let done = sqlx::query("UPDATE chains SET updated_at = $2 WHERE name = $1")
+        .bind(chain)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound(format!("chain {chain:?}")));
+    }
+    Ok(())
+}
+
+async fn next_counter(tx: &mut Tx, scope: &str) -> StoreResult<i64> {
+    let row = sqlx::query(
+        "INSERT INTO counters (scope, n) VALUES ($1, 1) \
+         ON CONFLICT (scope) DO UPDATE SET n = counters.n + 1 RETURNING n",
+    )
+    .bind(scope)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(row.try_get(0)?)
+}
+
+async fn write_audit(tx: &mut Tx, a: &Audit) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO audit_log (at, actor, action, chain, subject, detail) VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(&a.at)
+    .bind(&a.actor)
+    .bind(a.action)
+    .bind(a.chain.clone())
+    .bind(a.subject.clone())
+    .bind(a.detail.to_string())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+const BASELINE_COLUMNS: &str = "b.document, b.sha256, r.uploaded_by";
+
+fn baseline_from_row(row: &AnyRow) -> StoreResult<StoredBaseline> {
+    let bytes: String = row.try_get(0)?;
+    let doc: BaselineDocument = serde_json::from_str(&bytes).map_err(|e| internal(anyhow::Error::new(e).context("stored baseline document is not valid")))?;
+    Ok(StoredBaseline { doc, bytes, sha256: row.try_get(1)?, run_uploaded_by: row.try_get(2)? })
+}
+
+async fn fetch_baseline(tx: &mut Tx, id: &str) -> StoreResult<StoredBaseline> {
+    let row = sqlx::query(&format!(
+        "SELECT {BASELINE_COLUMNS} FROM baselines b JOIN runs r ON r.id = b.run_id WHERE b.id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(&mut **tx)
+    .await?
+    .ok_or_else(|| StoreError::NotFound(format!("baseline {id:?}")))?;
+    baseline_from_row(&row)
+}
+
+/// Allocates the id, renders the document and inserts it.
+async fn insert_baseline_tx(tx: &mut Tx, mut doc: BaselineDocument, run_uploaded_by: String) -> StoreResult<StoredBaseline> {
+    let day = compact_date(&doc.created_at);
+    let n = next_counter(tx, &format!("bl-{day}")).await?;
+    doc.id = format!("bl-{day}-{n:03}");
+    doc.state = BaselineState::Draft;
+    let bytes = String::from_utf8(doc.to_bytes()).map_err(internal)?;
+    let sha256 = sha256_hex(bytes.as_bytes());
+    let reason = serde_json::to_value(doc.reason).map_err(internal)?;
+    sqlx::query(
+        "INSERT INTO baselines (id, chain, run_id, topology_version, state, reason, has_errors, document, sha256, created_at, created_by, updated_at) \
+         VALUES ($1, $2, $3, $4, 'draft', $5, $6, $7, $8, $9, $10, $9)",
+    )
+    .bind(&doc.id)
+    .bind(&doc.chain)
+    .bind(&doc.run_id)
+    .bind(doc.topology_version)
+    .bind(reason.as_str().unwrap_or_default().to_owned())
+    .bind(i64::from(doc.has_errors()))
+    .bind(&bytes)
+    .bind(&sha256)
+    .bind(&doc.created_at)
+    .bind(&doc.created_by)
+    .execute(&mut **tx)
+    .await?;
+    Ok(StoredBaseline { doc, bytes, sha256, run_uploaded_by })
+}
+
+/// Moves a baseline to `state` (re-rendering its document) if it is in `from` now.
+async fn transition(
+    tx: &mut Tx,
+    id: &str,
+    from: BaselineState,
+    to: BaselineState,
+    decision: Option<Decision>,
+    now: &str,
+) -> StoreResult<StoredBaseline> {
+    let mut stored = fetch_baseline(tx, id).await?;
+    if stored.doc.state != from {
+        return Err(StoreError::Conflict(format!(
+            "baseline {id} is {}, not {}",
+            stored.doc.state.as_str(),
+            from.as_str()
+        )));
+    }
+    stored.doc.state = to;
+    if decision.is_some() {
+        stored.doc.decision = decision;
+    }
+    stored.bytes = String::from_utf8(stored.doc.to_bytes()).map_err(internal)?;
+    stored.sha256 = sha256_hex(stored.bytes.as_bytes());
+    let done = sqlx::query(
+        "UPDATE baselines SET state = $2, document = $3, sha256 = $4, updated_at = $5 WHERE id = $1 AND state = $6",
+    )
+    .bind(id)
+    .bind(to.as_str())
+    .bind(&stored.bytes)
+    .bind(&stored.sha256)
+    .bind(now)
+    .bind(from.as_str())
+    .execute(&mut **tx)
+    .await?;
+    if done.rows_affected() != 1 {
+        return Err(StoreError::Conflict(format!("baseline {id} changed state concurrently")));
+    }
+    Ok(stored)
+}
+
+async fn current_id(tx: &mut Tx, chain: &str) -> StoreResult<Option<String>> {
+    let row = sqlx::query("SELECT id FROM baselines WHERE chain = $1 AND state = 'approved'")
+        .bind(chain)
+        .fetch_optional(&mut **tx)
+        .await?;
+    Ok(row.map(|r| r.try_get(0)).transpose()?)
+}
+
+async fn publish(tx: &mut Tx, chain: &str, baseline_id: &str, kind: &str, audit: &Audit) -> StoreResult<i64> {
+    let revision = next_counter(tx, "publication").await?;
+    sqlx::query(
+        "INSERT INTO publications (revision, chain, baseline_id, kind, created_by, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(revision)
+    .bind(chain)
+    .bind(baseline_id)
+    .bind(kind)
+    .bind(&audit.actor)
+    .bind(&audit.at)
+    .execute(&mut **tx)
+    .await?;
+    Ok(revision)
+}
+
+fn topology_from_row(row: &AnyRow) -> StoreResult<TopologyVersion> {
+    let document: String = row.try_get("document")?;
+    Ok(TopologyVersion {
+        chain: row.try_get("chain")?,
+        version: row.try_get("version")?,
+        sha256: row.try_get("sha256")?,
+        created_at: row.try_get("created_at")?,
+        created_by: row.try_get("created_by")?,
+        topology: serde_json::from_str(&document).map_err(internal)?,
+    })
+}
+
+const RUN_COLUMNS: &str =
+    "id, chain, topology_version, format, tool, note, source_sha256, source_size, data, uploaded_by, created_at";
+
+fn run_from_row(row: &AnyRow) -> StoreResult<StoredRun> {
+    let data: String = row.try_get("data")?;
+    Ok(StoredRun {
+        id: row.try_get("id")?,
+        chain: row.try_get("chain")?,
+        topology_version: row.try_get("topology_version")?,
+        format: row.try_get("format")?,
+        tool: row.try_get("tool")?,
+        note: row.try_get("note")?,
+        source_sha256: row.try_get("source_sha256")?,
+        source_size: row.try_get("source_size")?,
+        uploaded_by: row.try_get("uploaded_by")?,
+        created_at: row.try_get("created_at")?,
+        data: serde_json::from_str::<RunData>(&data).map_err(internal)?,
+    })
+}
+
+fn token_from_row(row: &AnyRow) -> StoreResult<TokenRecord> {
+    let role: String = row.try_get("role")?;
+    Ok(TokenRecord {
+        name: row.try_get("name")?,
+        role: Role::parse(&role).ok_or_else(|| internal(anyhow::anyhow!("unknown role {role:?} in store")))?,
+        created_at: row.try_get("created_at")?,
+        created_by: row.try_get("created_by")?,
+    })
+}
+
+#[async_trait]
+impl Store for SqlStore {
+    fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn put_topology(&self, chain: &str, topology: &Topology, audit: Audit) -> StoreResult<(TopologyVersion, bool)> {
+        let document = serde_json::to_string(topology).map_err(internal)?;
+        let sha256 = sha256_hex(document.as_bytes());
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO chains (name, created_at, updated_at) VALUES ($1, $2, $2) \
+             ON CONFLICT (name) DO UPDATE SET updated_at = $2",
+        )
+        .bind(chain)
+        .bind(&audit.at)
+        .execute(&mut *tx)
+        .await?;
+        let latest = sqlx::query(
+            "SELECT chain, version, document, sha256, created_at, created_by FROM topology_versions \
+             WHERE chain = $1 ORDER BY version DESC LIMIT 1",
+        )
+        .bind(chain)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let next = match &latest {
+            Some(row) => {
+                let current = topology_from_row(row)?;
+                if current.sha256 == sha256 {
+                    tx.rollback().await?;
+                    return Ok((current, false));
+                }
+                current.version + 1
+            }
+            None => 1,
+        };
+        sqlx::query(
+            "INSERT INTO topology_versions (chain, version, document, sha256, created_at, created_by) VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(chain)
+        .bind(next)
+        .bind(&document)
+        .bind(&sha256)
+        .bind(&audit.at)
+        .bind(&audit.actor)
+        .execute(&mut *tx)
+        .await?;
+        let mut audit = audit;
+        audit.subject = Some(format!("topology v{next}"));
+        write_audit(&mut tx, &audit).await?;
+        tx.commit().await?;
+        Ok((
+            TopologyVersion {
+                chain: chain.to_owned(),
+                version: next,
+                sha256,
+                created_at: audit.at.clone(),
+                created_by: audit.actor.clone(),
+                topology: topology.clone(),
+            },
+            true,
+        ))
+    }
+
+    async fn get_topology(&self, chain: &str, version: Option<i64>) -> StoreResult<TopologyVersion> {
+        let row = sqlx::query(
+            "SELECT chain, version, document, sha256, created_at, created_by FROM topology_versions \
+             WHERE chain = $1 AND ($2 < 0 OR version = $2) ORDER BY version DESC LIMIT 1",
+        )
+        .bind(chain)
+        .bind(version.unwrap_or(-1))
+        .fetch_optional(&self.pool)
+        .await?;
+        match row {
+            Some(row) => topology_from_row(&row),
+            None => Err(StoreError::NotFound(match version {
+                Some(v) => format!("topology version {v} of chain {chain:?}"),
+                None => format!("chain {chain:?}"),
+            })),
+        }
+    }
+
+    async fn list_chains(&self) -> StoreResult<Vec<ChainSummary>> {
+        let rows = sqlx::query(
+            "SELECT c.name, c.updated_at, \
+               (SELECT MAX(t.version) FROM topology_versions t WHERE t.chain = c.name) AS topology_version, \
+               (SELECT b.id FROM baselines b WHERE b.chain = c.name AND b.state = 'approved') AS current_baseline, \
+               (SELECT MAX(p.revision) FROM publications p WHERE p.chain = c.name) AS revision, \
+               (SELECT COUNT(*) FROM baselines b WHERE b.chain = c.name AND b.state = 'draft') AS drafts, \
+               (SELECT COUNT(*) FROM runs r WHERE r.chain = c.name) AS runs \
+             FROM chains c ORDER BY c.name",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(ChainSummary {
+                    name: r.try_get("name")?,
+                    updated_at: r.try_get("updated_at")?,
+                    topology_version: r.try_get("topology_version")?,
+                    current_baseline: r.try_get("current_baseline")?,
+                    revision: r.try_get("revision")?,
+                    drafts: r.try_get("drafts")?,
+                    runs: r.try_get("runs")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn insert_run(
+        &self,
+        run: NewRun,
+        draft: Option<BaselineDocument>,
+        expect_current: Option<String>,
+        audit: Audit,
+    ) -> StoreResult<(StoredRun, Option<StoredBaseline>)> {
+        let mut tx = self.begin().await?;
+        lock_chain(&mut tx, &run.chain, &run.created_at).await?;
+        let current = current_id(&mut tx, &run.chain).await?;
+        if current != expect_current {
+            return Err(StoreError::Conflict(format!(
+                "the approved baseline of {:?} changed while the run was compared",
+                run.chain
+            )));
+        }
+        let day = compact_date(&run.created_at);
+        let n = next_counter(&mut tx, &format!("run-{day}")).await?;
+        let id = format!("run-{day}-{n:03}");
+        let data = serde_json::to_string(&run.data).map_err(internal)?;
+        sqlx::query(&format!(
+            "INSERT INTO runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+        ))
+        .bind(&id)
+        .bind(&run.chain)
+        .bind(run.topology_version)
+        .bind(&run.format)
+        .bind(run.tool.clone())
+        .bind(run.note.clone())
+        .bind(&run.source_sha256)
+        .bind(run.source_size)
+        .bind(&data)
+        .bind(&run.uploaded_by)
+        .bind(&run.created_at)
+        .execute(&mut *tx)
+        .await?;
+        let baseline = match draft {
+            Some(mut doc) => {
+                doc.run_id = id.clone();
+                Some(insert_baseline_tx(&mut tx, doc, run.uploaded_by.clone()).await?)
+            }
+            None => None,
+        };
+        let mut audit = audit;
+        audit.subject = Some(id.clone());
+        if let Some(b) = &baseline {
+            audit.detail["baseline_id"] = b.doc.id.clone().into();
+        }
+        write_audit(&mut tx, &audit).await?;
+        tx.commit().await?;
+        let stored = StoredRun {
+            id,
+            chain: run.chain,
+            topology_version: run.topology_version,
+            format: run.format,
+            tool: run.tool,
+            note: run.note,
+            source_sha256: run.source_sha256,
+            source_size: run.source_size,
+            uploaded_by: run.uploaded_by,
+            created_at: run.created_at,
+            data: run.data,
+        };
+        Ok((stored, baseline))
+    }
+
+    async fn get_run(&self, chain: &str, id: &str) -> StoreResult<StoredRun> {
+        let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1 AND chain = $2"))
+            .bind(id)
+            .bind(chain)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("run {id:?} of chain {chain:?}")))?;
+        run_from_row(&row)
+    }
+
+    async fn list_runs(&self, chain: &str, limit: i64) -> StoreResult<Vec<StoredRun>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE chain = $1 ORDER BY created_at DESC, id DESC LIMIT $2"
+        ))
+        .bind(chain)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    async fn run_count(&self, chain: &str) -> StoreResult<i64> {
+        let row = sqlx::query("SELECT COUNT(*) FROM runs WHERE chain = $1")
+            .bind(chain)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get(0)?)
+    }
+
+    async fn insert_baseline(&self, draft: BaselineDocument, audit: Audit) -> StoreResult<StoredBaseline> {
+        let mut tx = self.begin().await?;
+        lock_chain(&mut tx, &draft.chain, &draft.created_at).await?;
+        let uploader = sqlx::query("SELECT uploaded_by FROM runs WHERE id = $1")
+            .bind(&draft.run_id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("run {:?}", draft.run_id)))?
+            .try_get(0)?;
+        let stored = insert_baseline_tx(&mut tx, draft, uploader).await?;
+        let mut audit = audit;
+        audit.subject = Some(stored.doc.id.clone());
+        write_audit(&mut tx, &audit).await?;
+        tx.commit().await?;
+        Ok(stored)
+    }
+
+    async fn get_baseline(&self, id: &str) -> StoreResult<StoredBaseline> {
+        let row = sqlx::query(&format!(
+            "SELECT {BASELINE_COLUMNS} FROM baselines b JOIN runs r ON r.id = b.run_id WHERE b.id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("baseline {id:?}")))?;
+        baseline_from_row(&row)
+    }
+
+    async fn list_baselines(&self, chain: &str, state: Option<BaselineState>) -> StoreResult<Vec<BaselineSummary>> {
+        let rows = sqlx::query(
+            "SELECT id, chain, state, reason, run_id, topology_version, has_errors, created_at, created_by, updated_at \
+             FROM baselines WHERE chain = $1 AND ($2 = '' OR state = $2) ORDER BY created_at DESC, id DESC",
+        )
+        .bind(chain)
+        .bind(state.map_or("", |s| s.as_str()))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let state: String = r.try_get("state")?;
+                Ok(BaselineSummary {
+                    id: r.try_get("id")?,
+                    chain: r.try_get("chain")?,
+                    state: BaselineState::parse(&state).ok_or_else(|| internal(anyhow::anyhow!("bad state {state:?}")))?,
+                    reason: r.try_get("reason")?,
+                    run_id: r.try_get("run_id")?,
+                    topology_version: r.try_get("topology_version")?,
+                    has_errors: r.try_get::<i64, _>("has_errors")? != 0,
+                    created_at: r.try_get("created_at")?,
+                    created_by: r.try_get("created_by")?,
+                    updated_at: r.try_get("updated_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn current_baseline(&self, chain: &str) -> StoreResult<Option<StoredBaseline>> {
+        let row = sqlx::query(&format!(
+            "SELECT {BASELINE_COLUMNS} FROM baselines b JOIN runs r ON r.id = b.run_id \
+             WHERE b.chain = $1 AND b.state = 'approved'"
+        ))
+        .bind(chain)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(baseline_from_row).transpose()
+    }
+
+    async fn decide(
+        &self,
+        id: &str,
+        verdict: Verdict,
+        comment: Option<String>,
+        audit: Audit,
+    ) -> StoreResult<(StoredBaseline, Option<Published>)> {
+        let chain: String = sqlx::query("SELECT chain FROM baselines WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("baseline {id:?}")))?
+            .try_get(0)?;
+        let mut tx = self.begin().await?;
+        lock_chain(&mut tx, &chain, &audit.at).await?;
+        let decision = Decision { by: audit.actor.clone(), at: audit.at.clone(), comment: comment.clone() };
+        let (to, label) = match verdict {
+            Verdict::Approve => (BaselineState::Approved, "approved"),
+            Verdict::Reject => (BaselineState::Rejected, "rejected"),
+        };
+        // Check the draft first so a non-draft answers Conflict before anything moves.
+        let draft = fetch_baseline(&mut tx, id).await?;
+        if draft.doc.state != BaselineState::Draft {
+            return Err(StoreError::Conflict(format!("baseline {id} is {}, only a draft can be {label}", draft.doc.state.as_str())));
+        }
+        let mut superseded = None;
+        if verdict == Verdict::Approve {
+            if let Some(old) = current_id(&mut tx, &chain).await? {
+                transition(&mut tx, &old, BaselineState::Approved, BaselineState::Superseded, None, &audit.at).await?;
+                superseded = Some(old);
+            }
+        }
+        let stored = transition(&mut tx, id, BaselineState::Draft, to, Some(decision), &audit.at).await?;
+        sqlx::query("INSERT INTO approvals (baseline_id, decision, actor, comment, created_at) VALUES ($1, $2, $3, $4, $5)")
+            .bind(id)
+            .bind(label)
+            .bind(&audit.actor)
+            .bind(comment)
+            .bind(&audit.at)
+            .execute(&mut *tx)
+            .await?;
+        let published = match verdict {
+            Verdict::Approve => {
+                let revision = publish(&mut tx, &chain, id, "approve", &audit).await?;
+                Some(Published { baseline: stored.clone(), revision, superseded })
+            }
+            Verdict::Reject => None,
+        };
+        let mut audit = audit;
+        audit.chain = Some(chain);
+        audit.subject = Some(id.to_owned());
+        if let Some(p) = &published {
+            audit.detail["revision"] = p.revision.into();
+            audit.detail["superseded"] = p.superseded.clone().into();
+        }
+        write_audit(&mut tx, &audit).await?;
+        tx.commit().await?;
+        Ok((stored, published))
+    }
+
+    async fn rollback(&self, chain: &str, id: &str, audit: Audit) -> StoreResult<Published> {
+        let mut tx = self.begin().await?;
+        lock_chain(&mut tx, chain, &audit.at).await?;
+        let target = fetch_baseline(&mut tx, id).await?;
+        if target.doc.chain != chain {
+            return Err(StoreError::NotFound(format!("baseline {id:?} of chain {chain:?}")));
+        }
+        if target.doc.state != BaselineState::Superseded {
+            return Err(StoreError::Conflict(format!(
+                "baseline {id} is {}; only a previously approved (superseded) baseline can be rolled back to",
+                target.doc.state.as_str()
+            )));
+        }
+        let mut superseded = None;
+        if let Some(old) = current_id(&mut tx, chain).await? {
+            transition(&mut tx, &old, BaselineState::Approved, BaselineState::Superseded, None, &audit.at).await?;
+            superseded = Some(old);
+        }
+        let stored = transition(&mut tx, id, BaselineState::Superseded, BaselineState::Approved, None, &audit.at).await?;
+        let revision = publish(&mut tx, chain, id, "rollback", &audit).await?;
+        let mut audit = audit;
+        audit.subject = Some(id.to_owned());
+        audit.detail["revision"] = revision.into();
+        audit.detail["superseded"] = superseded.clone().into();
+        write_audit(&mut tx, &audit).await?;
+        tx.commit().await?;
+        Ok(Published { baseline: stored, revision, superseded })
+    }
+
+    async fn latest_publication(&self, chain: &str) -> StoreResult<Option<Publication>> {
+        let row = sqlx::query(
+            "SELECT revision, chain, baseline_id, kind, created_by, created_at FROM publications \
+             WHERE chain = $1 ORDER BY revision DESC LIMIT 1",
+        )
+        .bind(chain)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            Ok(Publication {
+                revision: r.try_get("revision")?,
+                chain: r.try_get("chain")?,
+                baseline_id: r.try_get("baseline_id")?,
+                kind: r.try_get("kind")?,
+                created_by: r.try_get("created_by")?,
+                created_at: r.try_get("created_at")?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn audit_log(&self, chain: Option<&str>, limit: i64, before: Option<i64>) -> StoreResult<Vec<AuditEntry>> {
+        let rows = sqlx::query(
+            "SELECT id, at, actor, action, chain, subject, detail FROM audit_log \
+             WHERE ($1 = '' OR chain = $1) AND id < $2 ORDER BY id DESC LIMIT $3",
+        )
+        .bind(chain.unwrap_or(""))
+        .bind(before.unwrap_or(i64::MAX))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let detail: String = r.try_get("detail")?;
+                Ok(AuditEntry {
+                    id: r.try_get("id")?,
+                    at: r.try_get("at")?,
+                    actor: r.try_get("actor")?,
+                    action: r.try_get("action")?,
+                    chain: r.try_get("chain")?,
+                    subject: r.try_get("subject")?,
+                    detail: serde_json::from_str(&detail).unwrap_or(serde_json::Value::String(detail)),
+                })
+            })
+            .collect()
+    }
+
+    async fn create_token(&self, name: &str, role: Role, hash: &str, audit: Audit) -> StoreResult<TokenRecord> {
+        let mut tx = self.begin().await?;
+        let done = sqlx::query(
+            "INSERT INTO api_tokens (name, role, token_hash, created_at, created_by) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(name)
+        .bind(role.as_str())
+        .bind(hash)
+        .bind(&audit.at)
+        .bind(&audit.actor)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::Conflict(format!("a token named {name:?} already exists")));
+        }
+        write_audit(&mut tx, &audit).await?;
+        tx.commit().await?;
+        Ok(TokenRecord { name: name.to_owned(), role, created_at: audit.at, created_by: audit.actor })
+    }
+
+    async fn upsert_token(&self, name: &str, role: Role, hash: &str, audit: Audit) -> StoreResult<()> {
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO api_tokens (name, role, token_hash, created_at, created_by) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (name) DO UPDATE SET role = $2, token_hash = $3",
+        )
+        .bind(name)
+        .bind(role.as_str())
+        .bind(hash)
+        .bind(&audit.at)
+        .bind(&audit.actor)
+        .execute(&mut *tx)
+        .await?;
+        write_audit(&mut tx, &audit).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn revoke_token(&self, name: &str, audit: Audit) -> StoreResult<()> {
+        let mut tx = self.begin().await?;
+        let done = sqlx::query("DELETE FROM api_tokens WHERE name = $1")
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound(format!("token {name:?}")));
+        }
+        write_audit(&mut tx, &audit).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn find_token(&self, hash: &str) -> StoreResult<Option<TokenRecord>> {
+        let row = sqlx::query("SELECT name, role, created_at, created_by FROM api_tokens WHERE token_hash = $1")
+            .bind(hash)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(token_from_row).transpose()
+    }
+
+    async fn list_tokens(&self) -> StoreResult<Vec<TokenRecord>> {
+        let rows = sqlx::query("SELECT name, role, created_at, created_by FROM api_tokens ORDER BY name")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(token_from_row).collect()
+    }
+
+    async fn idem_begin(&self, principal: &str, key: &str, request_hash: &str, now: &str) -> StoreResult<IdemBegin> {
+        let inserted = sqlx::query(
+            "INSERT INTO idempotency_keys (principal, key, request_hash, created_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (principal, key) DO NOTHING",
+        )
+        .bind(principal)
+        .bind(key)
+        .bind(request_hash)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        if inserted.rows_affected() == 1 {
+            return Ok(IdemBegin::Started);
+        }
+        let row = sqlx::query(
+            "SELECT request_hash, status, content_type, body FROM idempotency_keys WHERE principal = $1 AND key = $2",
+        )
+        .bind(principal)
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else {
+            // Aborted between our insert and read: the caller may try again.
+            return Ok(IdemBegin::InFlight);
+        };
+        let hash: String = row.try_get("request_hash")?;
+        if hash != request_hash {
+            return Ok(IdemBegin::Mismatch);
+        }
+        let status: Option<i64> = row.try_get("status")?;
+        Ok(match status {
+            None => IdemBegin::InFlight,
+            Some(status) => IdemBegin::Done(IdemResponse {
+                status: u16::try_from(status).map_err(internal)?,
+                content_type: row.try_get::<Option<String>, _>("content_type")?.unwrap_or_default(),
+                body: row.try_get::<Option<String>, _>("body")?.unwrap_or_default(),
+            }),
+        })
+    }
+
+    async fn idem_finish(&self, principal: &str, key: &str, response: &IdemResponse) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE idempotency_keys SET status = $3, content_type = $4, body = $5 WHERE principal = $1 AND key = $2",
+        )
+        .bind(principal)
+        .bind(key)
+        .bind(i64::from(response.status))
+        .bind(&response.content_type)
+        .bind(&response.body)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn idem_abort(&self, principal: &str, key: &str) -> StoreResult<()> {
+        sqlx::query("DELETE FROM idempotency_keys WHERE principal = $1 AND key = $2 AND status IS NULL")
+            .bind(principal)
+            .bind(key)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn idem_expire(&self, cutoff: &str) -> StoreResult<u64> {
+        let done = sqlx::query("DELETE FROM idempotency_keys WHERE created_at < $1")
+            .bind(cutoff)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+}
