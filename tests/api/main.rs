@@ -1,1 +1,11 @@
-fn main(){}
+//! budgetd's one integration-test binary (one binary keeps link time down on 2 cores).
+//! Every scenario runs on SQLite, and on PostgreSQL when BUDGETD_TEST_DATABASE_URL is set.
+
+mod helpers;
+
+mod auth;
+mod bad_input;
+mod examples;
+mod idempotency;
+mod lifecycle;
+mod store_contract;

@@ -31,10 +31,19 @@ pub struct DriftEntry {
     pub drift: bool,
 }
 
-fn entry(segment: &str, metric: Metric, old_ms: Option<f64>, new_us: u64) -> DriftEntry {
+/// `new_when_missing`: whether a value the baseline lacks counts as drift — yes for a segment
+/// the baseline does not know (the topology changed), no for the root, whose measurement is
+/// optional and never changes a timeout.
+fn entry(
+    segment: &str,
+    metric: Metric,
+    old_ms: Option<f64>,
+    new_us: u64,
+    new_when_missing: bool,
+) -> DriftEntry {
     let old_us = old_ms.map(ms_to_us);
     let (change_pct, drift) = match old_us {
-        None => (None, true),
+        None => (None, new_when_missing),
         Some(0) => (None, new_us > 0),
         Some(old) => {
             let delta = new_us.abs_diff(old);
@@ -66,11 +75,13 @@ pub fn compare(
             continue;
         };
         let old = baseline.iter().find(|b| b.id == seg.id);
+        let missing_is_drift = !seg.is_root();
         out.push(entry(
             &seg.id,
             Metric::P999,
             old.and_then(|b| b.p999_ms),
             stats.p999_us,
+            missing_is_drift,
         ));
         if seg.class == SegmentClass::Stable {
             out.push(entry(
@@ -78,6 +89,7 @@ pub fn compare(
                 Metric::P99,
                 old.and_then(|b| b.p99_ms),
                 stats.p99_us,
+                missing_is_drift,
             ));
         }
     }

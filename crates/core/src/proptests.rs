@@ -344,6 +344,28 @@ proptest! {
     }
 
     #[test]
+    fn timeouts_follow_r_margin(case in case()) {
+        let t = &case.topology;
+        let c = computed(t, &case.run)?;
+        for (seg, b) in t.segments.iter().zip(&c.segments) {
+            let expect = if seg.is_root() {
+                t.entry_budget_ms
+            } else if let Some(pinned) = seg.pinned_timeout_ms {
+                pinned
+            } else {
+                // ceil(p × 1.30) or ceil(p × 1.10) in whole ms, from microseconds, at least 1.
+                let s = &case.run.segments[&seg.id];
+                let (p, tenths) = match seg.class {
+                    SegmentClass::Volatile => (s.p999_us, 13),
+                    SegmentClass::Stable => (s.p99_us, 11),
+                };
+                (p * tenths).div_ceil(10_000).max(1)
+            };
+            prop_assert_eq!(b.timeout_ms, expect, "{}", b.id);
+        }
+    }
+
+    #[test]
     fn budget_is_timeout_or_retry_budget(case in case()) {
         let t = &case.topology;
         let c = computed(t, &case.run)?;
