@@ -11,6 +11,9 @@ pub const SCHEMAS: [(&str, &str); 3] = [
     ("baseline", include_str!("../schemas/baseline.json")),
 ];
 
+/// The OpenAPI document of the HTTP API, served at `/openapi.json`.
+pub const OPENAPI: &str = include_str!("../schemas/openapi.json");
+
 pub fn text(name: &str) -> Option<&'static str> {
     SCHEMAS.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
 }

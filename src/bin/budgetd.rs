@@ -75,6 +75,7 @@ struct Common {
 
 impl Common {
     fn settings(&self) -> anyhow::Result<Settings> {
+        #[allow(clippy::disallowed_methods)] // main is where the environment is read
         let env: Vec<(String, String)> = std::env::vars().collect();
         let mut settings = Settings::load(self.config.as_deref(), &env)?;
         if let Some(dir) = &self.data_dir {

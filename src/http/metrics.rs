@@ -12,8 +12,10 @@ use axum::response::{IntoResponse, Response};
 
 use crate::state::AppState;
 
-/// `(method, route, status)` → (count, total seconds).
-static REQUESTS: LazyLock<Mutex<BTreeMap<(String, String, u16), (u64, f64)>>> = LazyLock::new(Default::default);
+/// `(method, route, status)`.
+type RequestKey = (String, String, u16);
+/// Request key → (count, total seconds).
+static REQUESTS: LazyLock<Mutex<BTreeMap<RequestKey, (u64, f64)>>> = LazyLock::new(Default::default);
 
 /// Logs every request once and counts it by route template and status.
 pub async fn track(req: Request, next: Next) -> Response {

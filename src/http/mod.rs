@@ -28,6 +28,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::render))
         .route("/schemas/{name}", get(schema))
+        .route("/openapi.json", get(openapi))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(mw::from_fn(metrics::track))
@@ -54,6 +55,10 @@ async fn schema(Path(name): Path<String>) -> Response {
         None => ApiError::not_found(format!("no schema {name:?}; available: topology.json, run.json, baseline.json"))
             .into_response(),
     }
+}
+
+async fn openapi() -> Response {
+    (StatusCode::OK, [(CONTENT_TYPE, "application/json")], schemas::OPENAPI).into_response()
 }
 
 async fn not_found() -> ApiError {

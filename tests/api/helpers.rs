@@ -22,6 +22,7 @@ pub struct TestDb {
 }
 
 /// The PostgreSQL server to create test databases on, when configured.
+#[allow(clippy::disallowed_methods)] // tests take their database from the environment
 pub fn postgres_url() -> Option<String> {
     std::env::var("BUDGETD_TEST_DATABASE_URL").ok().filter(|u| !u.is_empty())
 }
@@ -85,18 +86,20 @@ pub struct TestApp {
 }
 
 pub fn init_logs() {
+    #[allow(clippy::disallowed_methods)]
     if std::env::var_os("TEST_LOG").is_some() {
         let _ = tracing_subscriber::fmt().with_env_filter("info").with_test_writer().try_init();
     }
 }
 
 pub fn settings_for(url: &str) -> Settings {
-    let mut settings = Settings::default();
-    settings.database_url = Some(Secret(url.to_owned()));
-    settings.http = "127.0.0.1:0".parse().unwrap();
-    settings.admin_token = Some(Secret(ADMIN_TOKEN.into()));
-    settings.max_body_bytes = 256 * 1024;
-    settings
+    Settings {
+        database_url: Some(Secret(url.to_owned())),
+        http: "127.0.0.1:0".parse().unwrap(),
+        admin_token: Some(Secret(ADMIN_TOKEN.into())),
+        max_body_bytes: 256 * 1024,
+        ..Settings::default()
+    }
 }
 
 pub async fn spawn_app(backend: Backend) -> Option<TestApp> {

@@ -9,3 +9,4 @@ mod examples;
 mod idempotency;
 mod lifecycle;
 mod store_contract;
+mod openapi;
