@@ -1,6 +1,6 @@
 //! Building and running the server: bind every listener first, then serve until told to stop.
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,17 +8,23 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde_json::json;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::auth::{generate_token, hash_token, Principal, Role};
 use crate::config::{redact_url, Settings};
 use crate::state::AppState;
 use crate::store::{self, Audit};
-use crate::{http, service};
+use crate::fleet::Fleet;
+use crate::publish::Hub;
+use crate::{grpc, http, service};
 
 pub struct App {
     listener: TcpListener,
+    grpc_listener: TcpListener,
     state: AppState,
     http_addr: SocketAddr,
+    grpc_addr: SocketAddr,
     generated_admin_token: Option<String>,
 }
 
@@ -37,8 +43,20 @@ impl App {
             .await
             .with_context(|| format!("failed to bind HTTP listener on {}", settings.http))?;
         let http_addr = listener.local_addr()?;
-        let state = AppState { store, settings: Arc::new(settings) };
-        Ok(Self { listener, state, http_addr, generated_admin_token })
+        let grpc_listener = TcpListener::bind(settings.grpc)
+            .await
+            .with_context(|| format!("failed to bind gRPC listener on {}", settings.grpc))?;
+        let grpc_addr = grpc_listener.local_addr()?;
+        let hub = Hub::new(store.clone());
+        hub.refresh().await.context("failed to load the published budgets")?;
+        let replica = settings.replica.clone().unwrap_or_else(|| grpc_addr.to_string());
+        let fleet = Fleet::new(store.clone(), replica);
+        let state = AppState { store, settings: Arc::new(settings), hub, fleet };
+        Ok(Self { listener, grpc_listener, state, http_addr, grpc_addr, generated_admin_token })
+    }
+
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc_addr
     }
 
     pub fn http_addr(&self) -> SocketAddr {
@@ -59,16 +77,46 @@ impl App {
         load_demo(&self.state).await
     }
 
-    /// Serves until `shutdown` resolves, then finishes in-flight requests.
+    /// Serves HTTP and gRPC until `shutdown` resolves; then Watch streams end (agents
+    /// reconnect elsewhere), in-flight requests finish, and fleet status is flushed.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-        let housekeeping = tokio::spawn(expire_idempotency_keys(self.state.clone()));
-        let router = http::router(self.state);
-        let result = axum::serve(self.listener, router)
-            .with_graceful_shutdown(shutdown)
-            .await
-            .context("HTTP server failed");
-        housekeeping.abort();
-        result
+        let state = self.state;
+        let mut background = vec![
+            tokio::spawn(expire_idempotency_keys(state.clone())),
+            state.hub.spawn_catch_up(Duration::from_secs(5)),
+            state.fleet.spawn_flusher(Duration::from_millis(500)),
+        ];
+        let url = state.settings.database_url();
+        if state.store.backend() == "postgres" {
+            background.push(state.hub.spawn_pg_listener(url));
+        }
+        let (stop_tx, stop_rx) = watch::channel(false);
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        });
+        let stopped = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        };
+
+        let control = grpc::Control::new(state.clone(), state.hub.clone(), state.fleet.clone(), stop_rx.clone());
+        let grpc_server = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(grpc::KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(grpc::KEEPALIVE_TIMEOUT))
+            .max_concurrent_streams(Some(grpc::MAX_CONCURRENT_STREAMS))
+            .tcp_nodelay(true)
+            .add_routes(grpc::routes(control).await?)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(self.grpc_listener), stopped(stop_rx.clone()));
+        let http_server = axum::serve(self.listener, http::router(state.clone()))
+            .with_graceful_shutdown(stopped(stop_rx.clone()))
+            .into_future();
+        let (grpc_result, http_result) = tokio::join!(grpc_server, http_server);
+        for task in background {
+            task.abort();
+        }
+        state.fleet.flush().await;
+        grpc_result.context("gRPC server failed")?;
+        http_result.context("HTTP server failed")
     }
 }
 

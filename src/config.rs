@@ -28,6 +28,10 @@ pub struct Settings {
     pub database_url: Option<Secret>,
     /// HTTP listener (API, schemas, health).
     pub http: SocketAddr,
+    /// gRPC listener (BudgetControl Watch/Ack, health, reflection).
+    pub grpc: SocketAddr,
+    /// This replica's name in fleet status; default: the gRPC address.
+    pub replica: Option<String>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
     pub approval: ApprovalSettings,
@@ -57,6 +61,8 @@ impl Default for Settings {
             data_dir: PathBuf::from("./budgetd-data"),
             database_url: None,
             http: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            grpc: SocketAddr::from(([127, 0, 0, 1], 50051)),
+            replica: None,
             max_body_bytes: 8 * 1024 * 1024,
             approval: ApprovalSettings { require_distinct_approver: true },
             admin_token: None,
@@ -66,7 +72,17 @@ impl Default for Settings {
 }
 
 /// Environment keys that belong to the server (others, such as budgetctl's, are ignored).
-const ENV_KEYS: [&str; 7] = ["data_dir", "database_url", "http", "max_body_bytes", "approval", "admin_token", "log_format"];
+const ENV_KEYS: [&str; 9] = [
+    "data_dir",
+    "database_url",
+    "http",
+    "grpc",
+    "replica",
+    "max_body_bytes",
+    "approval",
+    "admin_token",
+    "log_format",
+];
 
 fn insert_nested(dict: &mut Dict, path: &[&str], value: Value) {
     match path {
@@ -146,6 +162,12 @@ data_dir = "./budgetd-data"
 
 # HTTP listener: API under /api/v1, /schemas, /healthz, /readyz.
 http = "127.0.0.1:8080"
+
+# gRPC listener: budget.v1.BudgetControl (Watch, Ack) for agents, health, reflection.
+grpc = "127.0.0.1:50051"
+
+# This replica's name in fleet status. Default: the gRPC address.
+# replica = "budgetd-0"
 
 # Largest request body accepted, in bytes (larger bodies answer 413).
 max_body_bytes = 8388608

@@ -116,6 +116,34 @@ impl std::fmt::Display for ApiError {
     }
 }
 
+impl Code {
+    /// The gRPC status code of each error code (the other half of the one mapping).
+    pub fn tonic(self) -> tonic::Code {
+        match self {
+            Self::BadRequest | Self::MalformedJson | Self::ValidationFailed | Self::UnsupportedMediaType => {
+                tonic::Code::InvalidArgument
+            }
+            Self::Unauthorized => tonic::Code::Unauthenticated,
+            Self::Forbidden => tonic::Code::PermissionDenied,
+            Self::NotFound => tonic::Code::NotFound,
+            Self::MethodNotAllowed => tonic::Code::Unimplemented,
+            Self::Conflict => tonic::Code::AlreadyExists,
+            Self::PayloadTooLarge => tonic::Code::ResourceExhausted,
+            Self::Internal => tonic::Code::Internal,
+            Self::Unavailable => tonic::Code::Unavailable,
+        }
+    }
+}
+
+impl From<ApiError> for tonic::Status {
+    fn from(e: ApiError) -> Self {
+        if let Some(source) = &e.source {
+            tracing::error!(error = ?source, "grpc request failed");
+        }
+        tonic::Status::new(e.code.tonic(), e.message)
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {

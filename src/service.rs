@@ -282,7 +282,17 @@ pub async fn approve(
         )));
     }
     let audit = audit(principal, "baseline.approve", Some(&stored.doc.chain), json!({"comment": comment}));
-    Ok(state.store.decide(id, Verdict::Approve, comment, audit).await?)
+    let decided = state.store.decide(id, Verdict::Approve, comment, audit).await?;
+    republish(state).await;
+    Ok(decided)
+}
+
+/// Brings this replica's hub up to date after a publication (other replicas hear of it by
+/// notification or their catch-up read). The publication is committed either way.
+async fn republish(state: &AppState) {
+    if let Err(e) = state.hub.refresh().await {
+        tracing::warn!(error = %e, "hub refresh after a publication failed; the catch-up read will retry");
+    }
 }
 
 pub async fn reject(state: &AppState, principal: &Principal, id: &str, comment: Option<String>) -> ApiResult<StoredBaseline> {
@@ -316,7 +326,9 @@ pub async fn rollback(state: &AppState, principal: &Principal, chain: &str, id: 
         ));
     }
     let audit = audit(principal, "chain.rollback", Some(chain), json!({}));
-    Ok(state.store.rollback(chain, id, audit).await?)
+    let published = state.store.rollback(chain, id, audit).await?;
+    republish(state).await;
+    Ok(published)
 }
 
 /// The live config of a chain: its latest publication.

@@ -3,10 +3,16 @@
 use std::sync::Arc;
 
 use crate::config::Settings;
+use crate::fleet::Fleet;
+use crate::publish::Hub;
 use crate::store::Store;
 
 #[derive(Clone)]
 pub struct AppState {
     pub store: Arc<dyn Store>,
     pub settings: Arc<Settings>,
+    /// The newest published config of every chain, for Watch streams.
+    pub hub: Hub,
+    /// Agents connected to this replica.
+    pub fleet: Fleet,
 }

@@ -158,6 +158,28 @@ pub struct TokenRecord {
     pub created_by: String,
 }
 
+/// What the fleet knows of one agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AgentStatus {
+    pub agent_id: String,
+    pub service: String,
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// The chains the agent receives.
+    pub chains: Vec<String>,
+    /// The replica it streams from (`host:port` of that replica's gRPC listener).
+    pub replica: String,
+    pub connected: bool,
+    /// Last revision sent to it.
+    pub delivered: i64,
+    /// Last revision it accepted (ACK).
+    pub acked: i64,
+    /// Last revision it refused (NACK), and why.
+    pub nack_revision: Option<i64>,
+    pub nack_error: Option<String>,
+    pub first_seen: String,
+    pub last_seen: String,
+}
+
 /// A stored response for an `Idempotency-Key`.
 #[derive(Debug, Clone)]
 pub struct IdemResponse {
@@ -247,6 +269,16 @@ pub trait Store: Send + Sync + 'static {
     async fn rollback(&self, chain: &str, id: &str, audit: Audit) -> StoreResult<Published>;
     /// The latest publication of a chain.
     async fn latest_publication(&self, chain: &str) -> StoreResult<Option<Publication>>;
+
+    /// Each chain's latest publication with a revision above `after`, with its baseline.
+    async fn latest_publications(&self, after: i64) -> StoreResult<Vec<(Publication, StoredBaseline)>>;
+
+    /// The latest publication of a baseline (approve or rollback), if it was ever published.
+    async fn baseline_publication(&self, baseline_id: &str) -> StoreResult<Option<Publication>>;
+
+    /// Records agents' status (insert or update by `agent_id`).
+    async fn upsert_agents(&self, agents: &[AgentStatus]) -> StoreResult<()>;
+    async fn list_agents(&self) -> StoreResult<Vec<AgentStatus>>;
 
     async fn audit_log(&self, chain: Option<&str>, limit: i64, before: Option<i64>) -> StoreResult<Vec<AuditEntry>>;
 

@@ -46,6 +46,18 @@ impl SqlStore {
         &self.pool
     }
 
+    /// The newest publication where `column` (`chain` or `baseline_id`) equals `value`.
+    async fn one_publication(&self, column: &'static str, value: &str) -> StoreResult<Option<Publication>> {
+        let row = sqlx::query(&format!(
+            "SELECT revision, chain, baseline_id, kind, created_by, created_at FROM publications \
+             WHERE {column} = $1 ORDER BY revision DESC LIMIT 1"
+        ))
+        .bind(value)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(publication_from_row).transpose()
+    }
+
     async fn begin(&self) -> StoreResult<Tx> {
         Ok(self.pool.begin().await?)
     }
@@ -184,8 +196,26 @@ async fn current_id(tx: &mut Tx, chain: &str) -> StoreResult<Option<String>> {
     Ok(row.map(|r| r.try_get(0)).transpose()?)
 }
 
-async fn publish(tx: &mut Tx, chain: &str, baseline_id: &str, kind: &str, audit: &Audit) -> StoreResult<i64> {
+/// The PostgreSQL channel every replica listens on; the payload is the new revision.
+pub const PUBLICATION_CHANNEL: &str = "budgetd_publications";
+
+async fn publish(
+    tx: &mut Tx,
+    backend: &str,
+    chain: &str,
+    baseline_id: &str,
+    kind: &str,
+    audit: &Audit,
+) -> StoreResult<i64> {
     let revision = next_counter(tx, "publication").await?;
+    if backend == "postgres" {
+        // Delivered to every replica's listener when this transaction commits.
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(PUBLICATION_CHANNEL)
+            .bind(revision.to_string())
+            .execute(&mut **tx)
+            .await?;
+    }
     sqlx::query(
         "INSERT INTO publications (revision, chain, baseline_id, kind, created_by, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
     )
@@ -229,6 +259,17 @@ fn run_from_row(row: &AnyRow) -> StoreResult<StoredRun> {
         uploaded_by: row.try_get("uploaded_by")?,
         created_at: row.try_get("created_at")?,
         data: serde_json::from_str::<RunData>(&data).map_err(internal)?,
+    })
+}
+
+fn publication_from_row(r: &AnyRow) -> StoreResult<Publication> {
+    Ok(Publication {
+        revision: r.try_get("revision")?,
+        chain: r.try_get("chain")?,
+        baseline_id: r.try_get("baseline_id")?,
+        kind: r.try_get("kind")?,
+        created_by: r.try_get("created_by")?,
+        created_at: r.try_get("created_at")?,
     })
 }
 
@@ -561,7 +602,7 @@ impl Store for SqlStore {
             .await?;
         let published = match verdict {
             Verdict::Approve => {
-                let revision = publish(&mut tx, &chain, id, "approve", &audit).await?;
+                let revision = publish(&mut tx, self.backend, &chain, id, "approve", &audit).await?;
                 Some(Published { baseline: stored.clone(), revision, superseded })
             }
             Verdict::Reject => None,
@@ -597,7 +638,7 @@ impl Store for SqlStore {
             superseded = Some(old);
         }
         let stored = transition(&mut tx, id, BaselineState::Superseded, BaselineState::Approved, None, &audit.at).await?;
-        let revision = publish(&mut tx, chain, id, "rollback", &audit).await?;
+        let revision = publish(&mut tx, self.backend, chain, id, "rollback", &audit).await?;
         let mut audit = audit;
         audit.subject = Some(id.to_owned());
         audit.detail["revision"] = revision.into();
@@ -608,24 +649,94 @@ impl Store for SqlStore {
     }
 
     async fn latest_publication(&self, chain: &str) -> StoreResult<Option<Publication>> {
-        let row = sqlx::query(
-            "SELECT revision, chain, baseline_id, kind, created_by, created_at FROM publications \
-             WHERE chain = $1 ORDER BY revision DESC LIMIT 1",
-        )
-        .bind(chain)
-        .fetch_optional(&self.pool)
+        self.one_publication("chain", chain).await
+    }
+
+    async fn baseline_publication(&self, baseline_id: &str) -> StoreResult<Option<Publication>> {
+        self.one_publication("baseline_id", baseline_id).await
+    }
+
+    async fn latest_publications(&self, after: i64) -> StoreResult<Vec<(Publication, StoredBaseline)>> {
+        let rows = sqlx::query(&format!(
+            "SELECT p.revision, p.chain, p.baseline_id, p.kind, p.created_by, p.created_at, {BASELINE_COLUMNS} \
+             FROM publications p JOIN baselines b ON b.id = p.baseline_id JOIN runs r ON r.id = b.run_id \
+             WHERE p.revision > $1 AND p.revision = (SELECT MAX(q.revision) FROM publications q WHERE q.chain = p.chain) \
+             ORDER BY p.revision"
+        ))
+        .bind(after)
+        .fetch_all(&self.pool)
         .await?;
-        row.map(|r| {
-            Ok(Publication {
-                revision: r.try_get("revision")?,
-                chain: r.try_get("chain")?,
-                baseline_id: r.try_get("baseline_id")?,
-                kind: r.try_get("kind")?,
-                created_by: r.try_get("created_by")?,
-                created_at: r.try_get("created_at")?,
+        rows.iter()
+            .map(|r| {
+                let publication = publication_from_row(r)?;
+                let bytes: String = r.try_get("document")?;
+                let doc = serde_json::from_str(&bytes).map_err(internal)?;
+                let baseline = StoredBaseline { doc, bytes, sha256: r.try_get("sha256")?, run_uploaded_by: r.try_get("uploaded_by")? };
+                Ok((publication, baseline))
             })
-        })
-        .transpose()
+            .collect()
+    }
+
+    async fn upsert_agents(&self, agents: &[AgentStatus]) -> StoreResult<()> {
+        if agents.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.begin().await?;
+        for a in agents {
+            sqlx::query(
+                "INSERT INTO agents (agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                 ON CONFLICT (agent_id) DO UPDATE SET service = excluded.service, labels = excluded.labels, \
+                   chains = excluded.chains, replica = excluded.replica, connected = excluded.connected, \
+                   delivered = excluded.delivered, acked = excluded.acked, nack_revision = excluded.nack_revision, \
+                   nack_error = excluded.nack_error, last_seen = excluded.last_seen",
+            )
+            .bind(&a.agent_id)
+            .bind(&a.service)
+            .bind(serde_json::to_string(&a.labels).map_err(internal)?)
+            .bind(a.chains.join(","))
+            .bind(&a.replica)
+            .bind(i64::from(a.connected))
+            .bind(a.delivered)
+            .bind(a.acked)
+            .bind(a.nack_revision)
+            .bind(a.nack_error.clone())
+            .bind(&a.first_seen)
+            .bind(&a.last_seen)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn list_agents(&self) -> StoreResult<Vec<AgentStatus>> {
+        let rows = sqlx::query(
+            "SELECT agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen \
+             FROM agents ORDER BY service, agent_id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let labels: String = r.try_get("labels")?;
+                let chains: String = r.try_get("chains")?;
+                Ok(AgentStatus {
+                    agent_id: r.try_get("agent_id")?,
+                    service: r.try_get("service")?,
+                    labels: serde_json::from_str(&labels).unwrap_or_default(),
+                    chains: chains.split(',').filter(|c| !c.is_empty()).map(str::to_owned).collect(),
+                    replica: r.try_get("replica")?,
+                    connected: r.try_get::<i64, _>("connected")? != 0,
+                    delivered: r.try_get("delivered")?,
+                    acked: r.try_get("acked")?,
+                    nack_revision: r.try_get("nack_revision")?,
+                    nack_error: r.try_get("nack_error")?,
+                    first_seen: r.try_get("first_seen")?,
+                    last_seen: r.try_get("last_seen")?,
+                })
+            })
+            .collect()
     }
 
     async fn audit_log(&self, chain: Option<&str>, limit: i64, before: Option<i64>) -> StoreResult<Vec<AuditEntry>> {

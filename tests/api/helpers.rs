@@ -78,6 +78,7 @@ impl Drop for TestDb {
 
 pub struct TestApp {
     pub addr: SocketAddr,
+    pub grpc_addr: SocketAddr,
     pub http: reqwest::Client,
     /// Keeps the database alive (and drops it, on PostgreSQL) with the app.
     _db: TestDb,
@@ -96,6 +97,7 @@ pub fn settings_for(url: &str) -> Settings {
     Settings {
         database_url: Some(Secret(url.to_owned())),
         http: "127.0.0.1:0".parse().unwrap(),
+        grpc: "127.0.0.1:0".parse().unwrap(),
         admin_token: Some(Secret(ADMIN_TOKEN.into())),
         max_body_bytes: 256 * 1024,
         ..Settings::default()
@@ -111,6 +113,7 @@ pub async fn spawn_app_on(db: TestDb, settings: impl FnOnce(&str) -> Settings) -
     init_logs();
     let app = App::build(settings(&db.url)).await.expect("app builds");
     let addr = app.http_addr();
+    let grpc_addr = app.grpc_addr();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         app.run_until_stopped(async {
@@ -119,7 +122,7 @@ pub async fn spawn_app_on(db: TestDb, settings: impl FnOnce(&str) -> Settings) -
         .await
         .unwrap();
     });
-    TestApp { addr, http: reqwest::Client::new(), _db: db, shutdown: Some(tx), task: Some(task) }
+    TestApp { addr, grpc_addr, http: reqwest::Client::new(), _db: db, shutdown: Some(tx), task: Some(task) }
 }
 
 /// An HTTP answer: status, headers and the raw body.
@@ -149,6 +152,10 @@ impl Answer {
 impl TestApp {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn grpc_url(&self) -> String {
+        format!("http://{}", self.grpc_addr)
     }
 
     pub async fn stop(mut self) {

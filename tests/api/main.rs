@@ -10,3 +10,4 @@ mod idempotency;
 mod lifecycle;
 mod store_contract;
 mod openapi;
+mod grpc;

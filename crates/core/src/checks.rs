@@ -54,6 +54,8 @@ pub enum FindingKind {
     },
     /// The root's measured p999 exceeds the entry budget.
     EntryHeadroom { p999_ms: f64, entry_budget_ms: u64 },
+    /// A received config is not a valid call tree (agents only).
+    Structure { pointer: String },
 }
 
 impl FindingKind {
@@ -63,6 +65,7 @@ impl FindingKind {
             Self::BreakerWindow { .. } => "breaker_window",
             Self::IdempotencyTtl { .. } => "idempotency_ttl",
             Self::EntryHeadroom { .. } => "entry_headroom",
+            Self::Structure { .. } => "structure",
         }
     }
 }
@@ -110,15 +113,22 @@ pub fn stages_of(
 }
 
 /// Runs every check over computed segments. Findings come in topology order, check by check.
+/// The checks that need only budgets, not measurements: what an agent re-runs on a config it
+/// receives (`inversion`, `breaker_window`, `idempotency_ttl`).
+pub fn check_budgets(topology: &Topology, segments: &[BaselineSegment]) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    findings.extend(inversion(topology, segments));
+    findings.extend(breaker_window(topology, segments));
+    findings.extend(idempotency_ttl(topology));
+    findings
+}
+
 pub fn run_checks(
     topology: &Topology,
     segments: &[BaselineSegment],
     run: &RunData,
 ) -> Vec<Finding> {
-    let mut findings = Vec::new();
-    findings.extend(inversion(topology, segments));
-    findings.extend(breaker_window(topology, segments));
-    findings.extend(idempotency_ttl(topology));
+    let mut findings = check_budgets(topology, segments);
     findings.extend(entry_headroom(topology, run));
     findings
 }

@@ -2,7 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::baseline::BaselineDocument;
+use crate::baseline::{BaselineDocument, BaselineSegment};
+use crate::checks::{self, Finding};
+use crate::rules::TimeoutRule;
+use crate::topology::{RetryFlags, Segment, Topology};
 use crate::duration::HumanDuration;
 use crate::rules::RetryPlan;
 use crate::topology::{Idempotency, SegmentClass};
@@ -66,5 +69,79 @@ impl LiveChain {
                 })
                 .collect(),
         }
+    }
+}
+
+impl LiveChain {
+    /// The call tree this config describes, for validation.
+    pub fn topology(&self) -> Topology {
+        Topology {
+            entry_budget_ms: self.entry_budget_ms,
+            breaker_window_ms: self.breaker_window_ms,
+            max_recovery: self.max_recovery,
+            segments: self
+                .segments
+                .iter()
+                .map(|s| Segment {
+                    id: s.id.clone(),
+                    caller: s.caller.clone(),
+                    callee: s.callee.clone(),
+                    parent: s.parent.clone(),
+                    class: s.class,
+                    idempotency: s.idempotency.clone(),
+                    retry: Some(RetryFlags {
+                        on_deadline: Some(s.retry.on_deadline.is_some()),
+                        on_unavailable: Some(s.retry.on_unavailable.is_some()),
+                    }),
+                    pinned_timeout_ms: None,
+                    reserve_ms: s.reserve_ms,
+                    stage: s.stage,
+                })
+                .collect(),
+        }
+    }
+
+    pub fn segment(&self, id: &str) -> Option<&LiveSegment> {
+        self.segments.iter().find(|s| s.id == id)
+    }
+
+    /// Everything wrong with this config: structural problems (as findings on the segment
+    /// named by the pointer) and the budget checks. A config with an `error` finding must be
+    /// refused, exactly as a service refuses to start with an inverted config.
+    pub fn findings(&self) -> Vec<Finding> {
+        let topology = self.topology();
+        if let Err(errors) = topology.validate() {
+            return errors
+                .into_iter()
+                .map(|e| Finding {
+                    kind: checks::FindingKind::Structure { pointer: e.pointer.clone() },
+                    segment: String::new(),
+                    severity: checks::Severity::Error,
+                    message: format!("{}: {}", e.pointer, e.message),
+                })
+                .collect();
+        }
+        let segments: Vec<BaselineSegment> = self
+            .segments
+            .iter()
+            .map(|s| BaselineSegment {
+                id: s.id.clone(),
+                caller: s.caller.clone(),
+                callee: s.callee.clone(),
+                parent: s.parent.clone(),
+                stage: s.stage,
+                class: s.class,
+                samples: None,
+                p99_ms: None,
+                p999_ms: None,
+                rule: TimeoutRule::Pinned,
+                timeout_ms: s.timeout_ms,
+                budget_ms: s.budget_ms,
+                reserve_ms: s.reserve_ms,
+                retry: s.retry.clone(),
+                idempotency: s.idempotency.clone(),
+            })
+            .collect();
+        checks::check_budgets(&topology, &segments)
     }
 }

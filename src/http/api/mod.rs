@@ -1,5 +1,6 @@
 //! `/api/v1`: one module per resource, each exposing `router()`.
 
+pub mod agents;
 pub mod audit;
 pub mod baselines;
 pub mod chains;
@@ -20,6 +21,7 @@ pub fn router() -> Router<AppState> {
         .merge(baselines::router())
         .merge(audit::router())
         .merge(tokens::router())
+        .merge(agents::router())
 }
 
 /// Reads an optional integer query parameter within `range`.

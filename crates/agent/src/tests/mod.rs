@@ -1,0 +1,5 @@
+//! Async tests of the agent: calls under R-retry on a paused clock, start from the cache, and
+//! Watch / Ack against an in-process fake control plane.
+
+mod call;
+mod server;

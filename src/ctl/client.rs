@@ -1,0 +1,377 @@
+//! A small HTTP client for `/api/v1` and the error every command can end with.
+
+use std::time::Duration;
+
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
+use reqwest::{Method, Url};
+use serde_json::Value;
+
+/// The process exit codes of `budgetctl`; `--help` documents them (see [`super::LONG_ABOUT`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Exit {
+    /// The command did what it was asked.
+    Ok = 0,
+    /// Anything unexpected: a server error (5xx), an unreadable answer, a bug.
+    Internal = 1,
+    /// Bad flags or arguments (clap's own code), or an input file that cannot be read.
+    Usage = 2,
+    /// The server answered 404: no such chain, run, baseline, token or route.
+    NotFound = 3,
+    /// The server rejected the input: 400, 413, 415 or 422 (schema violations, error findings).
+    Invalid = 4,
+    /// The server answered 409: wrong state, duplicate name, reused Idempotency-Key.
+    Conflict = 5,
+    /// The server answered 401 or 403: missing, unknown or revoked token, wrong role, four eyes.
+    Denied = 6,
+    /// The server could not be reached: connection refused, DNS failure, timeout.
+    Unreachable = 7,
+}
+
+impl Exit {
+    /// The exit code for an HTTP status that is not a success.
+    pub fn from_status(status: u16) -> Self {
+        match status {
+            200..=299 => Self::Ok,
+            400 | 413 | 415 | 422 => Self::Invalid,
+            401 | 403 => Self::Denied,
+            404 => Self::NotFound,
+            409 => Self::Conflict,
+            _ => Self::Internal,
+        }
+    }
+}
+
+impl From<Exit> for std::process::ExitCode {
+    fn from(exit: Exit) -> Self {
+        Self::from(exit as u8)
+    }
+}
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CtlError {
+    /// The server answered with an error (`{"error":{"code","message","details"}}`).
+    #[error("{message}")]
+    Api {
+        status: u16,
+        code: String,
+        message: String,
+        details: Value,
+        /// The error body as the server sent it, for `--json`.
+        body: Value,
+    },
+    /// The server could not be reached.
+    #[error("cannot connect to {url}: {reason}")]
+    Unreachable { url: String, reason: String },
+    /// A local input is unusable (e.g. a file that cannot be read).
+    #[error("{0}")]
+    Input(String),
+    /// Anything else: an answer that is not JSON, a request that could not be built.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl CtlError {
+    /// The process exit code for this error.
+    pub fn exit(&self) -> Exit {
+        match self {
+            Self::Api { status, .. } => Exit::from_status(*status),
+            Self::Unreachable { .. } => Exit::Unreachable,
+            Self::Input(_) => Exit::Usage,
+            Self::Internal(_) => Exit::Internal,
+        }
+    }
+
+    /// Builds the error for a non-success answer from its status and body text.
+    pub fn from_response(status: u16, text: &str) -> Self {
+        let body: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+        let error = &body["error"];
+        match error["message"].as_str() {
+            Some(message) => Self::Api {
+                status,
+                code: error["code"].as_str().unwrap_or("unknown").to_owned(),
+                message: message.to_owned(),
+                details: error["details"].clone(),
+                body: body.clone(),
+            },
+            // Not our error format (a proxy in between, or not budgetd at all).
+            None => {
+                let reason = reqwest::StatusCode::from_u16(status)
+                    .ok()
+                    .and_then(|s| s.canonical_reason())
+                    .unwrap_or("error");
+                // One line, short: enough to recognise an HTML error page or a proxy's message.
+                let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+                let snippet: String = flat.chars().take(160).collect();
+                let message = if snippet.is_empty() {
+                    format!("the server answered {status} {reason}")
+                } else {
+                    format!("the server answered {status} {reason}: {snippet}")
+                };
+                Self::Api {
+                    status,
+                    code: format!("http_{status}"),
+                    message,
+                    details: Value::Null,
+                    body: Value::String(text.to_owned()),
+                }
+            }
+        }
+    }
+
+    fn from_reqwest(url: &Url, e: reqwest::Error) -> Self {
+        // reqwest's Display is terse ("error sending request for url (…)"); the cause says why.
+        let mut reason = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            reason = s.to_string();
+            source = s.source();
+        }
+        let origin = url.origin().ascii_serialization();
+        if e.is_connect() {
+            Self::Unreachable {
+                url: origin,
+                reason,
+            }
+        } else if e.is_timeout() {
+            Self::Unreachable {
+                url: origin,
+                reason: format!("no answer within {}s", TIMEOUT.as_secs()),
+            }
+        } else {
+            Self::Internal(format!("request to {url} failed: {reason}"))
+        }
+    }
+}
+
+/// How long one request may take, connection included.
+const TIMEOUT: Duration = Duration::from_secs(30);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Talks to one budgetd: base URL, bearer token, optional `Idempotency-Key` for writes.
+#[derive(Debug, Clone)]
+pub struct Client {
+    base: Url,
+    token: Option<String>,
+    idempotency_key: Option<String>,
+    http: reqwest::Client,
+}
+
+impl Client {
+    /// `base` is the server's root (e.g. `http://127.0.0.1:8080`); requests go under `/api/v1`.
+    pub fn new(
+        base: Url,
+        token: Option<String>,
+        idempotency_key: Option<String>,
+    ) -> Result<Self, CtlError> {
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("budgetctl/", env!("CARGO_PKG_VERSION")))
+            .timeout(TIMEOUT)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .build()
+            .map_err(|e| CtlError::Internal(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Self {
+            base,
+            token: token.filter(|t| !t.is_empty()),
+            idempotency_key,
+            http,
+        })
+    }
+
+    /// Whether a token will be sent.
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// `{base}/api/v1/{segments…}`, each segment percent-encoded.
+    pub fn url(&self, segments: &[&str]) -> Url {
+        api_url(&self.base, segments)
+    }
+
+    pub async fn get(&self, url: Url) -> Result<Value, CtlError> {
+        self.send(Method::GET, url, None).await
+    }
+
+    /// PUT a JSON body (sent as is).
+    pub async fn put(&self, url: Url, body: Vec<u8>) -> Result<Value, CtlError> {
+        self.send(Method::PUT, url, Some(body)).await
+    }
+
+    /// POST a JSON body (sent as is), or nothing.
+    pub async fn post(&self, url: Url, body: Option<Vec<u8>>) -> Result<Value, CtlError> {
+        self.send(Method::POST, url, body).await
+    }
+
+    pub async fn delete(&self, url: Url) -> Result<Value, CtlError> {
+        self.send(Method::DELETE, url, None).await
+    }
+
+    /// Sends one request; a success answers its JSON body (`null` when empty).
+    async fn send(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<Vec<u8>>,
+    ) -> Result<Value, CtlError> {
+        let write = method != Method::GET;
+        let mut req = self.http.request(method, url.clone());
+        if let Some(token) = &self.token {
+            req = req.header(AUTHORIZATION, format!("Bearer {token}"));
+        }
+        if let (true, Some(key)) = (write, &self.idempotency_key) {
+            req = req.header("Idempotency-Key", key);
+        }
+        if let Some(body) = body {
+            req = req.header(CONTENT_TYPE, "application/json").body(body);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| CtlError::from_reqwest(&url, e))?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| CtlError::from_reqwest(&url, e))?;
+        if !(200..300).contains(&status) {
+            return Err(CtlError::from_response(status, &text));
+        }
+        if text.trim().is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_str(&text).map_err(|e| {
+            let snippet: String = text.chars().take(200).collect();
+            CtlError::Internal(format!(
+                "the server answered {status} with a body that is not JSON ({e}): {snippet}"
+            ))
+        })
+    }
+}
+
+/// `{base}/api/v1/{segments…}`; keeps a path prefix of `base` (e.g. behind a proxy).
+pub fn api_url(base: &Url, segments: &[&str]) -> Url {
+    let mut url = base.clone();
+    url.set_query(None);
+    url.set_fragment(None);
+    if let Ok(mut path) = url.path_segments_mut() {
+        path.pop_if_empty().extend(["api", "v1"]).extend(segments);
+    }
+    url
+}
+
+/// Parses `--url`: an `http://` URL with a host.
+pub fn parse_base_url(raw: &str) -> Result<Url, String> {
+    let url = Url::parse(raw).map_err(|e| format!("{raw:?} is not a URL: {e}"))?;
+    match url.scheme() {
+        "http" if url.host().is_some() => Ok(url),
+        "http" => Err(format!("{raw:?} has no host")),
+        "https" => Err(
+            "this budgetctl is built without TLS: use http:// (e.g. through a local TLS proxy)"
+                .into(),
+        ),
+        other => Err(format!(
+            "unsupported scheme {other:?}: use http://HOST:PORT"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn exit_codes_follow_the_status() {
+        let cases = [
+            (200, Exit::Ok),
+            (201, Exit::Ok),
+            (204, Exit::Ok),
+            (400, Exit::Invalid),
+            (401, Exit::Denied),
+            (403, Exit::Denied),
+            (404, Exit::NotFound),
+            (405, Exit::Internal),
+            (409, Exit::Conflict),
+            (413, Exit::Invalid),
+            (415, Exit::Invalid),
+            (422, Exit::Invalid),
+            (429, Exit::Internal),
+            (500, Exit::Internal),
+            (502, Exit::Internal),
+            (503, Exit::Internal),
+        ];
+        for (status, expect) in cases {
+            assert_eq!(Exit::from_status(status), expect, "status {status}");
+        }
+        assert_eq!(
+            [
+                Exit::Ok,
+                Exit::Internal,
+                Exit::Usage,
+                Exit::NotFound,
+                Exit::Invalid,
+                Exit::Conflict,
+                Exit::Denied,
+                Exit::Unreachable
+            ]
+            .map(|e| e as u8),
+            [0, 1, 2, 3, 4, 5, 6, 7]
+        );
+    }
+
+    #[test]
+    fn errors_carry_the_server_fields() {
+        let body = json!({"error": {"code": "validation_failed", "message": "bad", "details": {"violations": []}}});
+        let err = CtlError::from_response(422, &body.to_string());
+        match &err {
+            CtlError::Api {
+                status,
+                code,
+                message,
+                details,
+                ..
+            } => {
+                assert_eq!(
+                    (*status, code.as_str(), message.as_str()),
+                    (422, "validation_failed", "bad")
+                );
+                assert_eq!(details, &json!({"violations": []}));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(err.exit(), Exit::Invalid);
+    }
+
+    #[test]
+    fn a_foreign_error_body_keeps_the_status() {
+        let err = CtlError::from_response(502, "<html>bad gateway</html>");
+        assert_eq!(err.exit(), Exit::Internal);
+        assert_eq!(
+            err.to_string(),
+            "the server answered 502 Bad Gateway: <html>bad gateway</html>"
+        );
+        assert_eq!(
+            CtlError::from_response(404, "").to_string(),
+            "the server answered 404 Not Found"
+        );
+        assert_eq!(CtlError::from_response(404, "").exit(), Exit::NotFound);
+    }
+
+    #[test]
+    fn urls_are_built_under_api_v1_and_encoded() {
+        let base = parse_base_url("http://127.0.0.1:8080").unwrap();
+        assert_eq!(
+            api_url(&base, &["chains"]).as_str(),
+            "http://127.0.0.1:8080/api/v1/chains"
+        );
+        let prefixed = parse_base_url("http://lb.local/budgetd/").unwrap();
+        assert_eq!(
+            api_url(&prefixed, &["tokens", "a/b?c"]).as_str(),
+            "http://lb.local/budgetd/api/v1/tokens/a%2Fb%3Fc"
+        );
+        assert!(parse_base_url("https://x").is_err());
+        assert!(parse_base_url("localhost:8080").is_err());
+        assert!(parse_base_url("not a url").is_err());
+    }
+}

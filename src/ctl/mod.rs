@@ -1,0 +1,648 @@
+//! `budgetctl`: the command-line client of the budgetd HTTP API.
+//!
+//! [`Cli`] is the clap definition, [`run`] executes it and answers the process exit code
+//! ([`Exit`]); [`Client`] speaks `/api/v1`, [`render`] turns answers into tables. The binary's
+//! `main` only parses and calls [`run`].
+
+mod client;
+pub mod render;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use reqwest::Url;
+use serde_json::{json, Value};
+
+pub use client::{api_url, parse_base_url, Client, CtlError, Exit};
+
+/// The top-level `--help` text: what the tool does, how to authenticate, the exit codes.
+pub const LONG_ABOUT: &str = "\
+Command-line client of budgetd, the control plane for timeout budgets.
+
+Typical flow: `topology apply` a chain's call tree, `run upload` a load test (the first run and
+every drifting run open a draft baseline), `baseline show` / `baseline diff` the draft, then
+`baseline approve` it with another person's token (four eyes) to publish it; `budgets show`
+prints the live config and `rollback` republishes an older approved baseline.
+
+Every request sends --token (or BUDGETD_TOKEN) as a bearer token; its role decides what is
+allowed (reader, uploader, approver, agent, admin). Output is a readable table; --json prints
+the server's JSON answer instead (pretty-printed; on failure the error body goes to stderr).
+
+Exit codes:
+  0  ok
+  1  unexpected failure: server error (5xx), an answer that is not JSON, a bug
+  2  usage error: bad flags or arguments, or an input FILE that cannot be read
+  3  not found (404): no such chain, run, baseline or token
+  4  input rejected (400, 413, 415, 422): schema violations, invalid call tree, error findings
+  5  conflict (409): wrong state (e.g. approving a non-draft), duplicate name, reused
+     Idempotency-Key with another body
+  6  unauthorized or forbidden (401, 403): missing or revoked token, wrong role, four eyes
+  7  cannot connect to the server (connection refused, DNS failure, timeout)";
+
+const ROLLBACK_ABOUT: &str = "\
+Republish an older approved (now superseded) baseline of a chain as its live config, under a
+new revision. Needs the approver role; a baseline with error findings is refused.";
+
+const TOPOLOGY_APPLY_ABOUT: &str = "\
+Create or update a chain's topology from a JSON file (schema: /schemas/topology.json).
+Each change makes a new version; applying the same document again changes nothing.
+Schema violations and call-tree errors are listed with their JSON pointers (exit 4).";
+
+const RUN_UPLOAD_ABOUT: &str = "\
+Upload a load-test run in the native JSON format (schema: /schemas/run.json).
+
+The run is compared with the chain's approved baseline: a p999 (or, for stable segments, a p99)
+that moved more than 20 % is drift and opens a draft baseline; the chain's first run always
+opens one. Prints the run id, the comparison table and the draft id, or \"no draft\".";
+
+const APPROVE_ABOUT: &str = "\
+Approve a draft baseline: it becomes the chain's live config, published to every agent under a
+new revision, and the previous approved baseline is superseded.
+
+Needs the approver role, and the approver must not be whoever uploaded the run (four eyes,
+exit 6). A draft with error findings cannot be approved (exit 4, the findings are listed); only
+a draft can be approved (exit 5).";
+
+const TOKEN_CREATE_ABOUT: &str = "\
+Create a token and print its secret. The secret is shown once, and only the secret goes to
+stdout, so `T=$(budgetctl token create --role uploader --name uma)` captures it.";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "budgetctl",
+    version,
+    about = "Command-line client of budgetd: topologies, runs, baselines, live budgets, tokens",
+    long_about = LONG_ABOUT
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every subcommand accepts.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Root URL of the budgetd server (the API is under /api/v1)
+    #[arg(
+        long,
+        env = "BUDGETD_URL",
+        default_value = "http://127.0.0.1:8080",
+        value_parser = parse_base_url,
+        global = true
+    )]
+    pub url: Url,
+    /// Bearer token; its role decides what you may do
+    #[arg(long, env = "BUDGETD_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
+    /// Print the server's JSON answer (pretty-printed) instead of tables, for scripts
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Idempotency-Key for writes: the same key and input answer the first result again
+    /// without acting twice
+    #[arg(long, value_name = "KEY", global = true)]
+    pub idempotency_key: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply or show a chain's topology (its call tree and policy)
+    #[command(subcommand)]
+    Topology(TopologyCommand),
+    /// Upload or show load-test runs
+    #[command(subcommand)]
+    Run(RunCommand),
+    /// List, show, compare, approve, reject or recompute baselines
+    #[command(subcommand)]
+    Baseline(BaselineCommand),
+    /// Show the live budgets of a chain
+    #[command(subcommand)]
+    Budgets(BudgetsCommand),
+    /// Republish an older approved baseline of a chain (approver)
+    #[command(long_about = ROLLBACK_ABOUT)]
+    Rollback {
+        /// The chain, e.g. checkout
+        #[arg(long)]
+        chain: String,
+        /// The baseline to serve again, e.g. bl-20261130-001
+        baseline_id: String,
+    },
+    /// List the chains with their topology version, live baseline and counts
+    Chains,
+    /// Show the audit log, newest first
+    Audit {
+        /// Only entries of this chain
+        #[arg(long)]
+        chain: Option<String>,
+        /// At most this many entries [server default: 100]
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        limit: Option<u16>,
+        /// Only entries older than this entry id (to page back)
+        #[arg(long, value_name = "ID")]
+        before: Option<u64>,
+    },
+    /// Create, revoke or list API tokens (admin)
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TopologyCommand {
+    /// Create or update a chain's topology from a JSON file (uploader)
+    #[command(long_about = TOPOLOGY_APPLY_ABOUT)]
+    Apply {
+        /// The chain, e.g. checkout
+        #[arg(long)]
+        chain: String,
+        /// The topology JSON document; `-` reads stdin
+        file: PathBuf,
+    },
+    /// Show a chain's topology (latest version unless --version)
+    Show {
+        /// The chain, e.g. checkout
+        chain: String,
+        /// A past version number
+        #[arg(long = "version", value_name = "N")]
+        topology_version: Option<u64>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunCommand {
+    /// Upload a load-test run (native JSON) and show its drift check (uploader)
+    #[command(long_about = RUN_UPLOAD_ABOUT)]
+    Upload {
+        /// The chain, e.g. checkout
+        #[arg(long)]
+        chain: String,
+        /// The run JSON document; `-` reads stdin
+        file: PathBuf,
+    },
+    /// Show one run's percentiles
+    Show {
+        /// The chain, e.g. checkout
+        #[arg(long)]
+        chain: String,
+        /// e.g. run-20261130-001
+        run_id: String,
+    },
+    /// List a chain's runs, newest first
+    List {
+        /// The chain, e.g. checkout
+        #[arg(long)]
+        chain: String,
+        /// At most this many runs [server default: 100]
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        limit: Option<u16>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BaselineCommand {
+    /// List a chain's baselines
+    List {
+        /// The chain, e.g. checkout
+        #[arg(long)]
+        chain: String,
+        /// Only baselines in this state
+        #[arg(long, value_parser = ["draft", "approved", "superseded", "rejected"])]
+        state: Option<String>,
+    },
+    /// Show a baseline: its segments' percentiles, timeouts and budgets, and its findings
+    Show {
+        /// e.g. bl-20261130-001
+        id: String,
+    },
+    /// Compare a baseline with the live one (or another baseline)
+    Diff {
+        /// The baseline to look at, e.g. a new draft
+        id: String,
+        /// What to compare it with: `current` (the approved, live baseline) or a baseline id
+        #[arg(long, value_name = "current|ID", default_value = "current")]
+        against: String,
+    },
+    /// Approve a draft and publish it as the live config (approver, not the run's uploader)
+    #[command(long_about = APPROVE_ABOUT)]
+    Approve {
+        /// The draft, e.g. bl-20261130-002
+        id: String,
+        /// Why, for the record
+        #[arg(long)]
+        comment: Option<String>,
+    },
+    /// Reject a draft, saying why (approver)
+    Reject {
+        /// The draft, e.g. bl-20261130-002
+        id: String,
+        /// Why it is rejected (required)
+        #[arg(long)]
+        comment: String,
+    },
+    /// Compute a new draft from a stored run and the chain's latest topology (uploader or approver)
+    Recompute {
+        /// The chain, e.g. checkout
+        #[arg(long)]
+        chain: String,
+        /// The run to compute from, e.g. run-20261130-001
+        #[arg(long = "run", value_name = "RUN_ID")]
+        run_id: String,
+        /// Use this topology version instead of the latest
+        #[arg(long, value_name = "N")]
+        topology_version: Option<u64>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BudgetsCommand {
+    /// Show the live config of a chain: timeouts, budgets and retry plans per segment
+    Show {
+        /// The chain, e.g. checkout
+        chain: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Create a token and print its secret (shown once; only the secret goes to stdout)
+    #[command(long_about = TOKEN_CREATE_ABOUT)]
+    Create {
+        /// What the token may do
+        #[arg(long, value_parser = ["reader", "uploader", "approver", "agent", "admin"])]
+        role: String,
+        /// A unique name, recorded as the actor of everything the token does
+        #[arg(long)]
+        name: String,
+    },
+    /// Revoke a token by name
+    Revoke {
+        /// The token's name
+        name: String,
+    },
+    /// List the active tokens (never their secrets)
+    List,
+}
+
+/// Runs a parsed command line and answers the process exit code.
+pub fn run(cli: Cli) -> ExitCode {
+    let json = cli.global.json;
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return Exit::Internal.into();
+        }
+    };
+    let client = match Client::new(cli.global.url, cli.global.token, cli.global.idempotency_key) {
+        Ok(client) => client,
+        Err(e) => {
+            report(&e, json, false);
+            return e.exit().into();
+        }
+    };
+    match runtime.block_on(execute(cli.command, &client, json)) {
+        Ok(()) => Exit::Ok.into(),
+        Err(e) => {
+            report(&e, json, client.has_token());
+            e.exit().into()
+        }
+    }
+}
+
+/// Prints a failure to stderr: the server's message and code, then each violation or finding.
+fn report(e: &CtlError, json: bool, has_token: bool) {
+    let mut err = std::io::stderr().lock();
+    if let (true, CtlError::Api { body, .. }) = (json, e) {
+        let _ = writeln!(err, "{}", pretty(body));
+        return;
+    }
+    let _ = match e {
+        CtlError::Api {
+            status,
+            code,
+            message,
+            ..
+        } => writeln!(err, "error: {message} ({code}, HTTP {status})"),
+        other => writeln!(err, "error: {other}"),
+    };
+    match e {
+        CtlError::Api { details, .. } => {
+            for line in render::error_details(details) {
+                let _ = writeln!(err, "{line}");
+            }
+        }
+        CtlError::Unreachable { .. } => {
+            let _ = writeln!(
+                err,
+                "hint: is budgetd running there? set --url or BUDGETD_URL"
+            );
+        }
+        _ => {}
+    }
+    if let (CtlError::Api { status: 401, .. }, false) = (e, has_token) {
+        let _ = writeln!(err, "hint: pass a token with --token or BUDGETD_TOKEN");
+    }
+}
+
+fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+}
+
+/// Writes to stdout, ignoring a closed pipe (e.g. `budgetctl audit | head`).
+fn print(text: &str) {
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+}
+
+/// Prints an answer: as JSON with `--json`, else through `view`.
+fn show(json: bool, value: &Value, view: fn(&Value) -> String) {
+    if json {
+        if !value.is_null() {
+            print(&pretty(value));
+        }
+    } else {
+        print(&view(value));
+    }
+}
+
+/// The bytes of an input file; `-` reads stdin.
+fn read_input(path: &Path) -> Result<Vec<u8>, CtlError> {
+    if path.as_os_str() == "-" {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut buf)
+            .map_err(|e| CtlError::Input(format!("cannot read stdin: {e}")))?;
+        return Ok(buf);
+    }
+    std::fs::read(path).map_err(|e| CtlError::Input(format!("cannot read {}: {e}", path.display())))
+}
+
+fn body(v: Value) -> Vec<u8> {
+    v.to_string().into_bytes()
+}
+
+async fn execute(command: Command, client: &Client, json: bool) -> Result<(), CtlError> {
+    match command {
+        Command::Topology(TopologyCommand::Apply { chain, file }) => {
+            let bytes = read_input(&file)?;
+            let v = client
+                .put(client.url(&["chains", &chain, "topology"]), bytes)
+                .await?;
+            show(json, &v, render::topology);
+        }
+        Command::Topology(TopologyCommand::Show {
+            chain,
+            topology_version,
+        }) => {
+            let mut url = client.url(&["chains", &chain, "topology"]);
+            if let Some(n) = topology_version {
+                url.query_pairs_mut().append_pair("version", &n.to_string());
+            }
+            show(json, &client.get(url).await?, render::topology);
+        }
+        Command::Run(RunCommand::Upload { chain, file }) => {
+            let bytes = read_input(&file)?;
+            let v = client
+                .post(client.url(&["chains", &chain, "runs"]), Some(bytes))
+                .await?;
+            show(json, &v, render::run_outcome);
+        }
+        Command::Run(RunCommand::Show { chain, run_id }) => {
+            show(
+                json,
+                &client
+                    .get(client.url(&["chains", &chain, "runs", &run_id]))
+                    .await?,
+                render::run,
+            );
+        }
+        Command::Run(RunCommand::List { chain, limit }) => {
+            let mut url = client.url(&["chains", &chain, "runs"]);
+            if let Some(n) = limit {
+                url.query_pairs_mut().append_pair("limit", &n.to_string());
+            }
+            show(json, &client.get(url).await?, render::runs);
+        }
+        Command::Baseline(cmd) => baseline(cmd, client, json).await?,
+        Command::Budgets(BudgetsCommand::Show { chain }) => {
+            show(
+                json,
+                &client
+                    .get(client.url(&["chains", &chain, "budgets"]))
+                    .await?,
+                render::budgets,
+            );
+        }
+        Command::Rollback { chain, baseline_id } => {
+            let url = client.url(&["chains", &chain, "rollback"]);
+            let v = client
+                .post(url, Some(body(json!({ "baseline_id": baseline_id }))))
+                .await?;
+            show(json, &v, render::rolled_back);
+        }
+        Command::Chains => show(
+            json,
+            &client.get(client.url(&["chains"])).await?,
+            render::chains,
+        ),
+        Command::Audit {
+            chain,
+            limit,
+            before,
+        } => {
+            let mut url = client.url(&["audit"]);
+            {
+                let mut q = url.query_pairs_mut();
+                if let Some(c) = &chain {
+                    q.append_pair("chain", c);
+                }
+                if let Some(n) = limit {
+                    q.append_pair("limit", &n.to_string());
+                }
+                if let Some(id) = before {
+                    q.append_pair("before", &id.to_string());
+                }
+            }
+            // An empty `?` is harmless, but keep the URL clean.
+            if url.query() == Some("") {
+                url.set_query(None);
+            }
+            show(json, &client.get(url).await?, render::audit);
+        }
+        Command::Token(cmd) => token(cmd, client, json).await?,
+    }
+    Ok(())
+}
+
+async fn baseline(command: BaselineCommand, client: &Client, json: bool) -> Result<(), CtlError> {
+    match command {
+        BaselineCommand::List { chain, state } => {
+            let mut url = client.url(&["chains", &chain, "baselines"]);
+            if let Some(s) = &state {
+                url.query_pairs_mut().append_pair("state", s);
+            }
+            show(json, &client.get(url).await?, render::baselines);
+        }
+        BaselineCommand::Show { id } => show(
+            json,
+            &client.get(client.url(&["baselines", &id])).await?,
+            render::baseline,
+        ),
+        BaselineCommand::Diff { id, against } => {
+            let mut url = client.url(&["baselines", &id, "diff"]);
+            url.query_pairs_mut().append_pair("against", &against);
+            show(json, &client.get(url).await?, render::diff);
+        }
+        BaselineCommand::Approve { id, comment } => {
+            let payload = comment.map(|c| body(json!({ "comment": c })));
+            let v = client
+                .post(client.url(&["baselines", &id, "approve"]), payload)
+                .await?;
+            show(json, &v, render::approved);
+        }
+        BaselineCommand::Reject { id, comment } => {
+            let v = client
+                .post(
+                    client.url(&["baselines", &id, "reject"]),
+                    Some(body(json!({ "comment": comment }))),
+                )
+                .await?;
+            show(json, &v, render::rejected);
+        }
+        BaselineCommand::Recompute {
+            chain,
+            run_id,
+            topology_version,
+        } => {
+            let mut req = json!({ "run_id": run_id });
+            if let Some(n) = topology_version {
+                req["topology_version"] = json!(n);
+            }
+            let v = client
+                .post(
+                    client.url(&["chains", &chain, "baselines"]),
+                    Some(body(req)),
+                )
+                .await?;
+            show(json, &v, render::recomputed);
+        }
+    }
+    Ok(())
+}
+
+async fn token(command: TokenCommand, client: &Client, json: bool) -> Result<(), CtlError> {
+    match command {
+        TokenCommand::Create { role, name } => {
+            let v = client
+                .post(
+                    client.url(&["tokens"]),
+                    Some(body(json!({ "name": name, "role": role }))),
+                )
+                .await?;
+            if json {
+                print(&pretty(&v));
+            } else {
+                // Only the secret on stdout, so `$(budgetctl token create …)` captures it.
+                eprintln!(
+                    "created token {} (role {}); its secret is shown once, store it now:",
+                    v["name"].as_str().unwrap_or(&name),
+                    v["role"].as_str().unwrap_or(&role)
+                );
+                print(v["token"].as_str().unwrap_or_default());
+            }
+        }
+        TokenCommand::Revoke { name } => {
+            let v = client.delete(client.url(&["tokens", &name])).await?;
+            if json {
+                show(true, &v, render::tokens);
+            } else {
+                print(&format!("revoked token {name}"));
+            }
+        }
+        TokenCommand::List => show(
+            json,
+            &client.get(client.url(&["tokens"])).await?,
+            render::tokens,
+        ),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn global_flags_work_after_the_subcommand() {
+        let cli = Cli::try_parse_from([
+            "budgetctl",
+            "baseline",
+            "approve",
+            "bl-20261130-001",
+            "--comment",
+            "ok",
+            "--json",
+            "--url",
+            "http://10.0.0.1:9000",
+            "--idempotency-key",
+            "k1",
+        ])
+        .unwrap();
+        assert!(cli.global.json);
+        assert_eq!(cli.global.url.as_str(), "http://10.0.0.1:9000/");
+        assert_eq!(cli.global.idempotency_key.as_deref(), Some("k1"));
+        assert!(
+            matches!(cli.command, Command::Baseline(BaselineCommand::Approve { ref comment, .. }) if comment.as_deref() == Some("ok"))
+        );
+    }
+
+    #[test]
+    fn usage_errors_are_caught_locally() {
+        for args in [
+            &["budgetctl", "baseline", "reject", "bl-1"][..],
+            &[
+                "budgetctl",
+                "baseline",
+                "list",
+                "--chain",
+                "c",
+                "--state",
+                "live",
+            ],
+            &[
+                "budgetctl",
+                "token",
+                "create",
+                "--role",
+                "root",
+                "--name",
+                "x",
+            ],
+            &["budgetctl", "audit", "--limit", "0"],
+            &["budgetctl", "--url", "https://x", "chains"],
+        ] {
+            let err = Cli::try_parse_from(args).unwrap_err();
+            assert_eq!(err.exit_code(), Exit::Usage as i32, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn help_documents_every_exit_code() {
+        let help = Cli::command().render_long_help().to_string();
+        for code in 0..=7 {
+            assert!(
+                help.contains(&format!("\n  {code}  ")),
+                "exit code {code} missing from --help"
+            );
+        }
+    }
+}

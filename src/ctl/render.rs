@@ -1,0 +1,818 @@
+//! Human-readable views of the server's JSON answers: pure functions from a `Value` to text.
+//!
+//! They read fields leniently (a missing field shows as `-`) so an older or newer server still
+//! renders; `--json` is the exact answer.
+
+use comfy_table::{presets, CellAlignment, Table};
+use serde_json::Value;
+
+/// A table with our style; `right` lists the columns holding numbers.
+fn table(header: &[&str], right: &[usize]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(presets::UTF8_FULL_CONDENSED);
+    t.set_header(header.to_vec());
+    for &i in right {
+        if let Some(c) = t.column_mut(i) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    t
+}
+
+/// `key: value` lines with the values aligned.
+fn fields(pairs: &[(&str, String)]) -> String {
+    let width = pairs.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{:<width$} {v}", format!("{k}:"), width = width))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A string field, or `-`.
+fn s(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) if s.is_empty() => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn arr(v: &Value) -> &[Value] {
+    v.as_array().map(Vec::as_slice).unwrap_or_default()
+}
+
+/// Milliseconds: `300`, `40.5`, `0.125`; `-` when absent.
+pub fn ms(v: &Value) -> String {
+    match v.as_f64() {
+        Some(x) if x.fract() == 0.0 && x.abs() < 1e15 => format!("{}", x as i64),
+        Some(x) => {
+            let t = format!("{x:.3}");
+            t.trim_end_matches('0').trim_end_matches('.').to_owned()
+        }
+        None => "-".into(),
+    }
+}
+
+/// A signed percentage with one decimal: `+30.0`, `-12.5`, `0.0`; `-` when absent.
+pub fn pct(v: &Value) -> String {
+    match v.as_f64() {
+        Some(x) if x.abs() < 0.05 => "0.0".into(),
+        Some(x) => format!("{x:+.1}"),
+        None => "-".into(),
+    }
+}
+
+fn yes_no(v: &Value) -> &'static str {
+    if v.as_bool().unwrap_or(false) {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+/// The drift comparison of a run upload: one row per compared percentile.
+pub fn drift_table(comparison: &Value) -> String {
+    let mut t = table(
+        &["segment", "metric", "baseline", "run", "change %", "drift"],
+        &[2, 3, 4],
+    );
+    for e in arr(comparison) {
+        t.add_row(vec![
+            s(&e["segment"]),
+            s(&e["metric"]),
+            ms(&e["baseline_ms"]),
+            ms(&e["run_ms"]),
+            pct(&e["change_pct"]),
+            yes_no(&e["drift"]).to_owned(),
+        ]);
+    }
+    t.to_string()
+}
+
+/// Findings: severity, check, segment and message; or a line saying there are none.
+pub fn findings(list: &Value) -> String {
+    let list = arr(list);
+    if list.is_empty() {
+        return "findings: none".into();
+    }
+    let errors = list.iter().filter(|f| f["severity"] == "error").count();
+    let mut t = table(&["severity", "check", "segment", "message"], &[]);
+    for f in list {
+        t.add_row(vec![
+            s(&f["severity"]),
+            s(&f["check"]),
+            s(&f["segment"]),
+            s(&f["message"]),
+        ]);
+    }
+    let verdict = if errors > 0 {
+        format!(", {errors} error(s): cannot be approved")
+    } else {
+        String::new()
+    };
+    format!("findings: {}{verdict}\n{t}", list.len())
+}
+
+/// `POST /chains/{chain}/runs`: run id, drift table, draft.
+pub fn run_outcome(v: &Value) -> String {
+    let mut out = vec![fields(&[
+        ("run", s(&v["run_id"])),
+        ("chain", s(&v["chain"])),
+        ("topology", format!("v{}", s(&v["topology_version"]))),
+        (
+            "compared with",
+            match v["compared_to"].as_str() {
+                Some(id) => id.to_owned(),
+                None => "nothing (the chain has no approved baseline)".into(),
+            },
+        ),
+    ])];
+    if !arr(&v["comparison"]).is_empty() {
+        out.push(drift_table(&v["comparison"]));
+        let drifted = arr(&v["drift"]).len();
+        out.push(if drifted == 0 {
+            "drift: none (no percentile moved more than 20 %)".into()
+        } else {
+            format!("drift: {drifted} percentile(s) moved more than 20 %")
+        });
+    }
+    match v["baseline_id"].as_str() {
+        Some(id) => {
+            out.push(format!("draft: {id} (reason: {})", s(&v["reason"])));
+            out.push(findings(&v["findings"]));
+        }
+        None => out.push("no draft".into()),
+    }
+    out.join("\n")
+}
+
+/// A topology segment's explicit retry flags, e.g. `on_deadline=false`; `-` when defaulted.
+fn retry_flags(r: &Value) -> String {
+    let set: Vec<String> = ["on_deadline", "on_unavailable"]
+        .iter()
+        .filter_map(|name| r[*name].as_bool().map(|b| format!("{name}={b}")))
+        .collect();
+    if set.is_empty() {
+        "-".into()
+    } else {
+        set.join(" ")
+    }
+}
+
+fn idempotency(i: &Value) -> String {
+    if i.is_null() {
+        "-".into()
+    } else {
+        format!("{} ({})", s(&i["key"]), s(&i["ttl"]))
+    }
+}
+
+/// `GET|PUT /chains/{chain}/topology`.
+pub fn topology(v: &Value) -> String {
+    let topo = &v["topology"];
+    let head = fields(&[
+        ("chain", s(&v["chain"])),
+        ("version", s(&v["version"])),
+        (
+            "entry budget",
+            format!("{} ms", ms(&topo["entry_budget_ms"])),
+        ),
+        (
+            "breaker window",
+            format!("{} ms", ms(&topo["breaker_window_ms"])),
+        ),
+        ("max recovery", s(&topo["max_recovery"])),
+        ("sha256", s(&v["sha256"])),
+        (
+            "created",
+            format!("{} by {}", s(&v["created_at"]), s(&v["created_by"])),
+        ),
+    ]);
+    let mut t = table(
+        &[
+            "segment",
+            "parent",
+            "class",
+            "stage",
+            "idempotency",
+            "retry",
+            "pinned ms",
+            "reserve ms",
+        ],
+        &[3, 6, 7],
+    );
+    for seg in arr(&topo["segments"]) {
+        t.add_row(vec![
+            s(&seg["id"]),
+            s(&seg["parent"]),
+            s(&seg["class"]),
+            s(&seg["stage"]),
+            idempotency(&seg["idempotency"]),
+            retry_flags(&seg["retry"]),
+            ms(&seg["pinned_timeout_ms"]),
+            ms(&seg["reserve_ms"]),
+        ]);
+    }
+    format!("{head}\n{t}")
+}
+
+/// One run (`GET /chains/{chain}/runs/{id}`).
+pub fn run(v: &Value) -> String {
+    let head = fields(&[
+        ("run", s(&v["id"])),
+        ("chain", s(&v["chain"])),
+        ("topology", format!("v{}", s(&v["topology_version"]))),
+        ("format", s(&v["format"])),
+        ("tool", s(&v["tool"])),
+        ("note", s(&v["note"])),
+        (
+            "uploaded",
+            format!("{} by {}", s(&v["created_at"]), s(&v["uploaded_by"])),
+        ),
+        (
+            "source",
+            format!(
+                "{} bytes, sha256 {}",
+                s(&v["source_size"]),
+                s(&v["source_sha256"])
+            ),
+        ),
+    ]);
+    let mut t = table(
+        &["segment", "samples", "failures", "p50", "p99", "p999"],
+        &[1, 2, 3, 4, 5],
+    );
+    for seg in arr(&v["segments"]) {
+        t.add_row(vec![
+            s(&seg["id"]),
+            s(&seg["samples"]),
+            s(&seg["failures"]),
+            ms(&seg["p50_ms"]),
+            ms(&seg["p99_ms"]),
+            ms(&seg["p999_ms"]),
+        ]);
+    }
+    format!("{head}\n{t}")
+}
+
+/// `GET /chains/{chain}/runs`.
+pub fn runs(v: &Value) -> String {
+    let list = arr(&v["runs"]);
+    if list.is_empty() {
+        return "no runs".into();
+    }
+    let mut t = table(
+        &[
+            "run",
+            "topology",
+            "segments",
+            "tool",
+            "uploaded by",
+            "uploaded at",
+        ],
+        &[1, 2],
+    );
+    for r in list {
+        t.add_row(vec![
+            s(&r["id"]),
+            s(&r["topology_version"]),
+            arr(&r["segments"]).len().to_string(),
+            s(&r["tool"]),
+            s(&r["uploaded_by"]),
+            s(&r["created_at"]),
+        ]);
+    }
+    t.to_string()
+}
+
+/// `GET /chains/{chain}/baselines`.
+pub fn baselines(v: &Value) -> String {
+    let list = arr(&v["baselines"]);
+    if list.is_empty() {
+        return "no baselines".into();
+    }
+    let mut t = table(
+        &[
+            "id",
+            "state",
+            "reason",
+            "run",
+            "topology",
+            "errors",
+            "created by",
+            "created at",
+        ],
+        &[4],
+    );
+    for b in list {
+        t.add_row(vec![
+            s(&b["id"]),
+            s(&b["state"]),
+            s(&b["reason"]),
+            s(&b["run_id"]),
+            s(&b["topology_version"]),
+            yes_no(&b["has_errors"]).to_owned(),
+            s(&b["created_by"]),
+            s(&b["created_at"]),
+        ]);
+    }
+    t.to_string()
+}
+
+/// A baseline document: header, segments, findings (and its drift, when it has one).
+pub fn baseline(v: &Value) -> String {
+    let mut head = vec![
+        ("baseline", s(&v["id"])),
+        ("chain", s(&v["chain"])),
+        ("state", s(&v["state"])),
+        ("reason", s(&v["reason"])),
+        ("run", s(&v["run_id"])),
+        ("topology", format!("v{}", s(&v["topology_version"]))),
+        (
+            "created",
+            format!("{} by {}", s(&v["created_at"]), s(&v["created_by"])),
+        ),
+        (
+            "policy",
+            format!(
+                "entry {} ms, breaker window {} ms, max recovery {}",
+                ms(&v["entry_budget_ms"]),
+                ms(&v["breaker_window_ms"]),
+                s(&v["max_recovery"])
+            ),
+        ),
+    ];
+    let d = &v["decision"];
+    if !d.is_null() {
+        let comment = d["comment"]
+            .as_str()
+            .map(|c| format!(": {c:?}"))
+            .unwrap_or_default();
+        head.push((
+            "decision",
+            format!(
+                "{} by {} at {}{comment}",
+                s(&v["state"]),
+                s(&d["by"]),
+                s(&d["at"])
+            ),
+        ));
+    }
+    let mut t = table(
+        &[
+            "segment", "class", "rule", "p99", "p999", "timeout", "budget",
+        ],
+        &[3, 4, 5, 6],
+    );
+    for seg in arr(&v["segments"]) {
+        t.add_row(vec![
+            s(&seg["id"]),
+            s(&seg["class"]),
+            s(&seg["rule"]),
+            ms(&seg["p99_ms"]),
+            ms(&seg["p999_ms"]),
+            ms(&seg["timeout_ms"]),
+            ms(&seg["budget_ms"]),
+        ]);
+    }
+    let mut out = vec![fields(&head), t.to_string(), findings(&v["findings"])];
+    if !arr(&v["drift"]).is_empty() {
+        out.push(format!("drift from {}:", s(&v["drift_baseline_id"])));
+        out.push(drift_table(&v["drift"]));
+    }
+    out.join("\n")
+}
+
+/// One `{from, to, change_pct}` of a diff: `390 → 507 (+30.0 %)`, or `44` when unchanged.
+fn change(c: &Value) -> String {
+    match (c["from"].is_null(), c["to"].is_null()) {
+        (true, true) => "-".into(),
+        (true, false) => format!("new {}", ms(&c["to"])),
+        (false, true) => format!("removed (was {})", ms(&c["from"])),
+        _ if c["from"].as_f64() == c["to"].as_f64() => ms(&c["to"]),
+        _ => match c["change_pct"].as_f64() {
+            Some(_) => format!(
+                "{} → {} ({} %)",
+                ms(&c["from"]),
+                ms(&c["to"]),
+                pct(&c["change_pct"])
+            ),
+            None => format!("{} → {}", ms(&c["from"]), ms(&c["to"])),
+        },
+    }
+}
+
+/// `GET /baselines/{id}/diff`.
+pub fn diff(v: &Value) -> String {
+    let mut t = table(
+        &["segment", "status", "p99", "p999", "timeout", "budget"],
+        &[2, 3, 4, 5],
+    );
+    for seg in arr(&v["segments"]) {
+        t.add_row(vec![
+            s(&seg["id"]),
+            s(&seg["status"]),
+            change(&seg["p99_ms"]),
+            change(&seg["p999_ms"]),
+            change(&seg["timeout_ms"]),
+            change(&seg["budget_ms"]),
+        ]);
+    }
+    let mut out = vec![
+        format!("diff {} → {}", s(&v["from"]), s(&v["to"])),
+        t.to_string(),
+    ];
+    for (title, key) in [
+        ("findings added", "findings_added"),
+        ("findings resolved", "findings_resolved"),
+    ] {
+        let list = arr(&v[key]);
+        if list.is_empty() {
+            out.push(format!("{title}: none"));
+        } else {
+            out.push(format!("{title}:"));
+            out.extend(list.iter().map(|f| {
+                format!(
+                    "  {} {} at {}: {}",
+                    s(&f["severity"]),
+                    s(&f["check"]),
+                    s(&f["segment"]),
+                    s(&f["message"])
+                )
+            }));
+        }
+    }
+    out.join("\n")
+}
+
+/// `POST /baselines/{id}/approve`.
+pub fn approved(v: &Value) -> String {
+    let b = &v["baseline"];
+    let mut line = format!("approved {} ({})", s(&b["id"]), s(&b["chain"]));
+    match v["revision"].as_i64() {
+        Some(rev) => line.push_str(&format!(": published as revision {rev}")),
+        None => line.push_str(": not published"),
+    }
+    if let Some(old) = v["superseded"].as_str() {
+        line.push_str(&format!(", supersedes {old}"));
+    }
+    line
+}
+
+/// `POST /baselines/{id}/reject`.
+pub fn rejected(v: &Value) -> String {
+    let b = &v["baseline"];
+    format!(
+        "rejected {} ({}): {}",
+        s(&b["id"]),
+        s(&b["chain"]),
+        s(&b["decision"]["comment"])
+    )
+}
+
+/// `POST /chains/{chain}/baselines`: the new draft.
+pub fn recomputed(v: &Value) -> String {
+    format!(
+        "draft {} created for {} from run {} (topology v{})\n{}",
+        s(&v["id"]),
+        s(&v["chain"]),
+        s(&v["run_id"]),
+        s(&v["topology_version"]),
+        findings(&v["findings"])
+    )
+}
+
+/// A live segment's retry plan: `deadline 1× [100] · unavailable 2× [100,300]`.
+fn retry_plan(r: &Value) -> String {
+    if !r["idempotent"].as_bool().unwrap_or(false) {
+        return "never (not idempotent)".into();
+    }
+    let mut parts = Vec::new();
+    for (name, key) in [
+        ("deadline", "on_deadline"),
+        ("unavailable", "on_unavailable"),
+    ] {
+        let p = &r[key];
+        if !p.is_null() {
+            let backoffs: Vec<String> = arr(&p["backoffs_ms"]).iter().map(ms).collect();
+            parts.push(format!(
+                "{name} {}× [{} ms]",
+                s(&p["max_retries"]),
+                backoffs.join(", ")
+            ));
+        }
+    }
+    if parts.is_empty() {
+        "never".into()
+    } else {
+        parts.join("; ")
+    }
+}
+
+/// `GET /chains/{chain}/budgets`: the live config.
+pub fn budgets(v: &Value) -> String {
+    let head = fields(&[
+        ("chain", s(&v["chain"])),
+        ("revision", s(&v["revision"])),
+        ("baseline", s(&v["baseline_id"])),
+        ("published", s(&v["published_at"])),
+        ("entry budget", format!("{} ms", ms(&v["entry_budget_ms"]))),
+        (
+            "breaker window",
+            format!("{} ms", ms(&v["breaker_window_ms"])),
+        ),
+        ("max recovery", s(&v["max_recovery"])),
+    ]);
+    let mut t = table(
+        &[
+            "segment",
+            "parent",
+            "class",
+            "timeout",
+            "budget",
+            "reserve",
+            "retries",
+            "idempotency",
+        ],
+        &[3, 4, 5],
+    );
+    for seg in arr(&v["segments"]) {
+        t.add_row(vec![
+            s(&seg["id"]),
+            s(&seg["parent"]),
+            s(&seg["class"]),
+            ms(&seg["timeout_ms"]),
+            ms(&seg["budget_ms"]),
+            ms(&seg["reserve_ms"]),
+            retry_plan(&seg["retry"]),
+            idempotency(&seg["idempotency"]),
+        ]);
+    }
+    format!("{head}\n{t}")
+}
+
+/// `POST /chains/{chain}/rollback`.
+pub fn rolled_back(v: &Value) -> String {
+    let mut line = format!(
+        "{} now serves {} (revision {})",
+        s(&v["chain"]),
+        s(&v["baseline_id"]),
+        s(&v["revision"])
+    );
+    if let Some(old) = v["superseded"].as_str() {
+        line.push_str(&format!("; {old} superseded"));
+    }
+    line
+}
+
+/// `GET /chains`.
+pub fn chains(v: &Value) -> String {
+    let list = arr(&v["chains"]);
+    if list.is_empty() {
+        return "no chains".into();
+    }
+    let mut t = table(
+        &[
+            "chain",
+            "topology",
+            "live baseline",
+            "revision",
+            "drafts",
+            "runs",
+            "updated at",
+        ],
+        &[1, 3, 4, 5],
+    );
+    for c in list {
+        t.add_row(vec![
+            s(&c["name"]),
+            s(&c["topology_version"]),
+            s(&c["current_baseline"]),
+            s(&c["revision"]),
+            s(&c["drafts"]),
+            s(&c["runs"]),
+            s(&c["updated_at"]),
+        ]);
+    }
+    t.to_string()
+}
+
+/// `GET /audit`.
+pub fn audit(v: &Value) -> String {
+    let list = arr(&v["entries"]);
+    if list.is_empty() {
+        return "no audit entries".into();
+    }
+    let mut t = table(
+        &["id", "at", "actor", "action", "chain", "subject", "detail"],
+        &[0],
+    );
+    for e in list {
+        let detail = match &e["detail"] {
+            Value::Object(m) if m.is_empty() => "-".into(),
+            Value::Null => "-".into(),
+            other => other.to_string(),
+        };
+        t.add_row(vec![
+            s(&e["id"]),
+            s(&e["at"]),
+            s(&e["actor"]),
+            s(&e["action"]),
+            s(&e["chain"]),
+            s(&e["subject"]),
+            detail,
+        ]);
+    }
+    t.to_string()
+}
+
+/// `GET /tokens`.
+pub fn tokens(v: &Value) -> String {
+    let list = arr(&v["tokens"]);
+    if list.is_empty() {
+        return "no tokens".into();
+    }
+    let mut t = table(&["name", "role", "created by", "created at"], &[]);
+    for tok in list {
+        t.add_row(vec![
+            s(&tok["name"]),
+            s(&tok["role"]),
+            s(&tok["created_by"]),
+            s(&tok["created_at"]),
+        ]);
+    }
+    t.to_string()
+}
+
+/// The lines explaining a failed request's `details`: violations, findings, or the raw value.
+pub fn error_details(details: &Value) -> Vec<String> {
+    let mut lines = Vec::new();
+    for v in arr(&details["violations"]) {
+        let at = match (v["pointer"].as_str(), v["segment"].as_str()) {
+            (Some(""), _) => "(document)".to_owned(),
+            (Some(p), _) => p.to_owned(),
+            (None, Some(seg)) => seg.to_owned(),
+            (None, None) => "-".to_owned(),
+        };
+        lines.push(format!("  {at}: {}", s(&v["message"])));
+    }
+    for f in arr(&details["findings"]) {
+        lines.push(format!(
+            "  {} {} at {}: {}",
+            s(&f["severity"]),
+            s(&f["check"]),
+            s(&f["segment"]),
+            s(&f["message"])
+        ));
+    }
+    // Keys the message already states, or that the lines above cover.
+    const SHOWN: [&str; 6] = [
+        "violations",
+        "findings",
+        "schema",
+        "line",
+        "column",
+        "limit_bytes",
+    ];
+    if let Some(schema) = details["schema"].as_str() {
+        lines.push(format!("  (schema: {schema})"));
+    }
+    match details {
+        Value::Object(m) if m.keys().all(|k| SHOWN.contains(&k.as_str())) => {}
+        Value::Null => {}
+        other => lines.push(format!("  details: {other}")),
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn check(actual: &str, expect: &[&str]) {
+        let lines: Vec<&str> = actual.lines().collect();
+        assert_eq!(lines, expect, "\nactual:\n{actual}");
+    }
+
+    #[test]
+    fn numbers_are_shown_plainly() {
+        assert_eq!(ms(&json!(300.0)), "300");
+        assert_eq!(ms(&json!(44)), "44");
+        assert_eq!(ms(&json!(40.5)), "40.5");
+        assert_eq!(ms(&json!(0.125)), "0.125");
+        assert_eq!(ms(&Value::Null), "-");
+        assert_eq!(pct(&json!(30.0)), "+30.0");
+        assert_eq!(pct(&json!(-12.46)), "-12.5");
+        assert_eq!(pct(&json!(0.0)), "0.0");
+        assert_eq!(pct(&Value::Null), "-");
+    }
+
+    #[test]
+    fn drift_comparison_renders_one_row_per_percentile() {
+        // Example C of the spec: payment p999 300 → 390 drifts, the rest does not.
+        let comparison = json!([
+            {"segment": "order->inventory", "metric": "p99", "baseline_ms": 40.0, "run_ms": 40.0, "change_pct": 0.0, "drift": false},
+            {"segment": "order->payment", "metric": "p999", "baseline_ms": 300.0, "run_ms": 390.0, "change_pct": 30.0, "drift": true},
+            {"segment": "order->user", "metric": "p999", "baseline_ms": null, "run_ms": 20.5, "change_pct": null, "drift": false}
+        ]);
+        check(
+            &drift_table(&comparison),
+            &[
+                "┌──────────────────┬────────┬──────────┬──────┬──────────┬───────┐",
+                "│ segment          ┆ metric ┆ baseline ┆  run ┆ change % ┆ drift │",
+                "╞══════════════════╪════════╪══════════╪══════╪══════════╪═══════╡",
+                "│ order->inventory ┆ p99    ┆       40 ┆   40 ┆      0.0 ┆ no    │",
+                "│ order->payment   ┆ p999   ┆      300 ┆  390 ┆    +30.0 ┆ yes   │",
+                "│ order->user      ┆ p999   ┆        - ┆ 20.5 ┆        - ┆ no    │",
+                "└──────────────────┴────────┴──────────┴──────┴──────────┴───────┘",
+            ],
+        );
+    }
+
+    #[test]
+    fn run_outcome_names_the_draft_or_says_there_is_none() {
+        let with_draft = json!({
+            "run_id": "run-20261130-002", "chain": "checkout", "topology_version": 1,
+            "compared_to": "bl-20261130-001",
+            "comparison": [{"segment": "order->payment", "metric": "p999", "baseline_ms": 300.0, "run_ms": 390.0, "change_pct": 30.0, "drift": true}],
+            "drift": [{"segment": "order->payment"}],
+            "baseline_id": "bl-20261130-002", "reason": "drift", "findings": []
+        });
+        let text = run_outcome(&with_draft);
+        assert!(
+            text.starts_with("run:           run-20261130-002\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("│ order->payment ┆ p999   ┆      300 ┆ 390 ┆    +30.0 ┆ yes   │"),
+            "{text}"
+        );
+        assert!(
+            text.contains("drift: 1 percentile(s) moved more than 20 %"),
+            "{text}"
+        );
+        assert!(
+            text.contains("draft: bl-20261130-002 (reason: drift)\nfindings: none"),
+            "{text}"
+        );
+
+        let first = json!({"run_id": "run-1", "chain": "c", "topology_version": 1, "compared_to": null,
+            "comparison": [], "drift": [], "baseline_id": null, "reason": null, "findings": []});
+        let text = run_outcome(&first);
+        assert!(
+            text.contains("compared with: nothing (the chain has no approved baseline)"),
+            "{text}"
+        );
+        assert!(text.ends_with("\nno draft"), "{text}");
+        assert!(!text.contains('┌'), "no comparison, no table: {text}");
+    }
+
+    #[test]
+    fn error_details_list_violations_and_findings() {
+        let details = json!({"schema": "/schemas/topology.json", "violations": [
+            {"pointer": "/entry_budget_ms", "message": "\"x\" is not of type \"integer\""},
+            {"pointer": "", "message": "expected an object"},
+            {"segment": "order->user", "message": "no data"}
+        ]});
+        assert_eq!(
+            error_details(&details),
+            [
+                "  /entry_budget_ms: \"x\" is not of type \"integer\"",
+                "  (document): expected an object",
+                "  order->user: no data",
+                "  (schema: /schemas/topology.json)"
+            ]
+        );
+        let findings = json!({"findings": [{"check": "inversion", "segment": "gateway->order", "severity": "error", "message": "109 ms over"}]});
+        assert_eq!(
+            error_details(&findings),
+            ["  error inversion at gateway->order: 109 ms over"]
+        );
+        assert!(
+            error_details(&json!({"line": 3, "column": 0})).is_empty(),
+            "the message says where"
+        );
+        assert_eq!(
+            error_details(&json!({"retry_after": 2})),
+            ["  details: {\"retry_after\":2}"]
+        );
+        assert!(error_details(&Value::Null).is_empty());
+    }
+
+    #[test]
+    fn diff_changes_show_from_and_to() {
+        assert_eq!(
+            change(&json!({"from": 390, "to": 507, "change_pct": 30.0})),
+            "390 → 507 (+30.0 %)"
+        );
+        assert_eq!(
+            change(&json!({"from": 44, "to": 44, "change_pct": 0.0})),
+            "44"
+        );
+        assert_eq!(change(&json!({"from": null, "to": 9})), "new 9");
+        assert_eq!(change(&json!({"from": 9, "to": null})), "removed (was 9)");
+    }
+}

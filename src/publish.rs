@@ -1,0 +1,132 @@
+//! The hub: the newest published config of every chain, shared by all Watch streams.
+//!
+//! Config is state, not events: the hub holds one immutable snapshot (`HubState`) in a
+//! `tokio::sync::watch` channel. A stream that falls behind reads the newest snapshot when it
+//! catches up — never a backlog — and one slow stream never delays the others. Each chain's
+//! wire message is built once per publication and shared (`Arc`) by every stream.
+//!
+//! The hub reloads from the store after a local publication, on a PostgreSQL notification from
+//! another replica, and on a periodic catch-up read, so a dropped notification loses nothing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use budget_core::live::LiveChain;
+use budget_proto::v1;
+use tokio::sync::{watch, Mutex};
+
+use crate::store::{Store, StoreResult};
+
+/// One chain's published config, in core and wire form.
+#[derive(Debug)]
+pub struct ChainEntry {
+    pub live: LiveChain,
+    pub wire: v1::ChainBudget,
+}
+
+impl ChainEntry {
+    pub fn revision(&self) -> i64 {
+        self.live.revision
+    }
+
+    /// Whether `service` calls or serves any segment of this chain.
+    pub fn involves(&self, service: &str) -> bool {
+        self.live.segments.iter().any(|s| s.caller == service || s.callee == service)
+    }
+}
+
+/// Every chain's newest publication.
+pub type HubState = Arc<BTreeMap<String, Arc<ChainEntry>>>;
+
+#[derive(Clone)]
+pub struct Hub {
+    tx: Arc<watch::Sender<HubState>>,
+    store: Arc<dyn Store>,
+    refresh: Arc<Mutex<()>>,
+}
+
+impl Hub {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        let (tx, _) = watch::channel(HubState::default());
+        Self { tx: Arc::new(tx), store, refresh: Arc::new(Mutex::new(())) }
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<HubState> {
+        self.tx.subscribe()
+    }
+
+    pub fn current(&self) -> HubState {
+        self.tx.borrow().clone()
+    }
+
+    /// Number of open subscriptions (Watch streams on this replica).
+    pub fn subscribers(&self) -> usize {
+        self.tx.receiver_count()
+    }
+
+    /// Loads every publication newer than what the hub has; returns how many chains changed.
+    pub async fn refresh(&self) -> StoreResult<usize> {
+        let _one_at_a_time = self.refresh.lock().await;
+        let current = self.current();
+        let after = current.values().map(|e| e.revision()).max().unwrap_or(0);
+        let newer = self.store.latest_publications(after).await?;
+        if newer.is_empty() {
+            return Ok(0);
+        }
+        let mut next = (*current).clone();
+        for (publication, baseline) in &newer {
+            let live = LiveChain::from_baseline(&baseline.doc, publication.revision, &publication.created_at);
+            let wire = v1::ChainBudget::from(&live);
+            next.insert(publication.chain.clone(), Arc::new(ChainEntry { live, wire }));
+        }
+        tracing::info!(chains = newer.len(), revision = newer.last().map(|(p, _)| p.revision), "hub updated");
+        self.tx.send_replace(Arc::new(next));
+        Ok(newer.len())
+    }
+
+    /// Refreshes every `every`, whatever notifications said.
+    pub fn spawn_catch_up(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let hub = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Err(e) = hub.refresh().await {
+                    tracing::warn!(error = %e, "hub catch-up read failed");
+                }
+            }
+        })
+    }
+
+    /// Listens for publications made on other replicas (PostgreSQL LISTEN/NOTIFY), reconnecting
+    /// with backoff; every (re)connection is followed by a catch-up read.
+    pub fn spawn_pg_listener(&self, url: String) -> tokio::task::JoinHandle<()> {
+        let hub = self.clone();
+        tokio::spawn(async move {
+            let mut backoff = Duration::from_millis(200);
+            loop {
+                match listen(&hub, &url).await {
+                    Ok(()) => backoff = Duration::from_millis(200),
+                    Err(e) => {
+                        tracing::warn!(error = %e, retry_in = ?backoff, "publication listener lost its connection");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(10));
+                    }
+                }
+            }
+        })
+    }
+}
+
+async fn listen(hub: &Hub, url: &str) -> anyhow::Result<()> {
+    let mut listener = sqlx::postgres::PgListener::connect(url).await?;
+    listener.listen(crate::store::sql::PUBLICATION_CHANNEL).await?;
+    hub.refresh().await?;
+    loop {
+        let notification = listener.recv().await?;
+        tracing::debug!(revision = notification.payload(), "publication notified");
+        hub.refresh().await?;
+    }
+}
