@@ -13,10 +13,10 @@ use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::auth::{generate_token, hash_token, Principal, Role};
 use crate::config::{redact_url, Settings};
-use crate::state::AppState;
-use crate::store::{self, Audit};
 use crate::fleet::Fleet;
 use crate::publish::Hub;
+use crate::state::AppState;
+use crate::store::{self, Audit};
 use crate::{grpc, http, service};
 
 pub struct App {
@@ -33,8 +33,12 @@ impl App {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         let url = settings.database_url();
         if url.starts_with("sqlite:") && settings.database_url.is_none() {
-            std::fs::create_dir_all(&settings.data_dir)
-                .with_context(|| format!("failed to create data directory {}", settings.data_dir.display()))?;
+            std::fs::create_dir_all(&settings.data_dir).with_context(|| {
+                format!(
+                    "failed to create data directory {}",
+                    settings.data_dir.display()
+                )
+            })?;
         }
         let store = store::connect(&url).await?;
         tracing::info!(database = %redact_url(&url), backend = store.backend(), "store ready");
@@ -48,11 +52,28 @@ impl App {
             .with_context(|| format!("failed to bind gRPC listener on {}", settings.grpc))?;
         let grpc_addr = grpc_listener.local_addr()?;
         let hub = Hub::new(store.clone());
-        hub.refresh().await.context("failed to load the published budgets")?;
-        let replica = settings.replica.clone().unwrap_or_else(|| grpc_addr.to_string());
+        hub.refresh()
+            .await
+            .context("failed to load the published budgets")?;
+        let replica = settings
+            .replica
+            .clone()
+            .unwrap_or_else(|| grpc_addr.to_string());
         let fleet = Fleet::new(store.clone(), replica);
-        let state = AppState { store, settings: Arc::new(settings), hub, fleet };
-        Ok(Self { listener, grpc_listener, state, http_addr, grpc_addr, generated_admin_token })
+        let state = AppState {
+            store,
+            settings: Arc::new(settings),
+            hub,
+            fleet,
+        };
+        Ok(Self {
+            listener,
+            grpc_listener,
+            state,
+            http_addr,
+            grpc_addr,
+            generated_admin_token,
+        })
     }
 
     pub fn grpc_addr(&self) -> SocketAddr {
@@ -79,7 +100,10 @@ impl App {
 
     /// Serves HTTP and gRPC until `shutdown` resolves; then Watch streams end (agents
     /// reconnect elsewhere), in-flight requests finish, and fleet status is flushed.
-    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
         let state = self.state;
         let mut background = vec![
             tokio::spawn(expire_idempotency_keys(state.clone())),
@@ -99,14 +123,22 @@ impl App {
             let _ = rx.wait_for(|stop| *stop).await;
         };
 
-        let control = grpc::Control::new(state.clone(), state.hub.clone(), state.fleet.clone(), stop_rx.clone());
+        let control = grpc::Control::new(
+            state.clone(),
+            state.hub.clone(),
+            state.fleet.clone(),
+            stop_rx.clone(),
+        );
         let grpc_server = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(grpc::KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(grpc::KEEPALIVE_TIMEOUT))
             .max_concurrent_streams(Some(grpc::MAX_CONCURRENT_STREAMS))
             .tcp_nodelay(true)
             .add_routes(grpc::routes(control).await?)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(self.grpc_listener), stopped(stop_rx.clone()));
+            .serve_with_incoming_shutdown(
+                TcpListenerStream::new(self.grpc_listener),
+                stopped(stop_rx.clone()),
+            );
         let http_server = axum::serve(self.listener, http::router(state.clone()))
             .with_graceful_shutdown(stopped(stop_rx.clone()))
             .into_future();
@@ -120,7 +152,10 @@ impl App {
     }
 }
 
-async fn bootstrap_admin(store: &dyn store::Store, settings: &Settings) -> anyhow::Result<Option<String>> {
+async fn bootstrap_admin(
+    store: &dyn store::Store,
+    settings: &Settings,
+) -> anyhow::Result<Option<String>> {
     let audit = |action| Audit {
         actor: "budgetd".into(),
         action,
@@ -130,9 +165,17 @@ async fn bootstrap_admin(store: &dyn store::Store, settings: &Settings) -> anyho
         at: service::now(),
     };
     if let Some(token) = &settings.admin_token {
-        anyhow::ensure!(token.0.len() >= 16, "BUDGETD_ADMIN_TOKEN must be at least 16 characters");
+        anyhow::ensure!(
+            token.0.len() >= 16,
+            "BUDGETD_ADMIN_TOKEN must be at least 16 characters"
+        );
         store
-            .upsert_token("admin", Role::Admin, &hash_token(&token.0), audit("token.bootstrap"))
+            .upsert_token(
+                "admin",
+                Role::Admin,
+                &hash_token(&token.0),
+                audit("token.bootstrap"),
+            )
             .await
             .context("failed to install the admin token")?;
         return Ok(None);
@@ -143,7 +186,12 @@ async fn bootstrap_admin(store: &dyn store::Store, settings: &Settings) -> anyho
     }
     let token = generate_token();
     store
-        .upsert_token("admin", Role::Admin, &hash_token(&token), audit("token.generate"))
+        .upsert_token(
+            "admin",
+            Role::Admin,
+            &hash_token(&token),
+            audit("token.generate"),
+        )
         .await
         .context("failed to store the generated admin token")?;
     Ok(Some(token))
@@ -168,18 +216,31 @@ async fn load_demo(state: &AppState) -> anyhow::Result<bool> {
     if !state.store.list_chains().await?.is_empty() {
         return Ok(false);
     }
-    let uploader = Principal { name: "demo-uploader".into(), role: Role::Uploader };
-    let approver = Principal { name: "demo-approver".into(), role: Role::Approver };
+    let uploader = Principal {
+        name: "demo-uploader".into(),
+        role: Role::Uploader,
+    };
+    let approver = Principal {
+        name: "demo-approver".into(),
+        role: Role::Approver,
+    };
     let parse = |s: &str| serde_json::from_str::<serde_json::Value>(s).expect("example is JSON");
     let err = |e: crate::error::ApiError| anyhow::anyhow!("demo: {e}");
-    service::put_topology(state, &uploader, "checkout", parse(budget_core::example::CHECKOUT_TOPOLOGY))
-        .await
-        .map_err(err)?;
+    service::put_topology(
+        state,
+        &uploader,
+        "checkout",
+        parse(budget_core::example::CHECKOUT_TOPOLOGY),
+    )
+    .await
+    .map_err(err)?;
     let raw = budget_core::example::CHECKOUT_RUN_A;
     let outcome = service::upload_run(state, &uploader, "checkout", parse(raw), raw.as_bytes())
         .await
         .map_err(err)?;
-    let id = outcome.baseline_id.context("demo: the first run created no draft")?;
+    let id = outcome
+        .baseline_id
+        .context("demo: the first run created no draft")?;
     service::approve(state, &approver, &id, Some("demo: SPEC example A".into()))
         .await
         .map_err(err)?;

@@ -16,7 +16,13 @@ pub enum Role {
 }
 
 impl Role {
-    pub const ALL: [Role; 5] = [Role::Reader, Role::Uploader, Role::Approver, Role::Agent, Role::Admin];
+    pub const ALL: [Role; 5] = [
+        Role::Reader,
+        Role::Uploader,
+        Role::Approver,
+        Role::Agent,
+        Role::Admin,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -69,5 +75,7 @@ pub fn hash_token(token: &str) -> String {
 /// Token names: short, printable, no spaces (they appear in audit logs and URLs).
 pub fn valid_token_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
 }

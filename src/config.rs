@@ -64,7 +64,9 @@ impl Default for Settings {
             grpc: SocketAddr::from(([127, 0, 0, 1], 50051)),
             replica: None,
             max_body_bytes: 8 * 1024 * 1024,
-            approval: ApprovalSettings { require_distinct_approver: true },
+            approval: ApprovalSettings {
+                require_distinct_approver: true,
+            },
             admin_token: None,
             log_format: LogFormat::Text,
         }
@@ -107,23 +109,38 @@ impl Settings {
     pub fn load(file: Option<&Path>, env: &[(String, String)]) -> anyhow::Result<Self> {
         let mut figment = Figment::from(Serialized::defaults(Settings::default()));
         if let Some(file) = file {
-            anyhow::ensure!(file.exists(), "config file {} does not exist", file.display());
+            anyhow::ensure!(
+                file.exists(),
+                "config file {} does not exist",
+                file.display()
+            );
             figment = figment.merge(Toml::file_exact(file));
         }
         let vars: Vec<(String, String)> = env
             .iter()
             .filter_map(|(k, v)| {
                 let rest = k.strip_prefix("BUDGETD_")?.to_ascii_lowercase();
-                ENV_KEYS.iter().any(|p| rest.starts_with(p)).then(|| (rest, v.clone()))
+                ENV_KEYS
+                    .iter()
+                    .any(|p| rest.starts_with(p))
+                    .then(|| (rest, v.clone()))
             })
             .collect();
         let mut dict = Dict::new();
         for (key, value) in vars {
             let path: Vec<&str> = key.split("__").collect();
-            insert_nested(&mut dict, &path, value.parse().unwrap_or_else(|e: std::convert::Infallible| match e {}));
+            insert_nested(
+                &mut dict,
+                &path,
+                value
+                    .parse()
+                    .unwrap_or_else(|e: std::convert::Infallible| match e {}),
+            );
         }
         figment = figment.merge(Serialized::defaults(dict));
-        figment.extract().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))
+        figment
+            .extract()
+            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))
     }
 
     /// The database URL in effect.
@@ -141,7 +158,12 @@ pub fn redact_url(url: &str) -> String {
         (Some(scheme), Some(at)) if at > scheme => {
             let userinfo = &url[scheme + 3..at];
             match userinfo.find(':') {
-                Some(colon) => format!("{}{}:***{}", &url[..scheme + 3], &userinfo[..colon], &url[at..]),
+                Some(colon) => format!(
+                    "{}{}:***{}",
+                    &url[..scheme + 3],
+                    &userinfo[..colon],
+                    &url[at..]
+                ),
                 None => url.to_owned(),
             }
         }
@@ -188,7 +210,10 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]

@@ -72,7 +72,12 @@ pub type ApiResult<T> = Result<T, ApiError>;
 
 impl ApiError {
     pub fn new(code: Code, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), details: Value::Null, source: None }
+        Self {
+            code,
+            message: message.into(),
+            details: Value::Null,
+            source: None,
+        }
     }
 
     pub fn with_details(mut self, details: Value) -> Self {
@@ -101,7 +106,12 @@ impl ApiError {
     }
 
     pub fn internal(source: anyhow::Error) -> Self {
-        Self { code: Code::Internal, message: "internal error".into(), details: Value::Null, source: Some(source) }
+        Self {
+            code: Code::Internal,
+            message: "internal error".into(),
+            details: Value::Null,
+            source: Some(source),
+        }
     }
 
     /// The JSON body of this error.
@@ -120,9 +130,10 @@ impl Code {
     /// The gRPC status code of each error code (the other half of the one mapping).
     pub fn tonic(self) -> tonic::Code {
         match self {
-            Self::BadRequest | Self::MalformedJson | Self::ValidationFailed | Self::UnsupportedMediaType => {
-                tonic::Code::InvalidArgument
-            }
+            Self::BadRequest
+            | Self::MalformedJson
+            | Self::ValidationFailed
+            | Self::UnsupportedMediaType => tonic::Code::InvalidArgument,
             Self::Unauthorized => tonic::Code::Unauthenticated,
             Self::Forbidden => tonic::Code::PermissionDenied,
             Self::NotFound => tonic::Code::NotFound,

@@ -25,7 +25,11 @@ struct Inner {
 
 impl Fleet {
     pub fn new(store: Arc<dyn Store>, replica: String) -> Self {
-        Self { replica, inner: Default::default(), store }
+        Self {
+            replica,
+            inner: Default::default(),
+            store,
+        }
     }
 
     fn update(&self, agent_id: &str, f: impl FnOnce(&mut AgentStatus)) {
@@ -38,24 +42,33 @@ impl Fleet {
     }
 
     /// An agent opened a Watch stream.
-    pub fn connected(&self, agent_id: &str, service: &str, labels: BTreeMap<String, String>, known_revision: i64) {
+    pub fn connected(
+        &self,
+        agent_id: &str,
+        service: &str,
+        labels: BTreeMap<String, String>,
+        known_revision: i64,
+    ) {
         let at = now();
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let replica = self.replica.clone();
-        let a = inner.agents.entry(agent_id.to_owned()).or_insert_with(|| AgentStatus {
-            agent_id: agent_id.to_owned(),
-            service: service.to_owned(),
-            labels: BTreeMap::new(),
-            chains: Vec::new(),
-            replica: replica.clone(),
-            connected: true,
-            delivered: 0,
-            acked: 0,
-            nack_revision: None,
-            nack_error: None,
-            first_seen: at.clone(),
-            last_seen: at.clone(),
-        });
+        let a = inner
+            .agents
+            .entry(agent_id.to_owned())
+            .or_insert_with(|| AgentStatus {
+                agent_id: agent_id.to_owned(),
+                service: service.to_owned(),
+                labels: BTreeMap::new(),
+                chains: Vec::new(),
+                replica: replica.clone(),
+                connected: true,
+                delivered: 0,
+                acked: 0,
+                nack_revision: None,
+                nack_error: None,
+                first_seen: at.clone(),
+                last_seen: at.clone(),
+            });
         a.service = service.to_owned();
         a.labels = labels;
         a.replica = replica;
@@ -83,7 +96,12 @@ impl Fleet {
 
     /// Records an ACK or NACK. Returns false for an agent this replica never saw.
     pub fn acked(&self, agent_id: &str, revision: i64, accepted: bool, error: &str) -> bool {
-        let known = self.inner.lock().unwrap_or_else(|p| p.into_inner()).agents.contains_key(agent_id);
+        let known = self
+            .inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .agents
+            .contains_key(agent_id);
         self.update(agent_id, |a| {
             if accepted {
                 a.acked = a.acked.max(revision);
@@ -100,7 +118,10 @@ impl Fleet {
         let batch: Vec<AgentStatus> = {
             let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             let dirty: Vec<String> = inner.dirty.drain().collect();
-            dirty.iter().filter_map(|id| inner.agents.get(id).cloned()).collect()
+            dirty
+                .iter()
+                .filter_map(|id| inner.agents.get(id).cloned())
+                .collect()
         };
         if let Err(e) = self.store.upsert_agents(&batch).await {
             tracing::warn!(error = %e, agents = batch.len(), "failed to record fleet status; will retry");

@@ -32,7 +32,10 @@ impl ChainEntry {
 
     /// Whether `service` calls or serves any segment of this chain.
     pub fn involves(&self, service: &str) -> bool {
-        self.live.segments.iter().any(|s| s.caller == service || s.callee == service)
+        self.live
+            .segments
+            .iter()
+            .any(|s| s.caller == service || s.callee == service)
     }
 }
 
@@ -49,7 +52,11 @@ pub struct Hub {
 impl Hub {
     pub fn new(store: Arc<dyn Store>) -> Self {
         let (tx, _) = watch::channel(HubState::default());
-        Self { tx: Arc::new(tx), store, refresh: Arc::new(Mutex::new(())) }
+        Self {
+            tx: Arc::new(tx),
+            store,
+            refresh: Arc::new(Mutex::new(())),
+        }
     }
 
     pub fn subscribe(&self) -> watch::Receiver<HubState> {
@@ -76,11 +83,22 @@ impl Hub {
         }
         let mut next = (*current).clone();
         for (publication, baseline) in &newer {
-            let live = LiveChain::from_baseline(&baseline.doc, publication.revision, &publication.created_at);
+            let live = LiveChain::from_baseline(
+                &baseline.doc,
+                publication.revision,
+                &publication.created_at,
+            );
             let wire = v1::ChainBudget::from(&live);
-            next.insert(publication.chain.clone(), Arc::new(ChainEntry { live, wire }));
+            next.insert(
+                publication.chain.clone(),
+                Arc::new(ChainEntry { live, wire }),
+            );
         }
-        tracing::info!(chains = newer.len(), revision = newer.last().map(|(p, _)| p.revision), "hub updated");
+        tracing::info!(
+            chains = newer.len(),
+            revision = newer.last().map(|(p, _)| p.revision),
+            "hub updated"
+        );
         self.tx.send_replace(Arc::new(next));
         Ok(newer.len())
     }
@@ -122,7 +140,9 @@ impl Hub {
 
 async fn listen(hub: &Hub, url: &str) -> anyhow::Result<()> {
     let mut listener = sqlx::postgres::PgListener::connect(url).await?;
-    listener.listen(crate::store::sql::PUBLICATION_CHANNEL).await?;
+    listener
+        .listen(crate::store::sql::PUBLICATION_CHANNEL)
+        .await?;
     hub.refresh().await?;
     loop {
         let notification = listener.recv().await?;

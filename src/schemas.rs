@@ -19,7 +19,8 @@ pub fn text(name: &str) -> Option<&'static str> {
 }
 
 fn compile(name: &str) -> jsonschema::Validator {
-    let schema: Value = serde_json::from_str(text(name).expect("schema is embedded")).expect("embedded schema is JSON");
+    let schema: Value = serde_json::from_str(text(name).expect("schema is embedded"))
+        .expect("embedded schema is JSON");
     jsonschema::validator_for(&schema).expect("embedded schema compiles")
 }
 
@@ -87,7 +88,10 @@ mod tests {
     fn violations_carry_pointers() {
         let v = json!({"entry_budget_ms": "800", "segments": [{"id": "a->b", "caller": "a", "callee": "b", "class": "wobbly", "extra": 1}]});
         let errs = Schema::Topology.violations(&v);
-        let pointers: Vec<&str> = errs.iter().map(|e| e["pointer"].as_str().unwrap()).collect();
+        let pointers: Vec<&str> = errs
+            .iter()
+            .map(|e| e["pointer"].as_str().unwrap())
+            .collect();
         assert!(pointers.contains(&"/entry_budget_ms"), "{errs:?}");
         assert!(pointers.contains(&"/segments/0/class"), "{errs:?}");
         assert!(pointers.contains(&"/segments/0"), "{errs:?}");

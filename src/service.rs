@@ -16,7 +16,9 @@ use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::schemas::Schema;
 use crate::state::AppState;
-use crate::store::{Audit, NewRun, Published, StoreError, StoredBaseline, TopologyVersion, Verdict};
+use crate::store::{
+    Audit, NewRun, Published, StoreError, StoredBaseline, TopologyVersion, Verdict,
+};
 
 /// Now, as stored and shown: RFC 3339 UTC with milliseconds.
 pub fn now() -> String {
@@ -37,8 +39,13 @@ fn audit(principal: &Principal, action: &'static str, chain: Option<&str>, detai
 /// Chain names: lowercase letters, digits, `-`, `_`, `.`; 1–64 characters.
 pub fn check_chain_name(chain: &str) -> ApiResult<()> {
     let ok = (1..=64).contains(&chain.len())
-        && chain.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && chain.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_.".contains(c));
+        && chain
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && chain
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_.".contains(c));
     if ok {
         Ok(())
     } else {
@@ -53,13 +60,20 @@ fn parse_with_schema<T: serde::de::DeserializeOwned>(schema: Schema, body: Value
     let violations = schema.violations(&body);
     if !violations.is_empty() {
         return Err(ApiError::validation(
-            format!("the document does not match the {} schema ({} violations)", schema.name(), violations.len()),
+            format!(
+                "the document does not match the {} schema ({} violations)",
+                schema.name(),
+                violations.len()
+            ),
             json!({"schema": format!("/schemas/{}.json", schema.name()), "violations": violations}),
         ));
     }
     serde_json::from_value(body).map_err(|e| {
         ApiError::validation(
-            format!("the document does not match the {} schema: {e}", schema.name()),
+            format!(
+                "the document does not match the {} schema: {e}",
+                schema.name()
+            ),
             json!({"violations": [{"pointer": "", "message": e.to_string()}]}),
         )
     })
@@ -77,9 +91,12 @@ pub async fn put_topology(
 ) -> ApiResult<(TopologyVersion, bool)> {
     check_chain_name(chain)?;
     let topology: Topology = parse_with_schema(Schema::Topology, body)?;
-    topology
-        .validate()
-        .map_err(|errs| violations_of(format!("the topology of {chain:?} is not a valid call tree"), errs))?;
+    topology.validate().map_err(|errs| {
+        violations_of(
+            format!("the topology of {chain:?} is not a valid call tree"),
+            errs,
+        )
+    })?;
     let audit = audit(principal, "topology.put", Some(chain), json!({}));
     Ok(state.store.put_topology(chain, &topology, audit).await?)
 }
@@ -114,8 +131,12 @@ fn draft_document(
     created_at: &str,
     drift: (Vec<DriftEntry>, Option<String>),
 ) -> ApiResult<BaselineDocument> {
-    let computation = budget_core::compute(topology, run)
-        .map_err(|errs| violations_of(format!("the run does not cover the topology of {chain:?}"), errs))?;
+    let computation = budget_core::compute(topology, run).map_err(|errs| {
+        violations_of(
+            format!("the run does not cover the topology of {chain:?}"),
+            errs,
+        )
+    })?;
     Ok(BaselineDocument {
         id: String::new(),
         chain: chain.to_owned(),
@@ -147,9 +168,15 @@ pub async fn upload_run(
     let topo = state.store.get_topology(chain, None).await?;
     let upload: RunUpload = parse_with_schema(Schema::Run, body)?;
     let (tool, note) = (upload.tool.clone(), upload.note.clone());
-    let run = upload
-        .into_run(&topo.topology)
-        .map_err(|errs| violations_of(format!("the run does not fit the topology of {chain:?} (v{})", topo.version), errs))?;
+    let run = upload.into_run(&topo.topology).map_err(|errs| {
+        violations_of(
+            format!(
+                "the run does not fit the topology of {chain:?} (v{})",
+                topo.version
+            ),
+            errs,
+        )
+    })?;
     let source_sha256 = hex::encode(sha2::Sha256::digest(raw));
 
     // The approved baseline may change between comparing and inserting; the store refuses the
@@ -203,8 +230,17 @@ pub async fn upload_run(
             uploaded_by: principal.name.clone(),
             created_at: created_at.clone(),
         };
-        let audit = audit(principal, "run.upload", Some(chain), json!({"drift": !drift.is_empty()}));
-        match state.store.insert_run(new_run, draft, compared_to.clone(), audit).await {
+        let audit = audit(
+            principal,
+            "run.upload",
+            Some(chain),
+            json!({"drift": !drift.is_empty()}),
+        );
+        match state
+            .store
+            .insert_run(new_run, draft, compared_to.clone(), audit)
+            .await
+        {
             Ok((stored, baseline)) => {
                 return Ok(RunOutcome {
                     run_id: stored.id,
@@ -222,7 +258,9 @@ pub async fn upload_run(
             Err(e) => return Err(e.into()),
         }
     }
-    Err(ApiError::conflict(format!("the approved baseline of {chain:?} kept changing; upload again")))
+    Err(ApiError::conflict(format!(
+        "the approved baseline of {chain:?} kept changing; upload again"
+    )))
 }
 
 pub async fn recompute(
@@ -246,7 +284,12 @@ pub async fn recompute(
         &now(),
         (Vec::new(), None),
     )?;
-    let audit = audit(principal, "baseline.recompute", Some(chain), json!({"run_id": run.id, "topology_version": topo.version}));
+    let audit = audit(
+        principal,
+        "baseline.recompute",
+        Some(chain),
+        json!({"run_id": run.id, "topology_version": topo.version}),
+    );
     Ok(state.store.insert_baseline(doc, audit).await?)
 }
 
@@ -271,18 +314,30 @@ pub async fn approve(
             .filter(|f| f.severity == budget_core::Severity::Error)
             .collect();
         return Err(ApiError::validation(
-            format!("baseline {id} has {} error finding(s) and cannot be approved", errors.len()),
+            format!(
+                "baseline {id} has {} error finding(s) and cannot be approved",
+                errors.len()
+            ),
             json!({ "findings": errors }),
         ));
     }
-    if state.settings.approval.require_distinct_approver && stored.run_uploaded_by == principal.name {
+    if state.settings.approval.require_distinct_approver && stored.run_uploaded_by == principal.name
+    {
         return Err(ApiError::forbidden(format!(
             "four eyes: {} uploaded run {} and cannot approve its baseline; another approver must",
             principal.name, stored.doc.run_id
         )));
     }
-    let audit = audit(principal, "baseline.approve", Some(&stored.doc.chain), json!({"comment": comment}));
-    let decided = state.store.decide(id, Verdict::Approve, comment, audit).await?;
+    let audit = audit(
+        principal,
+        "baseline.approve",
+        Some(&stored.doc.chain),
+        json!({"comment": comment}),
+    );
+    let decided = state
+        .store
+        .decide(id, Verdict::Approve, comment, audit)
+        .await?;
     republish(state).await;
     Ok(decided)
 }
@@ -295,7 +350,12 @@ async fn republish(state: &AppState) {
     }
 }
 
-pub async fn reject(state: &AppState, principal: &Principal, id: &str, comment: Option<String>) -> ApiResult<StoredBaseline> {
+pub async fn reject(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+    comment: Option<String>,
+) -> ApiResult<StoredBaseline> {
     let comment = comment.filter(|c| !c.trim().is_empty()).ok_or_else(|| {
         ApiError::validation(
             "a rejection needs a comment saying why",
@@ -309,15 +369,32 @@ pub async fn reject(state: &AppState, principal: &Principal, id: &str, comment: 
             stored.doc.state.as_str()
         )));
     }
-    let audit = audit(principal, "baseline.reject", Some(&stored.doc.chain), json!({"comment": comment}));
-    Ok(state.store.decide(id, Verdict::Reject, Some(comment), audit).await?.0)
+    let audit = audit(
+        principal,
+        "baseline.reject",
+        Some(&stored.doc.chain),
+        json!({"comment": comment}),
+    );
+    Ok(state
+        .store
+        .decide(id, Verdict::Reject, Some(comment), audit)
+        .await?
+        .0)
 }
 
-pub async fn rollback(state: &AppState, principal: &Principal, chain: &str, id: &str) -> ApiResult<Published> {
+pub async fn rollback(
+    state: &AppState,
+    principal: &Principal,
+    chain: &str,
+    id: &str,
+) -> ApiResult<Published> {
     check_chain_name(chain)?;
     let target = state.store.get_baseline(id).await?;
     if target.doc.chain != chain {
-        return Err(ApiError::not_found(format!("baseline {id} belongs to chain {:?}, not {chain:?}", target.doc.chain)));
+        return Err(ApiError::not_found(format!(
+            "baseline {id} belongs to chain {:?}, not {chain:?}",
+            target.doc.chain
+        )));
     }
     if target.doc.has_errors() {
         return Err(ApiError::validation(
@@ -334,11 +411,21 @@ pub async fn rollback(state: &AppState, principal: &Principal, chain: &str, id: 
 /// The live config of a chain: its latest publication.
 pub async fn budgets(state: &AppState, chain: &str) -> ApiResult<LiveChain> {
     check_chain_name(chain)?;
-    let publication = state.store.latest_publication(chain).await?.ok_or_else(|| {
-        ApiError::not_found(format!("chain {chain:?} has no published budgets yet: approve a baseline first"))
-    })?;
+    let publication = state
+        .store
+        .latest_publication(chain)
+        .await?
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "chain {chain:?} has no published budgets yet: approve a baseline first"
+            ))
+        })?;
     let baseline = state.store.get_baseline(&publication.baseline_id).await?;
-    Ok(LiveChain::from_baseline(&baseline.doc, publication.revision, &publication.created_at))
+    Ok(LiveChain::from_baseline(
+        &baseline.doc,
+        publication.revision,
+        &publication.created_at,
+    ))
 }
 
 pub async fn diff(state: &AppState, id: &str, against: &str) -> ApiResult<BaselineDiff> {
@@ -348,7 +435,12 @@ pub async fn diff(state: &AppState, id: &str, against: &str) -> ApiResult<Baseli
             .store
             .current_baseline(&to.doc.chain)
             .await?
-            .ok_or_else(|| ApiError::not_found(format!("chain {:?} has no approved baseline to compare with", to.doc.chain)))?
+            .ok_or_else(|| {
+                ApiError::not_found(format!(
+                    "chain {:?} has no approved baseline to compare with",
+                    to.doc.chain
+                ))
+            })?
     } else {
         state.store.get_baseline(against).await?
     };

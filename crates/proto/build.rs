@@ -1,5 +1,6 @@
 //! Generates the budget.v1 code with protox (pure Rust): no system `protoc` needed.
 
+#[allow(clippy::disallowed_methods)] // a build script reads OUT_DIR from its environment
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto_dir = "../../proto";
     let file = "budget/v1/budget.proto";

@@ -10,7 +10,11 @@ use budgetd::store::{self, Audit};
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "budgetd", version, about = "Control plane for timeout budgets: derive, check, approve and publish")]
+#[command(
+    name = "budgetd",
+    version,
+    about = "Control plane for timeout budgets: derive, check, approve and publish"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -91,7 +95,9 @@ impl Common {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
@@ -147,13 +153,24 @@ async fn token(command: TokenCommand) -> anyhow::Result<()> {
     };
     match command {
         TokenCommand::Create { common, role, name } => {
-            let role = Role::parse(&role)
-                .ok_or_else(|| anyhow::anyhow!("unknown role {role:?}: use reader, uploader, approver, agent or admin"))?;
-            anyhow::ensure!(valid_token_name(&name), "invalid token name {name:?}: 1-64 letters, digits, '-', '_', '.', '@'");
+            let role = Role::parse(&role).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "unknown role {role:?}: use reader, uploader, approver, agent or admin"
+                )
+            })?;
+            anyhow::ensure!(
+                valid_token_name(&name),
+                "invalid token name {name:?}: 1-64 letters, digits, '-', '_', '.', '@'"
+            );
             let store = store::connect(&common.settings()?.database_url()).await?;
             let token = generate_token();
             store
-                .create_token(&name, role, &hash_token(&token), audit("token.create", &name))
+                .create_token(
+                    &name,
+                    role,
+                    &hash_token(&token),
+                    audit("token.create", &name),
+                )
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             println!("{token}");

@@ -179,6 +179,43 @@ impl Client {
         })
     }
 
+    /// The server's root URL.
+    pub fn base(&self) -> &Url {
+        &self.base
+    }
+
+    /// The same server with another token.
+    pub fn with_token(&self, token: &str) -> Self {
+        Self {
+            token: Some(token.to_owned()),
+            idempotency_key: None,
+            ..self.clone()
+        }
+    }
+
+    /// `GET {base}/{path}` outside the API (e.g. `metrics`), as text.
+    pub async fn get_text(&self, path: &str) -> Result<String, CtlError> {
+        let url = self
+            .base
+            .join(path)
+            .map_err(|e| CtlError::Input(format!("bad path {path}: {e}")))?;
+        let resp = self
+            .http
+            .get(url.clone())
+            .send()
+            .await
+            .map_err(|e| CtlError::from_reqwest(&url, e))?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| CtlError::from_reqwest(&url, e))?;
+        if !(200..300).contains(&status) {
+            return Err(CtlError::from_response(status, &text));
+        }
+        Ok(text)
+    }
+
     /// Whether a token will be sent.
     pub fn has_token(&self) -> bool {
         self.token.is_some()

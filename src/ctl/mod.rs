@@ -4,6 +4,7 @@
 //! ([`Exit`]); [`Client`] speaks `/api/v1`, [`render`] turns answers into tables. The binary's
 //! `main` only parses and calls [`run`].
 
+pub mod bench;
 mod client;
 pub mod render;
 
@@ -147,6 +148,18 @@ pub enum Command {
     /// Create, revoke or list API tokens (admin)
     #[command(subcommand)]
     Token(TokenCommand),
+    /// List every agent seen: service, chains, replica, delivered and acknowledged revisions
+    Agents,
+    /// Measure budgetd (benchmarks against a running server; loopback only)
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Open N Watch streams, approve new baselines, and time until every stream has them
+    #[command(long_about = bench::WATCH_ABOUT)]
+    Watch(bench::WatchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -213,6 +226,11 @@ pub enum BaselineCommand {
     },
     /// Show a baseline: its segments' percentiles, timeouts and budgets, and its findings
     Show {
+        /// e.g. bl-20261130-001
+        id: String,
+    },
+    /// How far a baseline's publication has rolled out: agents of its chain that ACKed it
+    Rollout {
         /// e.g. bl-20261130-001
         id: String,
     },
@@ -288,10 +306,13 @@ pub enum TokenCommand {
 /// Runs a parsed command line and answers the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
     let json = cli.global.json;
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    // The benchmark drives thousands of streams: give it every core.
+    let mut builder = if matches!(cli.command, Command::Bench(_)) {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -473,6 +494,12 @@ async fn execute(command: Command, client: &Client, json: bool) -> Result<(), Ct
             show(json, &client.get(url).await?, render::audit);
         }
         Command::Token(cmd) => token(cmd, client, json).await?,
+        Command::Agents => show(
+            json,
+            &client.get(client.url(&["agents"])).await?,
+            render::agents,
+        ),
+        Command::Bench(BenchCommand::Watch(args)) => bench::watch(args, client, json).await?,
     }
     Ok(())
 }
@@ -490,6 +517,13 @@ async fn baseline(command: BaselineCommand, client: &Client, json: bool) -> Resu
             json,
             &client.get(client.url(&["baselines", &id])).await?,
             render::baseline,
+        ),
+        BaselineCommand::Rollout { id } => show(
+            json,
+            &client
+                .get(client.url(&["baselines", &id, "rollout"]))
+                .await?,
+            render::rollout,
         ),
         BaselineCommand::Diff { id, against } => {
             let mut url = client.url(&["baselines", &id, "diff"]);

@@ -31,7 +31,12 @@ pub struct Control {
 
 impl Control {
     pub fn new(state: AppState, hub: Hub, fleet: Fleet, shutdown: watch::Receiver<bool>) -> Self {
-        Self { state, hub, fleet, shutdown }
+        Self {
+            state,
+            hub,
+            fleet,
+            shutdown,
+        }
     }
 
     async fn authenticate<T>(&self, req: &Request<T>) -> Result<Principal, Status> {
@@ -39,10 +44,15 @@ impl Control {
             .metadata()
             .get("authorization")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
             .map(str::trim)
             .filter(|t| !t.is_empty())
-            .ok_or_else(|| Status::unauthenticated("missing bearer token in the authorization metadata"))?;
+            .ok_or_else(|| {
+                Status::unauthenticated("missing bearer token in the authorization metadata")
+            })?;
         let record = self
             .state
             .store
@@ -50,18 +60,26 @@ impl Control {
             .await
             .map_err(|e| Status::from(ApiError::from(e)))?
             .ok_or_else(|| Status::unauthenticated("invalid or revoked token"))?;
-        let principal = Principal { name: record.name, role: record.role };
+        let principal = Principal {
+            name: record.name,
+            role: record.role,
+        };
         if principal.has_any(&[Role::Agent]) {
             Ok(principal)
         } else {
-            Err(Status::permission_denied(format!("token {:?} has role {}; Watch and Ack need agent", principal.name, principal.role)))
+            Err(Status::permission_denied(format!(
+                "token {:?} has role {}; Watch and Ack need agent",
+                principal.name, principal.role
+            )))
         }
     }
 }
 
 fn check_id(field: &str, v: &str) -> Result<(), Status> {
     if v.is_empty() || v.len() > 128 || !v.chars().all(|c| c.is_ascii_graphic()) {
-        return Err(Status::invalid_argument(format!("{field} must be 1-128 printable ASCII characters")));
+        return Err(Status::invalid_argument(format!(
+            "{field} must be 1-128 printable ASCII characters"
+        )));
     }
     Ok(())
 }
@@ -73,7 +91,10 @@ enum Selection {
 }
 
 impl Selection {
-    fn pick<'a>(&'a self, state: &'a HubState) -> impl Iterator<Item = &'a std::sync::Arc<ChainEntry>> + 'a {
+    fn pick<'a>(
+        &'a self,
+        state: &'a HubState,
+    ) -> impl Iterator<Item = &'a std::sync::Arc<ChainEntry>> + 'a {
         state.iter().filter_map(move |(name, entry)| {
             let wanted = match self {
                 Self::Chains(set) => set.contains(name),
@@ -115,7 +136,11 @@ impl StreamState {
         let mut names = Vec::new();
         for entry in self.selection.pick(&state) {
             revision = revision.max(entry.revision());
-            let have = self.sent.get(&entry.live.chain).copied().unwrap_or(self.known);
+            let have = self
+                .sent
+                .get(&entry.live.chain)
+                .copied()
+                .unwrap_or(self.known);
             if entry.revision() > have {
                 chains.push(entry.wire.clone());
                 names.push(entry.live.chain.clone());
@@ -128,7 +153,9 @@ impl StreamState {
             self.sent.insert(name.clone(), revision);
         }
         self.known = revision;
-        self.conn.fleet.delivered(&self.conn.agent_id, revision, &names);
+        self.conn
+            .fleet
+            .delivered(&self.conn.agent_id, revision, &names);
         Some(BudgetUpdate { revision, chains })
     }
 }
@@ -144,7 +171,9 @@ impl BudgetControl for Control {
         let req = req.into_inner();
         check_id("agent_id", &req.agent_id)?;
         if req.known_revision < 0 {
-            return Err(Status::invalid_argument("known_revision must not be negative"));
+            return Err(Status::invalid_argument(
+                "known_revision must not be negative",
+            ));
         }
         let selection = if req.chains.is_empty() {
             check_id("service (or chains)", &req.service)?;
@@ -155,12 +184,20 @@ impl BudgetControl for Control {
             }
             Selection::Chains(req.chains.iter().cloned().collect())
         };
-        if req.labels.len() > 32 || req.labels.iter().any(|(k, v)| k.len() > 64 || v.len() > 256) {
-            return Err(Status::invalid_argument("labels: at most 32, keys ≤ 64 and values ≤ 256 bytes"));
+        if req.labels.len() > 32
+            || req
+                .labels
+                .iter()
+                .any(|(k, v)| k.len() > 64 || v.len() > 256)
+        {
+            return Err(Status::invalid_argument(
+                "labels: at most 32, keys ≤ 64 and values ≤ 256 bytes",
+            ));
         }
         tracing::info!(agent = %req.agent_id, service = %req.service, token = %principal.name, known = req.known_revision, "watch opened");
         let labels: BTreeMap<String, String> = req.labels.into_iter().collect();
-        self.fleet.connected(&req.agent_id, &req.service, labels, req.known_revision);
+        self.fleet
+            .connected(&req.agent_id, &req.service, labels, req.known_revision);
         let mut rx = self.hub.subscribe();
         rx.mark_changed();
         let state = StreamState {
@@ -169,7 +206,10 @@ impl BudgetControl for Control {
             selection,
             sent: HashMap::new(),
             known: req.known_revision,
-            conn: Connection { agent_id: req.agent_id, fleet: self.fleet.clone() },
+            conn: Connection {
+                agent_id: req.agent_id,
+                fleet: self.fleet.clone(),
+            },
         };
         let stream = futures_util::stream::unfold(state, |mut st| async move {
             loop {
@@ -200,13 +240,18 @@ impl BudgetControl for Control {
             return Err(Status::invalid_argument("revision must be positive"));
         }
         if !req.accepted && req.error.trim().is_empty() {
-            return Err(Status::invalid_argument("a NACK (accepted=false) needs the error that made the agent refuse"));
+            return Err(Status::invalid_argument(
+                "a NACK (accepted=false) needs the error that made the agent refuse",
+            ));
         }
         let error: String = req.error.chars().take(2000).collect();
         if !req.accepted {
             tracing::warn!(agent = %req.agent_id, revision = req.revision, %error, "agent refused a config (NACK)");
         }
-        if !self.fleet.acked(&req.agent_id, req.revision, req.accepted, &error) {
+        if !self
+            .fleet
+            .acked(&req.agent_id, req.revision, req.accepted, &error)
+        {
             return Err(Status::failed_precondition(format!(
                 "agent {:?} has no Watch stream on this replica; open one first",
                 req.agent_id
@@ -219,14 +264,18 @@ impl BudgetControl for Control {
 /// The tonic router: BudgetControl, health and reflection.
 pub async fn routes(control: Control) -> anyhow::Result<tonic::service::Routes> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    health_reporter.set_serving::<BudgetControlServer<Control>>().await;
+    health_reporter
+        .set_serving::<BudgetControlServer<Control>>()
+        .await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(budget_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
-    Ok(tonic::service::Routes::new(BudgetControlServer::new(control))
-        .add_service(health_service)
-        .add_service(reflection))
+    Ok(
+        tonic::service::Routes::new(BudgetControlServer::new(control))
+            .add_service(health_service)
+            .add_service(reflection),
+    )
 }
 
 /// HTTP/2 keepalive: detect dead agents and keep idle streams through middleboxes.

@@ -22,8 +22,11 @@ pub struct OptionalJsonBody(pub Option<Value>);
 async fn read_body(req: Request, limit: usize) -> ApiResult<Bytes> {
     let body: Body = req.into_body();
     axum::body::to_bytes(body, limit).await.map_err(|_| {
-        ApiError::new(Code::PayloadTooLarge, format!("request body exceeds the limit of {limit} bytes"))
-            .with_details(json!({"limit_bytes": limit}))
+        ApiError::new(
+            Code::PayloadTooLarge,
+            format!("request body exceeds the limit of {limit} bytes"),
+        )
+        .with_details(json!({"limit_bytes": limit}))
     })
 }
 
@@ -39,8 +42,11 @@ fn is_json(content_type: Option<&str>) -> bool {
 
 fn parse(raw: &[u8]) -> ApiResult<Value> {
     serde_json::from_slice(raw).map_err(|e| {
-        ApiError::new(Code::MalformedJson, format!("request body is not valid JSON: {e}"))
-            .with_details(json!({"line": e.line(), "column": e.column()}))
+        ApiError::new(
+            Code::MalformedJson,
+            format!("request body is not valid JSON: {e}"),
+        )
+        .with_details(json!({"line": e.line(), "column": e.column()}))
     })
 }
 
@@ -48,11 +54,18 @@ impl FromRequest<AppState> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> ApiResult<Self> {
-        let ct = req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let ct = req
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         if !is_json(ct.as_deref()) {
             return Err(ApiError::new(
                 Code::UnsupportedMediaType,
-                format!("expected Content-Type: application/json, got {}", ct.as_deref().unwrap_or("none")),
+                format!(
+                    "expected Content-Type: application/json, got {}",
+                    ct.as_deref().unwrap_or("none")
+                ),
             ));
         }
         let raw = read_body(req, state.settings.max_body_bytes).await?;
@@ -65,7 +78,11 @@ impl FromRequest<AppState> for OptionalJsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> ApiResult<Self> {
-        let ct = req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let ct = req
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let raw = read_body(req, state.settings.max_body_bytes).await?;
         if raw.iter().all(u8::is_ascii_whitespace) {
             return Ok(Self(None));
@@ -73,7 +90,10 @@ impl FromRequest<AppState> for OptionalJsonBody {
         if !is_json(ct.as_deref()) {
             return Err(ApiError::new(
                 Code::UnsupportedMediaType,
-                format!("expected Content-Type: application/json, got {}", ct.as_deref().unwrap_or("none")),
+                format!(
+                    "expected Content-Type: application/json, got {}",
+                    ct.as_deref().unwrap_or("none")
+                ),
             ));
         }
         Ok(Self(Some(parse(&raw)?)))
@@ -117,9 +137,12 @@ impl Principal {
         if self.has_any(roles) {
             Ok(())
         } else {
-            let names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
+            let mut names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
+            if !roles.contains(&Role::Admin) {
+                names.push("admin");
+            }
             Err(ApiError::forbidden(format!(
-                "token {:?} has role {}; this needs {} or admin",
+                "token {:?} has role {}; this needs {}",
                 self.name,
                 self.role,
                 names.join(" or ")

@@ -15,7 +15,8 @@ use crate::state::AppState;
 /// `(method, route, status)`.
 type RequestKey = (String, String, u16);
 /// Request key → (count, total seconds).
-static REQUESTS: LazyLock<Mutex<BTreeMap<RequestKey, (u64, f64)>>> = LazyLock::new(Default::default);
+static REQUESTS: LazyLock<Mutex<BTreeMap<RequestKey, (u64, f64)>>> =
+    LazyLock::new(Default::default);
 
 /// Logs every request once and counts it by route template and status.
 pub async fn track(req: Request, next: Next) -> Response {
@@ -51,6 +52,12 @@ pub async fn render(State(state): State<AppState>) -> Response {
     for ((method, route, status), (_, secs)) in &snapshot {
         let _ = writeln!(out, "budgetd_http_request_seconds_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {secs}");
     }
+    out.push_str("# HELP budgetd_watch_streams Open Watch streams on this replica.\n# TYPE budgetd_watch_streams gauge\n");
+    let _ = writeln!(out, "budgetd_watch_streams {}", state.hub.subscribers());
+    if let Some(rss) = resident_memory_bytes() {
+        out.push_str("# HELP process_resident_memory_bytes Resident memory of this process.\n# TYPE process_resident_memory_bytes gauge\n");
+        let _ = writeln!(out, "process_resident_memory_bytes {rss}");
+    }
     if let Ok(chains) = state.store.list_chains().await {
         out.push_str("# HELP budgetd_chains Chains known to this control plane.\n# TYPE budgetd_chains gauge\n");
         let _ = writeln!(out, "budgetd_chains {}", chains.len());
@@ -60,8 +67,21 @@ pub async fn render(State(state): State<AppState>) -> Response {
         }
         out.push_str("# HELP budgetd_revision Latest publication revision per chain.\n# TYPE budgetd_revision gauge\n");
         for c in chains.iter().filter(|c| c.revision.is_some()) {
-            let _ = writeln!(out, "budgetd_revision{{chain=\"{}\"}} {}", c.name, c.revision.unwrap_or_default());
+            let _ = writeln!(
+                out,
+                "budgetd_revision{{chain=\"{}\"}} {}",
+                c.name,
+                c.revision.unwrap_or_default()
+            );
         }
     }
     ([(CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+/// VmRSS from /proc (Linux); `None` elsewhere.
+fn resident_memory_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }

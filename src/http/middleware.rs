@@ -22,11 +22,17 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
         .headers()
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
         .map(str::trim);
     let unauthorized = |message: &str| {
         let mut resp = ApiError::new(Code::Unauthorized, message).into_response();
-        resp.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"budgetd\""));
+        resp.headers_mut().insert(
+            WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"budgetd\""),
+        );
         resp
     };
     let Some(token) = token.filter(|t| !t.is_empty()) else {
@@ -34,7 +40,10 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     };
     match state.store.find_token(&hash_token(token)).await {
         Ok(Some(record)) => {
-            req.extensions_mut().insert(Principal { name: record.name, role: record.role });
+            req.extensions_mut().insert(Principal {
+                name: record.name,
+                role: record.role,
+            });
             next.run(req).await
         }
         Ok(None) => unauthorized("invalid or revoked token"),
@@ -48,7 +57,10 @@ const IN_FLIGHT_WAIT: Duration = Duration::from_secs(30);
 /// Same key and body → the first response again, byte for byte; same key, other body → 409.
 /// Keys are scoped to the token. Responses with status ≥ 500 are not kept, so a retry runs again.
 pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let writes = matches!(*req.method(), Method::POST | Method::PUT | Method::DELETE | Method::PATCH);
+    let writes = matches!(
+        *req.method(),
+        Method::POST | Method::PUT | Method::DELETE | Method::PATCH
+    );
     let Some(key) = req.headers().get("idempotency-key").cloned() else {
         return next.run(req).await;
     };
@@ -56,9 +68,14 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
         return next.run(req).await;
     }
     let key = match key.to_str() {
-        Ok(k) if (1..=255).contains(&k.len()) && k.chars().all(|c| c.is_ascii_graphic()) => k.to_owned(),
+        Ok(k) if (1..=255).contains(&k.len()) && k.chars().all(|c| c.is_ascii_graphic()) => {
+            k.to_owned()
+        }
         _ => {
-            return ApiError::bad_request("Idempotency-Key must be 1-255 printable ASCII characters").into_response()
+            return ApiError::bad_request(
+                "Idempotency-Key must be 1-255 printable ASCII characters",
+            )
+            .into_response()
         }
     };
     let Some(principal) = req.extensions().get::<Principal>().cloned() else {
@@ -67,8 +84,11 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
     let (parts, body) = req.into_parts();
     let limit = state.settings.max_body_bytes;
     let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
-        return ApiError::new(Code::PayloadTooLarge, format!("request body exceeds the limit of {limit} bytes"))
-            .into_response();
+        return ApiError::new(
+            Code::PayloadTooLarge,
+            format!("request body exceeds the limit of {limit} bytes"),
+        )
+        .into_response();
     };
     let mut hasher = sha2::Sha256::new();
     hasher.update(parts.method.as_str());
@@ -80,7 +100,11 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
 
     let started = Instant::now();
     loop {
-        match state.store.idem_begin(&principal.name, &key, &request_hash, &now()).await {
+        match state
+            .store
+            .idem_begin(&principal.name, &key, &request_hash, &now())
+            .await
+        {
             Err(e) => return ApiError::from(e).into_response(),
             Ok(IdemBegin::Mismatch) => {
                 return ApiError::conflict(format!(
@@ -93,14 +117,18 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             Ok(IdemBegin::InFlight) => {
-                return ApiError::conflict(format!("a request with Idempotency-Key {key:?} is still in progress"))
-                    .into_response()
+                return ApiError::conflict(format!(
+                    "a request with Idempotency-Key {key:?} is still in progress"
+                ))
+                .into_response()
             }
             Ok(IdemBegin::Started) => break,
         }
     }
 
-    let response = next.run(Request::from_parts(parts, Body::from(bytes))).await;
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
     if response.status().is_server_error() {
         if let Err(e) = state.store.idem_abort(&principal.name, &key).await {
             tracing::warn!(error = %e, "failed to release an idempotency key");
@@ -112,7 +140,8 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
         Ok(b) => b,
         Err(e) => {
             let _ = state.store.idem_abort(&principal.name, &key).await;
-            return ApiError::internal(anyhow::anyhow!("failed to buffer response: {e}")).into_response();
+            return ApiError::internal(anyhow::anyhow!("failed to buffer response: {e}"))
+                .into_response();
         }
     };
     let stored = IdemResponse {
@@ -125,7 +154,11 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
             .to_owned(),
         body: String::from_utf8_lossy(&body).into_owned(),
     };
-    if let Err(e) = state.store.idem_finish(&principal.name, &key, &stored).await {
+    if let Err(e) = state
+        .store
+        .idem_finish(&principal.name, &key, &stored)
+        .await
+    {
         tracing::warn!(error = %e, "failed to store an idempotent response");
     }
     parts.headers.remove(axum::http::header::CONTENT_LENGTH);
@@ -138,6 +171,7 @@ fn replay(stored: IdemResponse) -> Response {
     if let Ok(ct) = HeaderValue::from_str(&stored.content_type) {
         resp.headers_mut().insert(CONTENT_TYPE, ct);
     }
-    resp.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+    resp.headers_mut()
+        .insert("idempotent-replayed", HeaderValue::from_static("true"));
     resp
 }

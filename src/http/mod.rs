@@ -20,8 +20,14 @@ use crate::state::AppState;
 /// The whole HTTP surface.
 pub fn router(state: AppState) -> Router {
     let api = api::router()
-        .layer(mw::from_fn_with_state(state.clone(), middleware::idempotency))
-        .layer(mw::from_fn_with_state(state.clone(), middleware::authenticate));
+        .layer(mw::from_fn_with_state(
+            state.clone(),
+            middleware::idempotency,
+        ))
+        .layer(mw::from_fn_with_state(
+            state.clone(),
+            middleware::authenticate,
+        ));
     Router::new()
         .nest("/api/v1", api)
         .route("/healthz", get(healthz))
@@ -51,14 +57,26 @@ async fn readyz(State(state): State<AppState>) -> Response {
 
 async fn schema(Path(name): Path<String>) -> Response {
     match name.strip_suffix(".json").and_then(schemas::text) {
-        Some(text) => (StatusCode::OK, [(CONTENT_TYPE, "application/schema+json")], text).into_response(),
-        None => ApiError::not_found(format!("no schema {name:?}; available: topology.json, run.json, baseline.json"))
+        Some(text) => (
+            StatusCode::OK,
+            [(CONTENT_TYPE, "application/schema+json")],
+            text,
+        )
             .into_response(),
+        None => ApiError::not_found(format!(
+            "no schema {name:?}; available: topology.json, run.json, baseline.json"
+        ))
+        .into_response(),
     }
 }
 
 async fn openapi() -> Response {
-    (StatusCode::OK, [(CONTENT_TYPE, "application/json")], schemas::OPENAPI).into_response()
+    (
+        StatusCode::OK,
+        [(CONTENT_TYPE, "application/json")],
+        schemas::OPENAPI,
+    )
+        .into_response()
 }
 
 async fn not_found() -> ApiError {

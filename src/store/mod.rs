@@ -228,7 +228,8 @@ pub trait Store: Send + Sync + 'static {
         topology: &Topology,
         audit: Audit,
     ) -> StoreResult<(TopologyVersion, bool)>;
-    async fn get_topology(&self, chain: &str, version: Option<i64>) -> StoreResult<TopologyVersion>;
+    async fn get_topology(&self, chain: &str, version: Option<i64>)
+        -> StoreResult<TopologyVersion>;
     async fn list_chains(&self) -> StoreResult<Vec<ChainSummary>>;
 
     /// Inserts a run and, when given, a draft computed from it, in one transaction.
@@ -247,7 +248,11 @@ pub trait Store: Send + Sync + 'static {
     async fn run_count(&self, chain: &str) -> StoreResult<i64>;
 
     /// Inserts a draft; the store assigns its id (`bl-YYYYMMDD-NNN`, date of `created_at`).
-    async fn insert_baseline(&self, draft: BaselineDocument, audit: Audit) -> StoreResult<StoredBaseline>;
+    async fn insert_baseline(
+        &self,
+        draft: BaselineDocument,
+        audit: Audit,
+    ) -> StoreResult<StoredBaseline>;
     async fn get_baseline(&self, id: &str) -> StoreResult<StoredBaseline>;
     async fn list_baselines(
         &self,
@@ -271,7 +276,10 @@ pub trait Store: Send + Sync + 'static {
     async fn latest_publication(&self, chain: &str) -> StoreResult<Option<Publication>>;
 
     /// Each chain's latest publication with a revision above `after`, with its baseline.
-    async fn latest_publications(&self, after: i64) -> StoreResult<Vec<(Publication, StoredBaseline)>>;
+    async fn latest_publications(
+        &self,
+        after: i64,
+    ) -> StoreResult<Vec<(Publication, StoredBaseline)>>;
 
     /// The latest publication of a baseline (approve or rollback), if it was ever published.
     async fn baseline_publication(&self, baseline_id: &str) -> StoreResult<Option<Publication>>;
@@ -280,17 +288,45 @@ pub trait Store: Send + Sync + 'static {
     async fn upsert_agents(&self, agents: &[AgentStatus]) -> StoreResult<()>;
     async fn list_agents(&self) -> StoreResult<Vec<AgentStatus>>;
 
-    async fn audit_log(&self, chain: Option<&str>, limit: i64, before: Option<i64>) -> StoreResult<Vec<AuditEntry>>;
+    async fn audit_log(
+        &self,
+        chain: Option<&str>,
+        limit: i64,
+        before: Option<i64>,
+    ) -> StoreResult<Vec<AuditEntry>>;
 
-    async fn create_token(&self, name: &str, role: Role, hash: &str, audit: Audit) -> StoreResult<TokenRecord>;
+    async fn create_token(
+        &self,
+        name: &str,
+        role: Role,
+        hash: &str,
+        audit: Audit,
+    ) -> StoreResult<TokenRecord>;
     /// Creates or replaces a token (start-up bootstrap of the admin token).
-    async fn upsert_token(&self, name: &str, role: Role, hash: &str, audit: Audit) -> StoreResult<()>;
+    async fn upsert_token(
+        &self,
+        name: &str,
+        role: Role,
+        hash: &str,
+        audit: Audit,
+    ) -> StoreResult<()>;
     async fn revoke_token(&self, name: &str, audit: Audit) -> StoreResult<()>;
     async fn find_token(&self, hash: &str) -> StoreResult<Option<TokenRecord>>;
     async fn list_tokens(&self) -> StoreResult<Vec<TokenRecord>>;
 
-    async fn idem_begin(&self, principal: &str, key: &str, request_hash: &str, now: &str) -> StoreResult<IdemBegin>;
-    async fn idem_finish(&self, principal: &str, key: &str, response: &IdemResponse) -> StoreResult<()>;
+    async fn idem_begin(
+        &self,
+        principal: &str,
+        key: &str,
+        request_hash: &str,
+        now: &str,
+    ) -> StoreResult<IdemBegin>;
+    async fn idem_finish(
+        &self,
+        principal: &str,
+        key: &str,
+        response: &IdemResponse,
+    ) -> StoreResult<()>;
     async fn idem_abort(&self, principal: &str, key: &str) -> StoreResult<()>;
     /// Forgets keys created before `cutoff`; returns how many.
     async fn idem_expire(&self, cutoff: &str) -> StoreResult<u64>;

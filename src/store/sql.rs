@@ -47,7 +47,11 @@ impl SqlStore {
     }
 
     /// The newest publication where `column` (`chain` or `baseline_id`) equals `value`.
-    async fn one_publication(&self, column: &'static str, value: &str) -> StoreResult<Option<Publication>> {
+    async fn one_publication(
+        &self,
+        column: &'static str,
+        value: &str,
+    ) -> StoreResult<Option<Publication>> {
         let row = sqlx::query(&format!(
             "SELECT revision, chain, baseline_id, kind, created_by, created_at FROM publications \
              WHERE {column} = $1 ORDER BY revision DESC LIMIT 1"
@@ -105,8 +109,15 @@ const BASELINE_COLUMNS: &str = "b.document, b.sha256, r.uploaded_by";
 
 fn baseline_from_row(row: &AnyRow) -> StoreResult<StoredBaseline> {
     let bytes: String = row.try_get(0)?;
-    let doc: BaselineDocument = serde_json::from_str(&bytes).map_err(|e| internal(anyhow::Error::new(e).context("stored baseline document is not valid")))?;
-    Ok(StoredBaseline { doc, bytes, sha256: row.try_get(1)?, run_uploaded_by: row.try_get(2)? })
+    let doc: BaselineDocument = serde_json::from_str(&bytes).map_err(|e| {
+        internal(anyhow::Error::new(e).context("stored baseline document is not valid"))
+    })?;
+    Ok(StoredBaseline {
+        doc,
+        bytes,
+        sha256: row.try_get(1)?,
+        run_uploaded_by: row.try_get(2)?,
+    })
 }
 
 async fn fetch_baseline(tx: &mut Tx, id: &str) -> StoreResult<StoredBaseline> {
@@ -121,7 +132,11 @@ async fn fetch_baseline(tx: &mut Tx, id: &str) -> StoreResult<StoredBaseline> {
 }
 
 /// Allocates the id, renders the document and inserts it.
-async fn insert_baseline_tx(tx: &mut Tx, mut doc: BaselineDocument, run_uploaded_by: String) -> StoreResult<StoredBaseline> {
+async fn insert_baseline_tx(
+    tx: &mut Tx,
+    mut doc: BaselineDocument,
+    run_uploaded_by: String,
+) -> StoreResult<StoredBaseline> {
     let day = compact_date(&doc.created_at);
     let n = next_counter(tx, &format!("bl-{day}")).await?;
     doc.id = format!("bl-{day}-{n:03}");
@@ -145,7 +160,12 @@ async fn insert_baseline_tx(tx: &mut Tx, mut doc: BaselineDocument, run_uploaded
     .bind(&doc.created_by)
     .execute(&mut **tx)
     .await?;
-    Ok(StoredBaseline { doc, bytes, sha256, run_uploaded_by })
+    Ok(StoredBaseline {
+        doc,
+        bytes,
+        sha256,
+        run_uploaded_by,
+    })
 }
 
 /// Moves a baseline to `state` (re-rendering its document) if it is in `from` now.
@@ -183,7 +203,9 @@ async fn transition(
     .execute(&mut **tx)
     .await?;
     if done.rows_affected() != 1 {
-        return Err(StoreError::Conflict(format!("baseline {id} changed state concurrently")));
+        return Err(StoreError::Conflict(format!(
+            "baseline {id} changed state concurrently"
+        )));
     }
     Ok(stored)
 }
@@ -277,7 +299,8 @@ fn token_from_row(row: &AnyRow) -> StoreResult<TokenRecord> {
     let role: String = row.try_get("role")?;
     Ok(TokenRecord {
         name: row.try_get("name")?,
-        role: Role::parse(&role).ok_or_else(|| internal(anyhow::anyhow!("unknown role {role:?} in store")))?,
+        role: Role::parse(&role)
+            .ok_or_else(|| internal(anyhow::anyhow!("unknown role {role:?} in store")))?,
         created_at: row.try_get("created_at")?,
         created_by: row.try_get("created_by")?,
     })
@@ -294,7 +317,12 @@ impl Store for SqlStore {
         Ok(())
     }
 
-    async fn put_topology(&self, chain: &str, topology: &Topology, audit: Audit) -> StoreResult<(TopologyVersion, bool)> {
+    async fn put_topology(
+        &self,
+        chain: &str,
+        topology: &Topology,
+        audit: Audit,
+    ) -> StoreResult<(TopologyVersion, bool)> {
         let document = serde_json::to_string(topology).map_err(internal)?;
         let sha256 = sha256_hex(document.as_bytes());
         let mut tx = self.begin().await?;
@@ -352,7 +380,11 @@ impl Store for SqlStore {
         ))
     }
 
-    async fn get_topology(&self, chain: &str, version: Option<i64>) -> StoreResult<TopologyVersion> {
+    async fn get_topology(
+        &self,
+        chain: &str,
+        version: Option<i64>,
+    ) -> StoreResult<TopologyVersion> {
         let row = sqlx::query(
             "SELECT chain, version, document, sha256, created_at, created_by FROM topology_versions \
              WHERE chain = $1 AND ($2 < 0 OR version = $2) ORDER BY version DESC LIMIT 1",
@@ -464,12 +496,14 @@ impl Store for SqlStore {
     }
 
     async fn get_run(&self, chain: &str, id: &str) -> StoreResult<StoredRun> {
-        let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1 AND chain = $2"))
-            .bind(id)
-            .bind(chain)
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or_else(|| StoreError::NotFound(format!("run {id:?} of chain {chain:?}")))?;
+        let row = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE id = $1 AND chain = $2"
+        ))
+        .bind(id)
+        .bind(chain)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("run {id:?} of chain {chain:?}")))?;
         run_from_row(&row)
     }
 
@@ -492,7 +526,11 @@ impl Store for SqlStore {
         Ok(row.try_get(0)?)
     }
 
-    async fn insert_baseline(&self, draft: BaselineDocument, audit: Audit) -> StoreResult<StoredBaseline> {
+    async fn insert_baseline(
+        &self,
+        draft: BaselineDocument,
+        audit: Audit,
+    ) -> StoreResult<StoredBaseline> {
         let mut tx = self.begin().await?;
         lock_chain(&mut tx, &draft.chain, &draft.created_at).await?;
         let uploader = sqlx::query("SELECT uploaded_by FROM runs WHERE id = $1")
@@ -520,7 +558,11 @@ impl Store for SqlStore {
         baseline_from_row(&row)
     }
 
-    async fn list_baselines(&self, chain: &str, state: Option<BaselineState>) -> StoreResult<Vec<BaselineSummary>> {
+    async fn list_baselines(
+        &self,
+        chain: &str,
+        state: Option<BaselineState>,
+    ) -> StoreResult<Vec<BaselineSummary>> {
         let rows = sqlx::query(
             "SELECT id, chain, state, reason, run_id, topology_version, has_errors, created_at, created_by, updated_at \
              FROM baselines WHERE chain = $1 AND ($2 = '' OR state = $2) ORDER BY created_at DESC, id DESC",
@@ -535,7 +577,8 @@ impl Store for SqlStore {
                 Ok(BaselineSummary {
                     id: r.try_get("id")?,
                     chain: r.try_get("chain")?,
-                    state: BaselineState::parse(&state).ok_or_else(|| internal(anyhow::anyhow!("bad state {state:?}")))?,
+                    state: BaselineState::parse(&state)
+                        .ok_or_else(|| internal(anyhow::anyhow!("bad state {state:?}")))?,
                     reason: r.try_get("reason")?,
                     run_id: r.try_get("run_id")?,
                     topology_version: r.try_get("topology_version")?,
@@ -574,7 +617,11 @@ impl Store for SqlStore {
             .try_get(0)?;
         let mut tx = self.begin().await?;
         lock_chain(&mut tx, &chain, &audit.at).await?;
-        let decision = Decision { by: audit.actor.clone(), at: audit.at.clone(), comment: comment.clone() };
+        let decision = Decision {
+            by: audit.actor.clone(),
+            at: audit.at.clone(),
+            comment: comment.clone(),
+        };
         let (to, label) = match verdict {
             Verdict::Approve => (BaselineState::Approved, "approved"),
             Verdict::Reject => (BaselineState::Rejected, "rejected"),
@@ -582,16 +629,35 @@ impl Store for SqlStore {
         // Check the draft first so a non-draft answers Conflict before anything moves.
         let draft = fetch_baseline(&mut tx, id).await?;
         if draft.doc.state != BaselineState::Draft {
-            return Err(StoreError::Conflict(format!("baseline {id} is {}, only a draft can be {label}", draft.doc.state.as_str())));
+            return Err(StoreError::Conflict(format!(
+                "baseline {id} is {}, only a draft can be {label}",
+                draft.doc.state.as_str()
+            )));
         }
         let mut superseded = None;
         if verdict == Verdict::Approve {
             if let Some(old) = current_id(&mut tx, &chain).await? {
-                transition(&mut tx, &old, BaselineState::Approved, BaselineState::Superseded, None, &audit.at).await?;
+                transition(
+                    &mut tx,
+                    &old,
+                    BaselineState::Approved,
+                    BaselineState::Superseded,
+                    None,
+                    &audit.at,
+                )
+                .await?;
                 superseded = Some(old);
             }
         }
-        let stored = transition(&mut tx, id, BaselineState::Draft, to, Some(decision), &audit.at).await?;
+        let stored = transition(
+            &mut tx,
+            id,
+            BaselineState::Draft,
+            to,
+            Some(decision),
+            &audit.at,
+        )
+        .await?;
         sqlx::query("INSERT INTO approvals (baseline_id, decision, actor, comment, created_at) VALUES ($1, $2, $3, $4, $5)")
             .bind(id)
             .bind(label)
@@ -602,8 +668,13 @@ impl Store for SqlStore {
             .await?;
         let published = match verdict {
             Verdict::Approve => {
-                let revision = publish(&mut tx, self.backend, &chain, id, "approve", &audit).await?;
-                Some(Published { baseline: stored.clone(), revision, superseded })
+                let revision =
+                    publish(&mut tx, self.backend, &chain, id, "approve", &audit).await?;
+                Some(Published {
+                    baseline: stored.clone(),
+                    revision,
+                    superseded,
+                })
             }
             Verdict::Reject => None,
         };
@@ -624,7 +695,9 @@ impl Store for SqlStore {
         lock_chain(&mut tx, chain, &audit.at).await?;
         let target = fetch_baseline(&mut tx, id).await?;
         if target.doc.chain != chain {
-            return Err(StoreError::NotFound(format!("baseline {id:?} of chain {chain:?}")));
+            return Err(StoreError::NotFound(format!(
+                "baseline {id:?} of chain {chain:?}"
+            )));
         }
         if target.doc.state != BaselineState::Superseded {
             return Err(StoreError::Conflict(format!(
@@ -634,10 +707,26 @@ impl Store for SqlStore {
         }
         let mut superseded = None;
         if let Some(old) = current_id(&mut tx, chain).await? {
-            transition(&mut tx, &old, BaselineState::Approved, BaselineState::Superseded, None, &audit.at).await?;
+            transition(
+                &mut tx,
+                &old,
+                BaselineState::Approved,
+                BaselineState::Superseded,
+                None,
+                &audit.at,
+            )
+            .await?;
             superseded = Some(old);
         }
-        let stored = transition(&mut tx, id, BaselineState::Superseded, BaselineState::Approved, None, &audit.at).await?;
+        let stored = transition(
+            &mut tx,
+            id,
+            BaselineState::Superseded,
+            BaselineState::Approved,
+            None,
+            &audit.at,
+        )
+        .await?;
         let revision = publish(&mut tx, self.backend, chain, id, "rollback", &audit).await?;
         let mut audit = audit;
         audit.subject = Some(id.to_owned());
@@ -645,7 +734,11 @@ impl Store for SqlStore {
         audit.detail["superseded"] = superseded.clone().into();
         write_audit(&mut tx, &audit).await?;
         tx.commit().await?;
-        Ok(Published { baseline: stored, revision, superseded })
+        Ok(Published {
+            baseline: stored,
+            revision,
+            superseded,
+        })
     }
 
     async fn latest_publication(&self, chain: &str) -> StoreResult<Option<Publication>> {
@@ -656,7 +749,10 @@ impl Store for SqlStore {
         self.one_publication("baseline_id", baseline_id).await
     }
 
-    async fn latest_publications(&self, after: i64) -> StoreResult<Vec<(Publication, StoredBaseline)>> {
+    async fn latest_publications(
+        &self,
+        after: i64,
+    ) -> StoreResult<Vec<(Publication, StoredBaseline)>> {
         let rows = sqlx::query(&format!(
             "SELECT p.revision, p.chain, p.baseline_id, p.kind, p.created_by, p.created_at, {BASELINE_COLUMNS} \
              FROM publications p JOIN baselines b ON b.id = p.baseline_id JOIN runs r ON r.id = b.run_id \
@@ -671,7 +767,12 @@ impl Store for SqlStore {
                 let publication = publication_from_row(r)?;
                 let bytes: String = r.try_get("document")?;
                 let doc = serde_json::from_str(&bytes).map_err(internal)?;
-                let baseline = StoredBaseline { doc, bytes, sha256: r.try_get("sha256")?, run_uploaded_by: r.try_get("uploaded_by")? };
+                let baseline = StoredBaseline {
+                    doc,
+                    bytes,
+                    sha256: r.try_get("sha256")?,
+                    run_uploaded_by: r.try_get("uploaded_by")?,
+                };
                 Ok((publication, baseline))
             })
             .collect()
@@ -725,7 +826,11 @@ impl Store for SqlStore {
                     agent_id: r.try_get("agent_id")?,
                     service: r.try_get("service")?,
                     labels: serde_json::from_str(&labels).unwrap_or_default(),
-                    chains: chains.split(',').filter(|c| !c.is_empty()).map(str::to_owned).collect(),
+                    chains: chains
+                        .split(',')
+                        .filter(|c| !c.is_empty())
+                        .map(str::to_owned)
+                        .collect(),
                     replica: r.try_get("replica")?,
                     connected: r.try_get::<i64, _>("connected")? != 0,
                     delivered: r.try_get("delivered")?,
@@ -739,7 +844,12 @@ impl Store for SqlStore {
             .collect()
     }
 
-    async fn audit_log(&self, chain: Option<&str>, limit: i64, before: Option<i64>) -> StoreResult<Vec<AuditEntry>> {
+    async fn audit_log(
+        &self,
+        chain: Option<&str>,
+        limit: i64,
+        before: Option<i64>,
+    ) -> StoreResult<Vec<AuditEntry>> {
         let rows = sqlx::query(
             "SELECT id, at, actor, action, chain, subject, detail FROM audit_log \
              WHERE ($1 = '' OR chain = $1) AND id < $2 ORDER BY id DESC LIMIT $3",
@@ -759,13 +869,20 @@ impl Store for SqlStore {
                     action: r.try_get("action")?,
                     chain: r.try_get("chain")?,
                     subject: r.try_get("subject")?,
-                    detail: serde_json::from_str(&detail).unwrap_or(serde_json::Value::String(detail)),
+                    detail: serde_json::from_str(&detail)
+                        .unwrap_or(serde_json::Value::String(detail)),
                 })
             })
             .collect()
     }
 
-    async fn create_token(&self, name: &str, role: Role, hash: &str, audit: Audit) -> StoreResult<TokenRecord> {
+    async fn create_token(
+        &self,
+        name: &str,
+        role: Role,
+        hash: &str,
+        audit: Audit,
+    ) -> StoreResult<TokenRecord> {
         let mut tx = self.begin().await?;
         let done = sqlx::query(
             "INSERT INTO api_tokens (name, role, token_hash, created_at, created_by) VALUES ($1, $2, $3, $4, $5) \
@@ -779,14 +896,27 @@ impl Store for SqlStore {
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() == 0 {
-            return Err(StoreError::Conflict(format!("a token named {name:?} already exists")));
+            return Err(StoreError::Conflict(format!(
+                "a token named {name:?} already exists"
+            )));
         }
         write_audit(&mut tx, &audit).await?;
         tx.commit().await?;
-        Ok(TokenRecord { name: name.to_owned(), role, created_at: audit.at, created_by: audit.actor })
+        Ok(TokenRecord {
+            name: name.to_owned(),
+            role,
+            created_at: audit.at,
+            created_by: audit.actor,
+        })
     }
 
-    async fn upsert_token(&self, name: &str, role: Role, hash: &str, audit: Audit) -> StoreResult<()> {
+    async fn upsert_token(
+        &self,
+        name: &str,
+        role: Role,
+        hash: &str,
+        audit: Audit,
+    ) -> StoreResult<()> {
         let mut tx = self.begin().await?;
         sqlx::query(
             "INSERT INTO api_tokens (name, role, token_hash, created_at, created_by) VALUES ($1, $2, $3, $4, $5) \
@@ -819,21 +949,30 @@ impl Store for SqlStore {
     }
 
     async fn find_token(&self, hash: &str) -> StoreResult<Option<TokenRecord>> {
-        let row = sqlx::query("SELECT name, role, created_at, created_by FROM api_tokens WHERE token_hash = $1")
-            .bind(hash)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(
+            "SELECT name, role, created_at, created_by FROM api_tokens WHERE token_hash = $1",
+        )
+        .bind(hash)
+        .fetch_optional(&self.pool)
+        .await?;
         row.as_ref().map(token_from_row).transpose()
     }
 
     async fn list_tokens(&self) -> StoreResult<Vec<TokenRecord>> {
-        let rows = sqlx::query("SELECT name, role, created_at, created_by FROM api_tokens ORDER BY name")
-            .fetch_all(&self.pool)
-            .await?;
+        let rows =
+            sqlx::query("SELECT name, role, created_at, created_by FROM api_tokens ORDER BY name")
+                .fetch_all(&self.pool)
+                .await?;
         rows.iter().map(token_from_row).collect()
     }
 
-    async fn idem_begin(&self, principal: &str, key: &str, request_hash: &str, now: &str) -> StoreResult<IdemBegin> {
+    async fn idem_begin(
+        &self,
+        principal: &str,
+        key: &str,
+        request_hash: &str,
+        now: &str,
+    ) -> StoreResult<IdemBegin> {
         let inserted = sqlx::query(
             "INSERT INTO idempotency_keys (principal, key, request_hash, created_at) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (principal, key) DO NOTHING",
@@ -867,13 +1006,22 @@ impl Store for SqlStore {
             None => IdemBegin::InFlight,
             Some(status) => IdemBegin::Done(IdemResponse {
                 status: u16::try_from(status).map_err(internal)?,
-                content_type: row.try_get::<Option<String>, _>("content_type")?.unwrap_or_default(),
-                body: row.try_get::<Option<String>, _>("body")?.unwrap_or_default(),
+                content_type: row
+                    .try_get::<Option<String>, _>("content_type")?
+                    .unwrap_or_default(),
+                body: row
+                    .try_get::<Option<String>, _>("body")?
+                    .unwrap_or_default(),
             }),
         })
     }
 
-    async fn idem_finish(&self, principal: &str, key: &str, response: &IdemResponse) -> StoreResult<()> {
+    async fn idem_finish(
+        &self,
+        principal: &str,
+        key: &str,
+        response: &IdemResponse,
+    ) -> StoreResult<()> {
         sqlx::query(
             "UPDATE idempotency_keys SET status = $3, content_type = $4, body = $5 WHERE principal = $1 AND key = $2",
         )
@@ -888,11 +1036,13 @@ impl Store for SqlStore {
     }
 
     async fn idem_abort(&self, principal: &str, key: &str) -> StoreResult<()> {
-        sqlx::query("DELETE FROM idempotency_keys WHERE principal = $1 AND key = $2 AND status IS NULL")
-            .bind(principal)
-            .bind(key)
-            .execute(&self.pool)
-            .await?;
+        sqlx::query(
+            "DELETE FROM idempotency_keys WHERE principal = $1 AND key = $2 AND status IS NULL",
+        )
+        .bind(principal)
+        .bind(key)
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 

@@ -20,17 +20,41 @@ async fn precise_errors(app: &TestApp) {
     let topo_path = "/api/v1/chains/checkout/topology";
     // Malformed JSON: 400 with the position.
     let bad = app
-        .raw(app.http.put(app.url(topo_path)).bearer_auth(t).header(CONTENT_TYPE, "application/json").body("{\"entry_budget_ms\": 800,"))
+        .raw(
+            app.http
+                .put(app.url(topo_path))
+                .bearer_auth(t)
+                .header(CONTENT_TYPE, "application/json")
+                .body("{\"entry_budget_ms\": 800,"),
+        )
         .await
         .expect(400);
     assert_eq!(bad.code(), "malformed_json");
     assert_eq!(bad.json()["error"]["details"]["line"], 1);
     // Wrong content type: 415.
-    let ct = app.raw(app.http.put(app.url(topo_path)).bearer_auth(t).header(CONTENT_TYPE, "text/plain").body(CHECKOUT_TOPOLOGY)).await.expect(415);
+    let ct = app
+        .raw(
+            app.http
+                .put(app.url(topo_path))
+                .bearer_auth(t)
+                .header(CONTENT_TYPE, "text/plain")
+                .body(CHECKOUT_TOPOLOGY),
+        )
+        .await
+        .expect(415);
     assert_eq!(ct.code(), "unsupported_media_type");
     // Huge body: 413.
     let huge = format!("{{\"x\": \"{}\"}}", "a".repeat(300 * 1024));
-    let big = app.raw(app.http.put(app.url(topo_path)).bearer_auth(t).header(CONTENT_TYPE, "application/json").body(huge)).await.expect(413);
+    let big = app
+        .raw(
+            app.http
+                .put(app.url(topo_path))
+                .bearer_auth(t)
+                .header(CONTENT_TYPE, "application/json")
+                .body(huge),
+        )
+        .await
+        .expect(413);
     assert_eq!(big.code(), "payload_too_large");
     // Schema violations: 422, every one with its pointer.
     let v = app
@@ -54,19 +78,44 @@ async fn precise_errors(app: &TestApp) {
     let msg = String::from_utf8_lossy(&c.body).to_string();
     assert!(msg.contains("cycle"), "{msg}");
     assert!(msg.contains("no root segment"), "{msg}");
-    assert!(pointers(&c).contains(&"/segments/3/retry".to_owned()), "{msg}");
+    assert!(
+        pointers(&c).contains(&"/segments/3/retry".to_owned()),
+        "{msg}"
+    );
     // Bad chain name.
-    app.put("/api/v1/chains/Check%20Out/topology", t, example(CHECKOUT_TOPOLOGY)).await.expect(400);
+    app.put(
+        "/api/v1/chains/Check%20Out/topology",
+        t,
+        example(CHECKOUT_TOPOLOGY),
+    )
+    .await
+    .expect(400);
 
     // Unknown chain: 404 for runs, topology, budgets, baselines.
-    assert_eq!(app.upload(t, "nowhere", example(CHECKOUT_RUN_A)).await.expect(404).code(), "not_found");
-    app.get("/api/v1/chains/nowhere/topology", t).await.expect(404);
-    app.get("/api/v1/chains/nowhere/budgets", t).await.expect(404);
-    app.get("/api/v1/baselines/bl-20000101-001", t).await.expect(404);
-    app.get("/api/v1/baselines/bl-20000101-001/diff", t).await.expect(404);
+    assert_eq!(
+        app.upload(t, "nowhere", example(CHECKOUT_RUN_A))
+            .await
+            .expect(404)
+            .code(),
+        "not_found"
+    );
+    app.get("/api/v1/chains/nowhere/topology", t)
+        .await
+        .expect(404);
+    app.get("/api/v1/chains/nowhere/budgets", t)
+        .await
+        .expect(404);
+    app.get("/api/v1/baselines/bl-20000101-001", t)
+        .await
+        .expect(404);
+    app.get("/api/v1/baselines/bl-20000101-001/diff", t)
+        .await
+        .expect(404);
 
     // Runs that do not fit the topology.
-    app.apply_topology(t, "checkout", CHECKOUT_TOPOLOGY).await.expect(201);
+    app.apply_topology(t, "checkout", CHECKOUT_TOPOLOGY)
+        .await
+        .expect(201);
     let mut missing = example(CHECKOUT_RUN_A);
     missing["segments"].as_array_mut().unwrap().remove(3);
     let m = app.upload(t, "checkout", missing).await.expect(422);
@@ -76,21 +125,53 @@ async fn precise_errors(app: &TestApp) {
     inverted["segments"][2]["id"] = json!("order->bank");
     let i = app.upload(t, "checkout", inverted).await.expect(422);
     let ps = pointers(&i);
-    assert!(ps.contains(&"/segments/1/p999_ms".to_owned()) && ps.contains(&"/segments/2/id".to_owned()), "{ps:?}");
-    let n = app.upload(t, "checkout", json!({"segments": [{"id": "order->user", "samples": 1, "p99_ms": -1, "p999_ms": 2}]})).await.expect(422);
+    assert!(
+        ps.contains(&"/segments/1/p999_ms".to_owned()) && ps.contains(&"/segments/2/id".to_owned()),
+        "{ps:?}"
+    );
+    let n = app
+        .upload(
+            t,
+            "checkout",
+            json!({"segments": [{"id": "order->user", "samples": 1, "p99_ms": -1, "p999_ms": 2}]}),
+        )
+        .await
+        .expect(422);
     assert!(pointers(&n).contains(&"/segments/0/p99_ms".to_owned()));
-    app.raw(app.http.post(app.url("/api/v1/chains/checkout/runs?format=jmeter")).bearer_auth(t).json(&example(CHECKOUT_RUN_A))).await.expect(400);
+    app.raw(
+        app.http
+            .post(app.url("/api/v1/chains/checkout/runs?format=jmeter"))
+            .bearer_auth(t)
+            .json(&example(CHECKOUT_RUN_A)),
+    )
+    .await
+    .expect(400);
     // Nothing half-written: no run stored by any of the refused uploads.
-    let runs = app.get("/api/v1/chains/checkout/runs", t).await.expect(200).json();
+    let runs = app
+        .get("/api/v1/chains/checkout/runs", t)
+        .await
+        .expect(200)
+        .json();
     assert_eq!(runs["runs"], json!([]));
 
     // Query parameters and unknown routes.
     app.get("/api/v1/audit?limit=0", t).await.expect(400);
     app.get("/api/v1/audit?limit=abc", t).await.expect(400);
-    assert_eq!(app.get("/api/v1/nope", t).await.expect(404).code(), "not_found");
-    assert_eq!(app.raw(app.http.delete(app.url("/api/v1/chains")).bearer_auth(t)).await.expect(405).code(), "method_not_allowed");
+    assert_eq!(
+        app.get("/api/v1/nope", t).await.expect(404).code(),
+        "not_found"
+    );
+    assert_eq!(
+        app.raw(app.http.delete(app.url("/api/v1/chains")).bearer_auth(t))
+            .await
+            .expect(405)
+            .code(),
+        "method_not_allowed"
+    );
     // Approve with a non-object body, an over-long comment.
-    app.post("/api/v1/baselines/bl-20000101-001/approve", t, json!([1])).await.expect(422);
+    app.post("/api/v1/baselines/bl-20000101-001/approve", t, json!([1]))
+        .await
+        .expect(422);
 }
 
 crate::on_both_backends!(precise_errors);

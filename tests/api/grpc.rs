@@ -19,7 +19,10 @@ pub async fn client(app: &TestApp) -> BudgetControlClient<Channel> {
 
 pub fn authed<T>(token: &str, msg: T) -> tonic::Request<T> {
     let mut req = tonic::Request::new(msg);
-    req.metadata_mut().insert("authorization", MetadataValue::try_from(format!("Bearer {token}")).unwrap());
+    req.metadata_mut().insert(
+        "authorization",
+        MetadataValue::try_from(format!("Bearer {token}")).unwrap(),
+    );
     req
 }
 
@@ -49,8 +52,14 @@ pub async fn nothing_within(stream: &mut Streaming<BudgetUpdate>, ms: u64) {
 
 /// Topology + run A; returns the draft id.
 pub async fn draft_a(app: &TestApp, p: &People) -> String {
-    app.apply_topology(&p.uploader, "checkout", CHECKOUT_TOPOLOGY).await.expect(201);
-    let a = app.upload(&p.uploader, "checkout", example(CHECKOUT_RUN_A)).await.expect(201).json();
+    app.apply_topology(&p.uploader, "checkout", CHECKOUT_TOPOLOGY)
+        .await
+        .expect(201);
+    let a = app
+        .upload(&p.uploader, "checkout", example(CHECKOUT_RUN_A))
+        .await
+        .expect(201)
+        .json();
     a["baseline_id"].as_str().unwrap().to_owned()
 }
 
@@ -61,71 +70,197 @@ async fn watch_snapshot_update_resume_rollback(app: &TestApp) {
     let a_id = draft_a(app, &p).await;
 
     // Nothing published yet: the stream stays quiet.
-    let mut s1 = c.watch(authed(&agent, watch_req("order-1", &["checkout"], "order", 0))).await.unwrap().into_inner();
+    let mut s1 = c
+        .watch(authed(
+            &agent,
+            watch_req("order-1", &["checkout"], "order", 0),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
     nothing_within(&mut s1, 300).await;
 
     // Approve → update with example A's numbers.
-    let rev_a = app.approve(&p.approver, &a_id).await.expect(200).json()["revision"].as_i64().unwrap();
+    let rev_a = app.approve(&p.approver, &a_id).await.expect(200).json()["revision"]
+        .as_i64()
+        .unwrap();
     let u = next(&mut s1).await;
     assert_eq!(u.revision, rev_a);
     assert_eq!(u.chains.len(), 1);
     let chain = &u.chains[0];
-    assert_eq!((chain.chain.as_str(), chain.baseline_id.as_str(), chain.entry_budget_ms), ("checkout", a_id.as_str(), 800));
+    assert_eq!(
+        (
+            chain.chain.as_str(),
+            chain.baseline_id.as_str(),
+            chain.entry_budget_ms
+        ),
+        ("checkout", a_id.as_str(), 800)
+    );
     let seg = |id: &str| chain.segments.iter().find(|s| s.id == id).unwrap().clone();
-    assert_eq!((seg("order->inventory").timeout_ms, seg("order->inventory").budget_ms), (44, 208));
+    assert_eq!(
+        (
+            seg("order->inventory").timeout_ms,
+            seg("order->inventory").budget_ms
+        ),
+        (44, 208)
+    );
     assert_eq!(seg("order->payment").timeout_ms, 390);
-    assert_eq!(seg("order->inventory").idempotency.unwrap().ttl_ms, 86_400_000);
+    assert_eq!(
+        seg("order->inventory").idempotency.unwrap().ttl_ms,
+        86_400_000
+    );
     assert!(seg("order->payment").retry.unwrap().on_deadline.is_none());
 
     // By service, from scratch: the snapshot at once.
-    let mut s2 = c.watch(authed(&agent, watch_req("inventory-1", &[], "inventory", 0))).await.unwrap().into_inner();
+    let mut s2 = c
+        .watch(authed(
+            &agent,
+            watch_req("inventory-1", &[], "inventory", 0),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(next(&mut s2).await.revision, rev_a);
     // Resume at the current revision: nothing re-sent.
-    let mut s3 = c.watch(authed(&agent, watch_req("order-2", &["checkout"], "order", rev_a))).await.unwrap().into_inner();
+    let mut s3 = c
+        .watch(authed(
+            &agent,
+            watch_req("order-2", &["checkout"], "order", rev_a),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
     nothing_within(&mut s3, 300).await;
 
     // A drift draft approved → every stream gets the new revision.
-    let cd = app.upload(&p.uploader, "checkout", example(CHECKOUT_RUN_C)).await.expect(201).json();
+    let cd = app
+        .upload(&p.uploader, "checkout", example(CHECKOUT_RUN_C))
+        .await
+        .expect(201)
+        .json();
     let c_id = cd["baseline_id"].as_str().unwrap().to_owned();
-    let rev_c = app.approve(&p.approver, &c_id).await.expect(200).json()["revision"].as_i64().unwrap();
+    let rev_c = app.approve(&p.approver, &c_id).await.expect(200).json()["revision"]
+        .as_i64()
+        .unwrap();
     for s in [&mut s1, &mut s2, &mut s3] {
         let u = next(s).await;
         assert_eq!(u.revision, rev_c);
         assert!(u.revision > rev_a);
-        assert_eq!(u.chains[0].segments.iter().find(|s| s.id == "order->payment").unwrap().timeout_ms, 507);
+        assert_eq!(
+            u.chains[0]
+                .segments
+                .iter()
+                .find(|s| s.id == "order->payment")
+                .unwrap()
+                .timeout_ms,
+            507
+        );
     }
 
     // Rollback reaches agents with a newer revision and the old numbers.
-    let rb = app.post("/api/v1/chains/checkout/rollback", &p.approver, json!({"baseline_id": a_id})).await.expect(200).json();
+    let rb = app
+        .post(
+            "/api/v1/chains/checkout/rollback",
+            &p.approver,
+            json!({"baseline_id": a_id}),
+        )
+        .await
+        .expect(200)
+        .json();
     let rev_rb = rb["revision"].as_i64().unwrap();
     let u = next(&mut s1).await;
-    assert_eq!((u.revision, u.chains[0].baseline_id.as_str()), (rev_rb, a_id.as_str()));
-    assert_eq!(u.chains[0].segments.iter().find(|s| s.id == "order->payment").unwrap().timeout_ms, 390);
+    assert_eq!(
+        (u.revision, u.chains[0].baseline_id.as_str()),
+        (rev_rb, a_id.as_str())
+    );
+    assert_eq!(
+        u.chains[0]
+            .segments
+            .iter()
+            .find(|s| s.id == "order->payment")
+            .unwrap()
+            .timeout_ms,
+        390
+    );
 
     // ACK and NACK are recorded and visible.
-    c.ack(authed(&agent, AckRequest { agent_id: "order-1".into(), revision: rev_rb, accepted: true, error: String::new() }))
+    c.ack(authed(
+        &agent,
+        AckRequest {
+            agent_id: "order-1".into(),
+            revision: rev_rb,
+            accepted: true,
+            error: String::new(),
+        },
+    ))
+    .await
+    .unwrap();
+    c.ack(authed(
+        &agent,
+        AckRequest {
+            agent_id: "inventory-1".into(),
+            revision: rev_c,
+            accepted: false,
+            error: "inversion at gateway->order".into(),
+        },
+    ))
+    .await
+    .unwrap();
+    let agents = app
+        .get("/api/v1/agents", &p.uploader)
         .await
-        .unwrap();
-    c.ack(authed(&agent, AckRequest { agent_id: "inventory-1".into(), revision: rev_c, accepted: false, error: "inversion at gateway->order".into() }))
-        .await
-        .unwrap();
-    let agents = app.get("/api/v1/agents", &p.uploader).await.expect(200).json();
-    let find = |id: &str| agents["agents"].as_array().unwrap().iter().find(|a| a["agent_id"] == id).unwrap().clone();
+        .expect(200)
+        .json();
+    let find = |id: &str| {
+        agents["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["agent_id"] == id)
+            .unwrap()
+            .clone()
+    };
     let o1 = find("order-1");
-    assert_eq!((o1["acked"].as_i64(), o1["delivered"].as_i64(), o1["connected"].as_bool()), (Some(rev_rb), Some(rev_rb), Some(true)));
+    assert_eq!(
+        (
+            o1["acked"].as_i64(),
+            o1["delivered"].as_i64(),
+            o1["connected"].as_bool()
+        ),
+        (Some(rev_rb), Some(rev_rb), Some(true))
+    );
     assert_eq!(o1["labels"]["host"], "test-1");
     assert_eq!(o1["chains"], json!(["checkout"]));
     let i1 = find("inventory-1");
-    assert_eq!((i1["nack_revision"].as_i64(), i1["nack_error"].as_str()), (Some(rev_c), Some("inversion at gateway->order")));
-    let rollout = app.get(&format!("/api/v1/baselines/{a_id}/rollout"), &p.uploader).await.expect(200).json();
-    assert_eq!((rollout["revision"].as_i64(), rollout["agents"].as_u64(), rollout["acked"].as_u64()), (Some(rev_rb), Some(3), Some(1)));
+    assert_eq!(
+        (i1["nack_revision"].as_i64(), i1["nack_error"].as_str()),
+        (Some(rev_c), Some("inversion at gateway->order"))
+    );
+    let rollout = app
+        .get(&format!("/api/v1/baselines/{a_id}/rollout"), &p.uploader)
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(
+        (
+            rollout["revision"].as_i64(),
+            rollout["agents"].as_u64(),
+            rollout["acked"].as_u64()
+        ),
+        (Some(rev_rb), Some(3), Some(1))
+    );
 
     // A dropped stream shows as disconnected.
     drop(s1);
     let mut gone = false;
     for _ in 0..50 {
         let agents = app.get("/api/v1/agents", &p.uploader).await.json();
-        if agents["agents"].as_array().unwrap().iter().any(|a| a["agent_id"] == "order-1" && a["connected"] == false) {
+        if agents["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["agent_id"] == "order-1" && a["connected"] == false)
+        {
             gone = true;
             break;
         }
@@ -136,30 +271,77 @@ async fn watch_snapshot_update_resume_rollback(app: &TestApp) {
 
 async fn grpc_auth_and_input(app: &TestApp) {
     let mut c = client(app).await;
-    let none = c.watch(tonic::Request::new(watch_req("a", &["checkout"], "order", 0))).await.unwrap_err();
+    let none = c
+        .watch(tonic::Request::new(watch_req(
+            "a",
+            &["checkout"],
+            "order",
+            0,
+        )))
+        .await
+        .unwrap_err();
     assert_eq!(none.code(), Code::Unauthenticated);
     let reader = app.token("reader", "rita").await;
-    let denied = c.watch(authed(&reader, watch_req("a", &["checkout"], "order", 0))).await.unwrap_err();
+    let denied = c
+        .watch(authed(&reader, watch_req("a", &["checkout"], "order", 0)))
+        .await
+        .unwrap_err();
     assert_eq!(denied.code(), Code::PermissionDenied);
     let agent = app.token("agent", "bot").await;
-    for bad in [watch_req("", &["checkout"], "order", 0), watch_req("a", &["Bad Chain"], "order", 0), watch_req("a", &[], "", 0), watch_req("a", &["checkout"], "order", -1)] {
+    for bad in [
+        watch_req("", &["checkout"], "order", 0),
+        watch_req("a", &["Bad Chain"], "order", 0),
+        watch_req("a", &[], "", 0),
+        watch_req("a", &["checkout"], "order", -1),
+    ] {
         let e = c.watch(authed(&agent, bad)).await.unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
     }
-    let e = c.ack(authed(&agent, AckRequest { agent_id: "never-seen".into(), revision: 1, accepted: true, error: String::new() })).await.unwrap_err();
+    let e = c
+        .ack(authed(
+            &agent,
+            AckRequest {
+                agent_id: "never-seen".into(),
+                revision: 1,
+                accepted: true,
+                error: String::new(),
+            },
+        ))
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition);
-    let e = c.ack(authed(&agent, AckRequest { agent_id: "x".into(), revision: 1, accepted: false, error: String::new() })).await.unwrap_err();
+    let e = c
+        .ack(authed(
+            &agent,
+            AckRequest {
+                agent_id: "x".into(),
+                revision: 1,
+                accepted: false,
+                error: String::new(),
+            },
+        ))
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
 
     // Health and reflection are served.
-    let channel = Channel::from_shared(app.grpc_url()).unwrap().connect().await.unwrap();
+    let channel = Channel::from_shared(app.grpc_url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
     let status = health
-        .check(tonic_health::pb::HealthCheckRequest { service: "budget.v1.BudgetControl".into() })
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "budget.v1.BudgetControl".into(),
+        })
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(status.status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
+    assert_eq!(
+        status.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
 }
 
 crate::on_both_backends!(watch_snapshot_update_resume_rollback, grpc_auth_and_input);

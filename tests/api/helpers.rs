@@ -1,10 +1,10 @@
 //! `spawn_app()`: the real `App` on port 0 with a fresh database, driven over real HTTP.
 
-use std::net::SocketAddr;
 use budgetd::config::Secret;
 use budgetd::{App, Settings};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
+use std::net::SocketAddr;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 
@@ -24,7 +24,9 @@ pub struct TestDb {
 /// The PostgreSQL server to create test databases on, when configured.
 #[allow(clippy::disallowed_methods)] // tests take their database from the environment
 pub fn postgres_url() -> Option<String> {
-    std::env::var("BUDGETD_TEST_DATABASE_URL").ok().filter(|u| !u.is_empty())
+    std::env::var("BUDGETD_TEST_DATABASE_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
 }
 
 impl TestDb {
@@ -34,7 +36,11 @@ impl TestDb {
             Backend::Sqlite => {
                 let dir = tempfile::tempdir().unwrap();
                 let url = format!("sqlite:{}", dir.path().join("budgetd.db").display());
-                Some(Self { url, _dir: Some(dir), pg_admin: None })
+                Some(Self {
+                    url,
+                    _dir: Some(dir),
+                    pg_admin: None,
+                })
             }
             Backend::Postgres => {
                 let Some(admin_url) = postgres_url() else {
@@ -44,13 +50,21 @@ impl TestDb {
                 let name = format!("budgetd_test_{}", hex::encode(rand::random::<[u8; 6]>()));
                 let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin_url)
                     .await
-                    .unwrap_or_else(|e| panic!("PostgreSQL at BUDGETD_TEST_DATABASE_URL is unreachable: {e}"));
+                    .unwrap_or_else(|e| {
+                        panic!("PostgreSQL at BUDGETD_TEST_DATABASE_URL is unreachable: {e}")
+                    });
                 sqlx::Executor::execute(&mut conn, format!("CREATE DATABASE {name}").as_str())
                     .await
                     .unwrap();
-                let base = admin_url.rsplit_once('/').map_or(admin_url.as_str(), |(b, _)| b);
+                let base = admin_url
+                    .rsplit_once('/')
+                    .map_or(admin_url.as_str(), |(b, _)| b);
                 let url = format!("{base}/{name}");
-                Some(Self { url, _dir: None, pg_admin: Some((admin_url, name)) })
+                Some(Self {
+                    url,
+                    _dir: None,
+                    pg_admin: Some((admin_url, name)),
+                })
             }
         }
     }
@@ -58,12 +72,19 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        let Some((admin_url, name)) = self.pg_admin.take() else { return };
+        let Some((admin_url, name)) = self.pg_admin.take() else {
+            return;
+        };
         // Best effort, on a thread of its own: Drop cannot await.
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             rt.block_on(async {
-                if let Ok(mut conn) = <sqlx::PgConnection as sqlx::Connection>::connect(&admin_url).await {
+                if let Ok(mut conn) =
+                    <sqlx::PgConnection as sqlx::Connection>::connect(&admin_url).await
+                {
                     let _ = sqlx::Executor::execute(
                         &mut conn,
                         format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str(),
@@ -80,8 +101,10 @@ pub struct TestApp {
     pub addr: SocketAddr,
     pub grpc_addr: SocketAddr,
     pub http: reqwest::Client,
-    /// Keeps the database alive (and drops it, on PostgreSQL) with the app.
-    _db: TestDb,
+    pub db_url: String,
+    /// Keeps the database alive (and drops it, on PostgreSQL) with the app; `None` for a
+    /// second replica on another app's database.
+    _db: Option<TestDb>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -89,7 +112,10 @@ pub struct TestApp {
 pub fn init_logs() {
     #[allow(clippy::disallowed_methods)]
     if std::env::var_os("TEST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt().with_env_filter("info").with_test_writer().try_init();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("info")
+            .with_test_writer()
+            .try_init();
     }
 }
 
@@ -110,8 +136,19 @@ pub async fn spawn_app(backend: Backend) -> Option<TestApp> {
 }
 
 pub async fn spawn_app_on(db: TestDb, settings: impl FnOnce(&str) -> Settings) -> TestApp {
+    let url = db.url.clone();
+    spawn_with(Some(db), settings(&url)).await
+}
+
+/// Another replica on the same database as `first`.
+pub async fn spawn_replica(first: &TestApp) -> TestApp {
+    spawn_with(None, settings_for(&first.db_url)).await
+}
+
+async fn spawn_with(db: Option<TestDb>, settings: Settings) -> TestApp {
     init_logs();
-    let app = App::build(settings(&db.url)).await.expect("app builds");
+    let db_url = settings.database_url();
+    let app = App::build(settings).await.expect("app builds");
     let addr = app.http_addr();
     let grpc_addr = app.grpc_addr();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -122,7 +159,15 @@ pub async fn spawn_app_on(db: TestDb, settings: impl FnOnce(&str) -> Settings) -
         .await
         .unwrap();
     });
-    TestApp { addr, grpc_addr, http: reqwest::Client::new(), _db: db, shutdown: Some(tx), task: Some(task) }
+    TestApp {
+        addr,
+        grpc_addr,
+        http: reqwest::Client::new(),
+        db_url,
+        _db: db,
+        shutdown: Some(tx),
+        task: Some(task),
+    }
 }
 
 /// An HTTP answer: status, headers and the raw body.
@@ -134,17 +179,26 @@ pub struct Answer {
 
 impl Answer {
     pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
     }
 
     /// The error code of an error answer.
     pub fn code(&self) -> String {
-        self.json()["error"]["code"].as_str().unwrap_or_default().to_owned()
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     }
 
     #[track_caller]
     pub fn expect(self, status: u16) -> Self {
-        assert_eq!(self.status.as_u16(), status, "body: {}", String::from_utf8_lossy(&self.body));
+        assert_eq!(
+            self.status.as_u16(),
+            status,
+            "body: {}",
+            String::from_utf8_lossy(&self.body)
+        );
         self
     }
 }
@@ -158,7 +212,17 @@ impl TestApp {
         format!("http://{}", self.grpc_addr)
     }
 
-    pub async fn stop(mut self) {
+    /// Stops this app, keeping its database and ports for [`Stopped::start`].
+    pub async fn pause(mut self) -> Stopped {
+        let db = self._db.take();
+        let mut settings = settings_for(&self.db_url);
+        settings.http = self.addr;
+        settings.grpc = self.grpc_addr;
+        self.stop_in_place().await;
+        Stopped { db, settings }
+    }
+
+    async fn stop_in_place(&mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -167,19 +231,37 @@ impl TestApp {
         }
     }
 
+    pub async fn stop(mut self) {
+        self.stop_in_place().await;
+    }
+
     /// Sends `body` (JSON value, raw string, or nothing) with `token`.
-    pub async fn send(&self, method: Method, path: &str, token: &str, body: Option<Value>) -> Answer {
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        token: &str,
+        body: Option<Value>,
+    ) -> Answer {
         let mut req = self.http.request(method, self.url(path)).bearer_auth(token);
         if let Some(body) = body {
             req = req.json(&body);
         }
         let resp = req.send().await.expect("request sent");
-        Answer { status: resp.status(), headers: resp.headers().clone(), body: resp.bytes().await.unwrap() }
+        Answer {
+            status: resp.status(),
+            headers: resp.headers().clone(),
+            body: resp.bytes().await.unwrap(),
+        }
     }
 
     pub async fn raw(&self, req: reqwest::RequestBuilder) -> Answer {
         let resp = req.send().await.expect("request sent");
-        Answer { status: resp.status(), headers: resp.headers().clone(), body: resp.bytes().await.unwrap() }
+        Answer {
+            status: resp.status(),
+            headers: resp.headers().clone(),
+            body: resp.bytes().await.unwrap(),
+        }
     }
 
     pub async fn get(&self, path: &str, token: &str) -> Answer {
@@ -196,29 +278,65 @@ impl TestApp {
 
     /// Creates a token with `role` through the admin API and returns its secret.
     pub async fn token(&self, role: &str, name: &str) -> String {
-        let a = self.post("/api/v1/tokens", ADMIN_TOKEN, json!({"role": role, "name": name})).await.expect(201);
+        let a = self
+            .post(
+                "/api/v1/tokens",
+                ADMIN_TOKEN,
+                json!({"role": role, "name": name}),
+            )
+            .await
+            .expect(201);
         a.json()["token"].as_str().unwrap().to_owned()
     }
 
     /// Uploader and approver tokens, for the four-eyes flow.
     pub async fn people(&self) -> People {
-        People { uploader: self.token("uploader", "uma").await, approver: self.token("approver", "abe").await }
+        People {
+            uploader: self.token("uploader", "uma").await,
+            approver: self.token("approver", "abe").await,
+        }
     }
 
     pub async fn apply_topology(&self, token: &str, chain: &str, topology: &str) -> Answer {
-        self.put(&format!("/api/v1/chains/{chain}/topology"), token, serde_json::from_str(topology).unwrap()).await
+        self.put(
+            &format!("/api/v1/chains/{chain}/topology"),
+            token,
+            serde_json::from_str(topology).unwrap(),
+        )
+        .await
     }
 
     pub async fn upload(&self, token: &str, chain: &str, run: Value) -> Answer {
-        self.post(&format!("/api/v1/chains/{chain}/runs"), token, run).await
+        self.post(&format!("/api/v1/chains/{chain}/runs"), token, run)
+            .await
     }
 
     pub async fn baseline(&self, id: &str) -> Value {
-        self.get(&format!("/api/v1/baselines/{id}"), ADMIN_TOKEN).await.expect(200).json()
+        self.get(&format!("/api/v1/baselines/{id}"), ADMIN_TOKEN)
+            .await
+            .expect(200)
+            .json()
     }
 
     pub async fn approve(&self, token: &str, id: &str) -> Answer {
-        self.post(&format!("/api/v1/baselines/{id}/approve"), token, json!({"comment": "ok"})).await
+        self.post(
+            &format!("/api/v1/baselines/{id}/approve"),
+            token,
+            json!({"comment": "ok"}),
+        )
+        .await
+    }
+}
+
+/// A stopped app that can start again where it was.
+pub struct Stopped {
+    db: Option<TestDb>,
+    settings: Settings,
+}
+
+impl Stopped {
+    pub async fn start(self) -> TestApp {
+        spawn_with(self.db, self.settings).await
     }
 }
 

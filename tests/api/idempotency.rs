@@ -8,11 +8,18 @@ use crate::helpers::{example, TestApp};
 
 async fn hundred_concurrent_uploads_make_one_run(app: &TestApp) {
     let p = app.people().await;
-    app.apply_topology(&p.uploader, "checkout", CHECKOUT_TOPOLOGY).await.expect(201);
+    app.apply_topology(&p.uploader, "checkout", CHECKOUT_TOPOLOGY)
+        .await
+        .expect(201);
     let body = serde_json::to_vec(&example(CHECKOUT_RUN_A)).unwrap();
     let mut tasks = Vec::new();
     for _ in 0..100 {
-        let (http, url, token, body) = (app.http.clone(), app.url("/api/v1/chains/checkout/runs"), p.uploader.clone(), body.clone());
+        let (http, url, token, body) = (
+            app.http.clone(),
+            app.url("/api/v1/chains/checkout/runs"),
+            p.uploader.clone(),
+            body.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let resp = http
                 .post(url)
@@ -35,22 +42,47 @@ async fn hundred_concurrent_uploads_make_one_run(app: &TestApp) {
     for a in &answers {
         assert_eq!(a, &first, "every answer is the first one, byte for byte");
     }
-    let runs = app.get("/api/v1/chains/checkout/runs", &p.uploader).await.expect(200).json();
+    let runs = app
+        .get("/api/v1/chains/checkout/runs", &p.uploader)
+        .await
+        .expect(200)
+        .json();
     assert_eq!(runs["runs"].as_array().unwrap().len(), 1, "exactly one run");
-    let drafts = app.get("/api/v1/chains/checkout/baselines", &p.uploader).await.expect(200).json();
-    assert_eq!(drafts["baselines"].as_array().unwrap().len(), 1, "exactly one draft");
+    let drafts = app
+        .get("/api/v1/chains/checkout/baselines", &p.uploader)
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(
+        drafts["baselines"].as_array().unwrap().len(),
+        1,
+        "exactly one draft"
+    );
 
     // Same key, other body: 409. Same key, other token: its own scope.
     let mut other = example(CHECKOUT_RUN_A);
     other["segments"][1]["p99_ms"] = json!(41);
     let resp = app
-        .raw(app.http.post(app.url("/api/v1/chains/checkout/runs")).bearer_auth(&p.uploader).header("idempotency-key", "upload-2026-11-30-a").json(&other))
+        .raw(
+            app.http
+                .post(app.url("/api/v1/chains/checkout/runs"))
+                .bearer_auth(&p.uploader)
+                .header("idempotency-key", "upload-2026-11-30-a")
+                .json(&other),
+        )
         .await
         .expect(409);
     assert_eq!(resp.code(), "conflict");
     // A replay says so.
     let replay = app
-        .raw(app.http.post(app.url("/api/v1/chains/checkout/runs")).bearer_auth(&p.uploader).header("idempotency-key", "upload-2026-11-30-a").header("content-type", "application/json").body(body.clone()))
+        .raw(
+            app.http
+                .post(app.url("/api/v1/chains/checkout/runs"))
+                .bearer_auth(&p.uploader)
+                .header("idempotency-key", "upload-2026-11-30-a")
+                .header("content-type", "application/json")
+                .body(body.clone()),
+        )
         .await
         .expect(201);
     assert_eq!(replay.headers.get("idempotent-replayed").unwrap(), "true");
@@ -60,13 +92,25 @@ async fn hundred_concurrent_uploads_make_one_run(app: &TestApp) {
     let id: serde_json::Value = serde_json::from_slice(&id).unwrap();
     let id = id["baseline_id"].as_str().unwrap();
     let approve = |key: &'static str| {
-        app.http.post(app.url(&format!("/api/v1/baselines/{id}/approve"))).bearer_auth(&p.approver).header("idempotency-key", key).json(&json!({"comment": "ok"}))
+        app.http
+            .post(app.url(&format!("/api/v1/baselines/{id}/approve")))
+            .bearer_auth(&p.approver)
+            .header("idempotency-key", key)
+            .json(&json!({"comment": "ok"}))
     };
     let a1 = app.raw(approve("approve-1")).await.expect(200);
     let a2 = app.raw(approve("approve-1")).await.expect(200);
     assert_eq!(a1.body, a2.body);
     app.raw(approve("approve-2")).await.expect(409);
-    app.raw(app.http.post(app.url("/api/v1/chains/checkout/runs")).bearer_auth(&p.uploader).header("idempotency-key", "").json(&other)).await.expect(400);
+    app.raw(
+        app.http
+            .post(app.url("/api/v1/chains/checkout/runs"))
+            .bearer_auth(&p.uploader)
+            .header("idempotency-key", "")
+            .json(&other),
+    )
+    .await
+    .expect(400);
 }
 
 crate::on_both_backends!(hundred_concurrent_uploads_make_one_run);

@@ -3,11 +3,13 @@
 
 mod helpers;
 
+mod agent;
 mod auth;
 mod bad_input;
 mod examples;
+mod grpc;
 mod idempotency;
 mod lifecycle;
-mod store_contract;
 mod openapi;
-mod grpc;
+mod replicas;
+mod store_contract;

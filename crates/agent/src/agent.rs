@@ -207,7 +207,11 @@ impl Agent {
                 );
                 let shared = Shared::new(snapshot);
                 let task = tokio::spawn(conn.run(shared.clone(), Some(client), Some(stream)));
-                Ok(Self::with(shared, Source::ControlPlane, Some(task.abort_handle())))
+                Ok(Self::with(
+                    shared,
+                    Source::ControlPlane,
+                    Some(task.abort_handle()),
+                ))
             }
             Err(reason) => {
                 let Some(path) = config.cache_path.clone() else {

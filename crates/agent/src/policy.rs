@@ -33,6 +33,20 @@ impl Failure {
     }
 }
 
+/// A bare [`Failure`] is a usable error for simple operations and tests.
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Deadline => "deadline exceeded",
+            Self::Unavailable => "unavailable",
+            Self::Business => "business error",
+            Self::Other => "failed",
+        })
+    }
+}
+
+impl std::error::Error for Failure {}
+
 /// Classifies an error of a downstream call for R-retry.
 pub trait Classify {
     fn classify(&self) -> Failure;
@@ -110,14 +124,21 @@ pub enum Stop {
     MaxRetries(Cause),
     /// The backoff would end at or past the call's deadline (segment budget or inherited
     /// deadline): better a fallback than an overrun (宁兜底不超预算).
-    OutOfBudget { backoff: Duration, remaining: Duration },
+    OutOfBudget {
+        backoff: Duration,
+        remaining: Duration,
+    },
 }
 
 /// The verdict on one failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
     /// Sleep `backoff`, then make retry number `retry` (1-based, counting every cause).
-    Retry { cause: Cause, retry: u32, backoff: Duration },
+    Retry {
+        cause: Cause,
+        retry: u32,
+        backoff: Duration,
+    },
     Stop(Stop),
 }
 
@@ -478,7 +499,9 @@ mod tests {
     #[test]
     fn reconnect_backoff_doubles_to_the_cap_with_full_jitter() {
         let mut b = ReconnectBackoff::default();
-        let ceilings: Vec<u64> = (0..10).map(|_| b.next_delay(MAX).as_millis() as u64).collect();
+        let ceilings: Vec<u64> = (0..10)
+            .map(|_| b.next_delay(MAX).as_millis() as u64)
+            .collect();
         assert_eq!(
             ceilings,
             [100, 200, 400, 800, 1600, 3200, 6400, 10_000, 10_000, 10_000]

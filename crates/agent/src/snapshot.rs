@@ -143,7 +143,9 @@ mod tests {
 
     #[test]
     fn an_inverted_update_is_refused_with_its_numbers() {
-        let s = Snapshot::default().apply(update(7, &[&example_a()])).unwrap();
+        let s = Snapshot::default()
+            .apply(update(7, &[&example_a()]))
+            .unwrap();
         let refusal = s.apply(update(8, &[&example_b()])).unwrap_err();
         assert_eq!(refusal.chain, "checkout");
         assert_eq!(refusal.segment, "gateway->order");

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use budget_proto::v1::{self, budget_control_client::BudgetControlClient};
+use tokio::time::Instant;
 use tonic::codec::Streaming;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
-use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::agent::{AgentConfig, AgentError, Shared};
@@ -52,7 +52,9 @@ fn status(s: &tonic::Status) -> String {
 impl Conn {
     pub(crate) fn new(config: &AgentConfig) -> Result<Self, AgentError> {
         let endpoint = Endpoint::from_shared(config.endpoint.clone())
-            .map_err(|e| AgentError::Config(format!("endpoint {:?}: {}", config.endpoint, chain(&e))))?
+            .map_err(|e| {
+                AgentError::Config(format!("endpoint {:?}: {}", config.endpoint, chain(&e)))
+            })?
             .connect_timeout(config.connect_timeout)
             // Detect half-open connections on a long-idle watch stream.
             .http2_keep_alive_interval(Duration::from_secs(30))
@@ -90,7 +92,12 @@ impl Conn {
         let target = self.target();
         let channel = tokio::time::timeout(self.connect_timeout, self.endpoint.connect())
             .await
-            .map_err(|_| format!("no connection to {target} within {:?}", self.connect_timeout))?
+            .map_err(|_| {
+                format!(
+                    "no connection to {target} within {:?}",
+                    self.connect_timeout
+                )
+            })?
             .map_err(|e| format!("failed to connect to {target}: {}", chain(&e)))?;
         let mut client = BudgetControlClient::new(channel);
         let first = async {
@@ -178,7 +185,11 @@ impl Conn {
         match current.apply(update) {
             Ok(next) => {
                 if revision <= current.revision {
-                    warn!(revision, current = current.revision, "revision did not increase");
+                    warn!(
+                        revision,
+                        current = current.revision,
+                        "revision did not increase"
+                    );
                 }
                 let next = Arc::new(next);
                 shared.tx.send_replace(next.clone());
@@ -193,11 +204,12 @@ impl Conn {
                     %refusal,
                     "refused new budgets; keeping the previous ones"
                 );
-                self.ack(client, revision, Err(&refusal)).await;
                 *shared
                     .last_refusal
                     .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((revision, refusal));
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) =
+                    Some((revision, refusal.clone()));
+                self.ack(client, revision, Err(&refusal)).await;
             }
         }
     }
@@ -239,18 +251,17 @@ impl Conn {
             tokio::time::sleep(backoff.next_delay(random_pick)).await;
             let known_revision = shared.tx.borrow().revision;
             let limit = self.connect_timeout + self.first_config_timeout;
-            let reason = match tokio::time::timeout(limit, self.watch(&mut client, known_revision))
-                .await
-            {
-                Ok(Ok(s)) => {
-                    info!(known_revision, "watch stream open");
-                    stream = Some(s);
-                    failing = false;
-                    continue;
-                }
-                Ok(Err(s)) => status(&s),
-                Err(_) => format!("no answer within {limit:?}"),
-            };
+            let reason =
+                match tokio::time::timeout(limit, self.watch(&mut client, known_revision)).await {
+                    Ok(Ok(s)) => {
+                        info!(known_revision, "watch stream open");
+                        stream = Some(s);
+                        failing = false;
+                        continue;
+                    }
+                    Ok(Err(s)) => status(&s),
+                    Err(_) => format!("no answer within {limit:?}"),
+                };
             if failing {
                 debug!(target = %self.target(), %reason, "still cannot watch the control plane");
             } else {

@@ -4,11 +4,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::baseline::{BaselineDocument, BaselineSegment};
 use crate::checks::{self, Finding};
-use crate::rules::TimeoutRule;
-use crate::topology::{RetryFlags, Segment, Topology};
 use crate::duration::HumanDuration;
 use crate::rules::RetryPlan;
+use crate::rules::TimeoutRule;
 use crate::topology::{Idempotency, SegmentClass};
+use crate::topology::{RetryFlags, Segment, Topology};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LiveSegment {
@@ -114,7 +114,9 @@ impl LiveChain {
             return errors
                 .into_iter()
                 .map(|e| Finding {
-                    kind: checks::FindingKind::Structure { pointer: e.pointer.clone() },
+                    kind: checks::FindingKind::Structure {
+                        pointer: e.pointer.clone(),
+                    },
                     segment: String::new(),
                     severity: checks::Severity::Error,
                     message: format!("{}: {}", e.pointer, e.message),

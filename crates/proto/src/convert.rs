@@ -16,7 +16,10 @@ pub struct ConvertError {
 }
 
 fn err(field: impl Into<String>, message: impl Into<String>) -> ConvertError {
-    ConvertError { field: field.into(), message: message.into() }
+    ConvertError {
+        field: field.into(),
+        message: message.into(),
+    }
 }
 
 impl From<&RetryRule> for v1::RetryRule {
@@ -58,7 +61,10 @@ impl From<&LiveSegment> for v1::SegmentBudget {
                 on_deadline: s.retry.on_deadline.as_ref().map(Into::into),
                 on_unavailable: s.retry.on_unavailable.as_ref().map(Into::into),
             }),
-            idempotency: s.idempotency.as_ref().map(|i| v1::Idempotency { key: i.key.clone(), ttl_ms: i.ttl.as_ms() }),
+            idempotency: s.idempotency.as_ref().map(|i| v1::Idempotency {
+                key: i.key.clone(),
+                ttl_ms: i.ttl.as_ms(),
+            }),
         }
     }
 }
@@ -92,7 +98,10 @@ fn segment(i: usize, s: v1::SegmentBudget) -> Result<LiveSegment, ConvertError> 
         return Err(err(at("timeout_ms"), "must be greater than 0"));
     }
     if s.budget_ms < s.timeout_ms {
-        return Err(err(at("budget_ms"), format!("{} is below the timeout {}", s.budget_ms, s.timeout_ms)));
+        return Err(err(
+            at("budget_ms"),
+            format!("{} is below the timeout {}", s.budget_ms, s.timeout_ms),
+        ));
     }
     let retry = s.retry.ok_or_else(|| err(at("retry"), "missing"))?;
     let idempotency = s
@@ -101,12 +110,18 @@ fn segment(i: usize, s: v1::SegmentBudget) -> Result<LiveSegment, ConvertError> 
             if i.key.is_empty() {
                 Err(err(at("idempotency.key"), "must not be empty"))
             } else {
-                Ok(Idempotency { key: i.key, ttl: HumanDuration::from_ms(i.ttl_ms) })
+                Ok(Idempotency {
+                    key: i.key,
+                    ttl: HumanDuration::from_ms(i.ttl_ms),
+                })
             }
         })
         .transpose()?;
     if (retry.on_deadline.is_some() || retry.on_unavailable.is_some()) && idempotency.is_none() {
-        return Err(err(at("retry"), "retries on a segment without an idempotency key"));
+        return Err(err(
+            at("retry"),
+            "retries on a segment without an idempotency key",
+        ));
     }
     Ok(LiveSegment {
         id: s.id,
@@ -169,7 +184,10 @@ mod tests {
 
     fn live(topology: &str) -> LiveChain {
         let t: Topology = serde_json::from_str(topology).unwrap();
-        let run = serde_json::from_str::<RunUpload>(CHECKOUT_RUN_A).unwrap().into_run(&t).unwrap();
+        let run = serde_json::from_str::<RunUpload>(CHECKOUT_RUN_A)
+            .unwrap()
+            .into_run(&t)
+            .unwrap();
         let c = budget_core::compute(&t, &run).unwrap();
         let doc = BaselineDocument {
             id: "bl-20261130-001".into(),
@@ -205,18 +223,31 @@ mod tests {
         let b = LiveChain::try_from(v1::ChainBudget::from(&live(CHECKOUT_TOPOLOGY_B))).unwrap();
         let f = b.findings();
         assert_eq!(f.len(), 1);
-        assert!(f[0].message.contains("909") && f[0].message.contains("109"), "{}", f[0].message);
+        assert!(
+            f[0].message.contains("909") && f[0].message.contains("109"),
+            "{}",
+            f[0].message
+        );
     }
 
     #[test]
     fn bad_fields_are_named() {
         let mut wire = v1::ChainBudget::from(&live(CHECKOUT_TOPOLOGY));
         wire.segments[1].class = "wobbly".into();
-        assert_eq!(LiveChain::try_from(wire.clone()).unwrap_err().field, "segments[1].class");
+        assert_eq!(
+            LiveChain::try_from(wire.clone()).unwrap_err().field,
+            "segments[1].class"
+        );
         wire.segments[1].class = "stable".into();
         wire.segments[3].retry.as_mut().unwrap().on_deadline = Some(v1::RetryRule::default());
-        assert_eq!(LiveChain::try_from(wire.clone()).unwrap_err().field, "segments[3].retry");
+        assert_eq!(
+            LiveChain::try_from(wire.clone()).unwrap_err().field,
+            "segments[3].retry"
+        );
         wire.segments[3].retry = None;
-        assert_eq!(LiveChain::try_from(wire).unwrap_err().field, "segments[3].retry");
+        assert_eq!(
+            LiveChain::try_from(wire).unwrap_err().field,
+            "segments[3].retry"
+        );
     }
 }

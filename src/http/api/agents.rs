@@ -22,15 +22,23 @@ async fn list(State(state): State<AppState>, _: Principal) -> ApiResult<Json<Val
 }
 
 /// How many agents receiving the baseline's chain have ACKed (or NACKed) its publication.
-async fn rollout(State(state): State<AppState>, _: Principal, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+async fn rollout(
+    State(state): State<AppState>,
+    _: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
     let baseline = state.store.get_baseline(&id).await?;
     let chain = baseline.doc.chain;
     let publication = state.store.baseline_publication(&id).await?;
     state.fleet.flush().await;
     let agents = state.store.list_agents().await?;
-    let of_chain: Vec<_> = agents.iter().filter(|a| a.chains.contains(&chain)).collect();
+    let of_chain: Vec<_> = agents
+        .iter()
+        .filter(|a| a.chains.contains(&chain))
+        .collect();
     let revision = publication.as_ref().map(|p| p.revision);
-    let count = |f: &dyn Fn(&&&crate::store::AgentStatus) -> bool| of_chain.iter().filter(f).count();
+    let count =
+        |f: &dyn Fn(&&&crate::store::AgentStatus) -> bool| of_chain.iter().filter(f).count();
     let (acked, nacked, connected) = match revision {
         Some(rev) => (
             count(&|a| a.acked >= rev),

@@ -30,7 +30,12 @@ pub fn router() -> Router<AppState> {
 
 /// The baseline document exactly as stored (and archived).
 fn document(status: StatusCode, stored: &StoredBaseline) -> Response {
-    (status, [(CONTENT_TYPE, "application/json")], stored.bytes.clone()).into_response()
+    (
+        status,
+        [(CONTENT_TYPE, "application/json")],
+        stored.bytes.clone(),
+    )
+        .into_response()
 }
 
 async fn recompute(
@@ -42,7 +47,10 @@ async fn recompute(
     principal.require(&[Role::Uploader, Role::Approver])?;
     let body = Some(body.value);
     let run_id = string_field(&body, "run_id")?.ok_or_else(|| {
-        ApiError::validation("run_id is required", json!({"violations": [{"pointer": "/run_id", "message": "required"}]}))
+        ApiError::validation(
+            "run_id is required",
+            json!({"violations": [{"pointer": "/run_id", "message": "required"}]}),
+        )
     })?;
     let version = match body.as_ref().and_then(|b| b.get("topology_version")) {
         None | Some(Value::Null) => None,
@@ -57,8 +65,15 @@ async fn recompute(
     Ok(document(StatusCode::CREATED, &stored))
 }
 
-async fn show(State(state): State<AppState>, _: Principal, Path(id): Path<String>) -> ApiResult<Response> {
-    Ok(document(StatusCode::OK, &state.store.get_baseline(&id).await?))
+async fn show(
+    State(state): State<AppState>,
+    _: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    Ok(document(
+        StatusCode::OK,
+        &state.store.get_baseline(&id).await?,
+    ))
 }
 
 async fn list(
@@ -71,12 +86,16 @@ async fn list(
     let filter = match query.get("state").map(String::as_str) {
         None | Some("") => None,
         Some(s) => Some(BaselineState::parse(s).ok_or_else(|| {
-            ApiError::bad_request(format!("unknown state {s:?}: use draft, approved, superseded or rejected"))
+            ApiError::bad_request(format!(
+                "unknown state {s:?}: use draft, approved, superseded or rejected"
+            ))
         })?),
     };
-    let _ = query_int(&query, "limit", 1..=1000)?;
+    let limit = query_int(&query, "limit", 1..=1000)?.unwrap_or(1000) as usize;
     state.store.get_topology(&chain, None).await?;
-    Ok(Json(json!({ "baselines": state.store.list_baselines(&chain, filter).await? })))
+    let mut baselines = state.store.list_baselines(&chain, filter).await?;
+    baselines.truncate(limit);
+    Ok(Json(json!({ "baselines": baselines })))
 }
 
 async fn diff(
@@ -98,7 +117,8 @@ async fn approve(
     principal.require(&[Role::Approver])?;
     let comment = string_field(&body, "comment")?;
     let (stored, published) = service::approve(&state, &principal, &id, comment).await?;
-    let doc: Value = serde_json::from_str(&stored.bytes).map_err(|e| ApiError::internal(e.into()))?;
+    let doc: Value =
+        serde_json::from_str(&stored.bytes).map_err(|e| ApiError::internal(e.into()))?;
     Ok(Json(json!({
         "baseline": doc,
         "revision": published.as_ref().map(|p| p.revision),
@@ -115,6 +135,7 @@ async fn reject(
     principal.require(&[Role::Approver])?;
     let comment = string_field(&body, "comment")?;
     let stored = service::reject(&state, &principal, &id, comment).await?;
-    let doc: Value = serde_json::from_str(&stored.bytes).map_err(|e| ApiError::internal(e.into()))?;
+    let doc: Value =
+        serde_json::from_str(&stored.bytes).map_err(|e| ApiError::internal(e.into()))?;
     Ok(Json(json!({ "baseline": doc })))
 }

@@ -18,7 +18,10 @@ use crate::state::AppState;
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/chains", get(list))
-        .route("/chains/{chain}/topology", get(get_topology).put(put_topology))
+        .route(
+            "/chains/{chain}/topology",
+            get(get_topology).put(put_topology),
+        )
         .route("/chains/{chain}/budgets", get(budgets))
         .route("/chains/{chain}/rollback", post(rollback))
 }
@@ -35,7 +38,9 @@ async fn get_topology(
 ) -> ApiResult<Json<Value>> {
     service::check_chain_name(&chain)?;
     let version = query_int(&query, "version", 1..=i64::MAX)?;
-    Ok(Json(json!(state.store.get_topology(&chain, version).await?)))
+    Ok(Json(json!(
+        state.store.get_topology(&chain, version).await?
+    )))
 }
 
 async fn put_topology(
@@ -46,11 +51,19 @@ async fn put_topology(
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     principal.require(&[Role::Uploader])?;
     let (version, created) = service::put_topology(&state, &principal, &chain, body.value).await?;
-    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
     Ok((status, Json(json!(version))))
 }
 
-async fn budgets(State(state): State<AppState>, _: Principal, Path(chain): Path<String>) -> ApiResult<Json<Value>> {
+async fn budgets(
+    State(state): State<AppState>,
+    _: Principal,
+    Path(chain): Path<String>,
+) -> ApiResult<Json<Value>> {
     Ok(Json(json!(service::budgets(&state, &chain).await?)))
 }
 
@@ -61,8 +74,12 @@ async fn rollback(
     body: JsonBody,
 ) -> ApiResult<Json<Value>> {
     principal.require(&[Role::Approver])?;
-    let id = string_field(&Some(body.value), "baseline_id")?
-        .ok_or_else(|| ApiError::validation("baseline_id is required", json!({"violations": [{"pointer": "/baseline_id", "message": "required"}]})))?;
+    let id = string_field(&Some(body.value), "baseline_id")?.ok_or_else(|| {
+        ApiError::validation(
+            "baseline_id is required",
+            json!({"violations": [{"pointer": "/baseline_id", "message": "required"}]}),
+        )
+    })?;
     let published = service::rollback(&state, &principal, &chain, &id).await?;
     Ok(Json(json!({
         "chain": chain,

@@ -30,7 +30,9 @@ pub(crate) fn query_int(
     name: &str,
     range: std::ops::RangeInclusive<i64>,
 ) -> ApiResult<Option<i64>> {
-    let Some(raw) = query.get(name) else { return Ok(None) };
+    let Some(raw) = query.get(name) else {
+        return Ok(None);
+    };
     match raw.parse::<i64>() {
         Ok(v) if range.contains(&v) => Ok(Some(v)),
         _ => Err(ApiError::bad_request(format!(

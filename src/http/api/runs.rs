@@ -80,5 +80,7 @@ async fn list(
     state.store.get_topology(&chain, None).await?;
     let limit = query_int(&query, "limit", 1..=1000)?.unwrap_or(100);
     let runs = state.store.list_runs(&chain, limit).await?;
-    Ok(Json(json!({ "runs": runs.iter().map(view).collect::<Vec<_>>() })))
+    Ok(Json(
+        json!({ "runs": runs.iter().map(view).collect::<Vec<_>>() }),
+    ))
 }

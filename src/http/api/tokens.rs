@@ -24,19 +24,34 @@ async fn list(State(state): State<AppState>, principal: Principal) -> ApiResult<
     Ok(Json(json!({ "tokens": state.store.list_tokens().await? })))
 }
 
-async fn create(State(state): State<AppState>, principal: Principal, body: JsonBody) -> ApiResult<(StatusCode, Json<Value>)> {
+async fn create(
+    State(state): State<AppState>,
+    principal: Principal,
+    body: JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
     principal.require(&[Role::Admin])?;
     let body = Some(body.value);
     let violation = |pointer: &str, message: String| {
-        ApiError::validation(message.clone(), json!({"violations": [{"pointer": pointer, "message": message}]}))
+        ApiError::validation(
+            message.clone(),
+            json!({"violations": [{"pointer": pointer, "message": message}]}),
+        )
     };
-    let name = string_field(&body, "name")?.ok_or_else(|| violation("/name", "name is required".into()))?;
+    let name = string_field(&body, "name")?
+        .ok_or_else(|| violation("/name", "name is required".into()))?;
     if !valid_token_name(&name) {
-        return Err(violation("/name", format!("invalid token name {name:?}: 1-64 letters, digits, '-', '_', '.', '@'")));
+        return Err(violation(
+            "/name",
+            format!("invalid token name {name:?}: 1-64 letters, digits, '-', '_', '.', '@'"),
+        ));
     }
-    let role_name = string_field(&body, "role")?.ok_or_else(|| violation("/role", "role is required".into()))?;
+    let role_name = string_field(&body, "role")?
+        .ok_or_else(|| violation("/role", "role is required".into()))?;
     let role = Role::parse(&role_name).ok_or_else(|| {
-        violation("/role", format!("unknown role {role_name:?}: use reader, uploader, approver, agent or admin"))
+        violation(
+            "/role",
+            format!("unknown role {role_name:?}: use reader, uploader, approver, agent or admin"),
+        )
     })?;
     let token = generate_token();
     let audit = Audit {
@@ -47,14 +62,23 @@ async fn create(State(state): State<AppState>, principal: Principal, body: JsonB
         detail: json!({"role": role}),
         at: now(),
     };
-    let record = state.store.create_token(&name, role, &hash_token(&token), audit).await?;
+    let record = state
+        .store
+        .create_token(&name, role, &hash_token(&token), audit)
+        .await?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({"name": record.name, "role": record.role, "created_at": record.created_at, "token": token})),
+        Json(
+            json!({"name": record.name, "role": record.role, "created_at": record.created_at, "token": token}),
+        ),
     ))
 }
 
-async fn revoke(State(state): State<AppState>, principal: Principal, Path(name): Path<String>) -> ApiResult<StatusCode> {
+async fn revoke(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(name): Path<String>,
+) -> ApiResult<StatusCode> {
     principal.require(&[Role::Admin])?;
     let audit = Audit {
         actor: principal.name.clone(),

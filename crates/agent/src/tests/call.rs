@@ -40,6 +40,7 @@ struct Seen {
 }
 
 fn agent(chain: budget_core::live::LiveChain) -> Agent {
+    logs::init();
     Agent::from_snapshot(Snapshot::from_chains([chain])).unwrap()
 }
 
@@ -87,6 +88,58 @@ async fn run(
     (result, seen, start.elapsed())
 }
 
+/// Log capture for the `retrying` line. One global subscriber, installed before any test
+/// can reach the agent's log callsites (every test here builds its agent with [`agent`]), so
+/// no callsite interest is cached without it; it writes only on threads that asked to capture.
+mod logs {
+    use std::cell::RefCell;
+    use std::sync::Once;
+
+    thread_local! {
+        static CAPTURE: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+    }
+
+    struct ThreadWriter;
+
+    impl std::io::Write for ThreadWriter {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            CAPTURE.with(|c| {
+                if let Some(buf) = c.borrow_mut().as_mut() {
+                    buf.extend_from_slice(b);
+                }
+            });
+            Ok(b.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    pub(super) fn init() {
+        static INIT: Once = Once::new();
+        INIT.call_once(|| {
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(|| ThreadWriter)
+                .with_ansi(false)
+                .finish();
+            let _ = tracing::subscriber::set_global_default(subscriber);
+        });
+    }
+
+    /// Starts capturing this thread's log lines (a current-thread runtime keeps the test's
+    /// futures on it).
+    pub(super) fn capture() {
+        init();
+        CAPTURE.with(|c| *c.borrow_mut() = Some(Vec::new()));
+    }
+
+    pub(super) fn captured() -> String {
+        let bytes = CAPTURE.with(|c| c.borrow().clone().unwrap_or_default());
+        String::from_utf8(bytes).unwrap()
+    }
+}
+
 fn within(d: Duration, lo: u64, hi: u64) -> bool {
     d >= ms(lo) && d <= ms(hi)
 }
@@ -97,7 +150,13 @@ async fn deadline_on_an_idempotent_call_retries_once_after_100ms() {
     let (result, seen, _) = run(&a, INV, KEY, None, &[Hang, Step::Ok]).await;
     assert_eq!(result.unwrap(), 2);
     assert_eq!(seen.len(), 2);
-    assert_eq!(seen[0], Seen { at: ms(0), timeout: ms(44) });
+    assert_eq!(
+        seen[0],
+        Seen {
+            at: ms(0),
+            timeout: ms(44)
+        }
+    );
     // attempt 1 times out at 44 ms, then 100 ms stretched by 0..=20 %.
     let gap = seen[1].at - ms(44);
     assert!(within(gap, 100, 120), "backoff {gap:?}");
@@ -106,7 +165,10 @@ async fn deadline_on_an_idempotent_call_retries_once_after_100ms() {
 
     // Two timeouts: exactly one retry, then the deadline error — inside the 208 ms budget.
     let (result, seen, took) = run(&a, INV, KEY, None, &[Hang, Hang, Step::Ok]).await;
-    assert!(matches!(result, Err(CallError::DeadlineExceeded { attempts: 2 })), "{result:?}");
+    assert!(
+        matches!(result, Err(CallError::DeadlineExceeded { attempts: 2 })),
+        "{result:?}"
+    );
     assert_eq!(seen.len(), 2);
     assert!(took <= ms(208), "{took:?}");
     assert!(within(took, 44 + 100 + 44, 44 + 120 + 44), "{took:?}");
@@ -118,7 +180,10 @@ async fn deadline_on_an_idempotent_call_retries_once_after_100ms() {
 async fn unavailable_on_an_idempotent_call_retries_twice_after_100_then_300ms() {
     let a = agent(roomy());
     let (result, seen, _) = run(&a, INV, KEY, None, &[UNAV, UNAV, UNAV, Step::Ok]).await;
-    assert!(matches!(result, Err(CallError::Failed(Failure::Unavailable))), "{result:?}");
+    assert!(
+        matches!(result, Err(CallError::Failed(Failure::Unavailable))),
+        "{result:?}"
+    );
     assert_eq!(seen.len(), 3, "at most 2 retries: {seen:?}");
     let gaps = [seen[1].at - seen[0].at, seen[2].at - seen[1].at];
     assert!(within(gaps[0], 100, 120), "{gaps:?}");
@@ -151,17 +216,29 @@ async fn non_idempotent_calls_never_retry() {
     let a = agent(example_a());
     // An idempotent segment, but the caller gave no key.
     let (result, seen, took) = run(&a, INV, None, None, &[Hang, Step::Ok]).await;
-    assert!(matches!(result, Err(CallError::DeadlineExceeded { attempts: 1 })), "{result:?}");
+    assert!(
+        matches!(result, Err(CallError::DeadlineExceeded { attempts: 1 })),
+        "{result:?}"
+    );
     assert_eq!((seen.len(), took), (1, ms(44)));
     let (result, seen, _) = run(&a, INV, None, None, &[UNAV, Step::Ok]).await;
-    assert!(matches!(result, Err(CallError::Failed(Failure::Unavailable))), "{result:?}");
+    assert!(
+        matches!(result, Err(CallError::Failed(Failure::Unavailable))),
+        "{result:?}"
+    );
     assert_eq!(seen.len(), 1);
     // A segment without idempotency, even with a key.
     let (result, seen, took) = run(&a, USER, KEY, None, &[Hang, Step::Ok]).await;
-    assert!(matches!(result, Err(CallError::DeadlineExceeded { attempts: 1 })), "{result:?}");
+    assert!(
+        matches!(result, Err(CallError::DeadlineExceeded { attempts: 1 })),
+        "{result:?}"
+    );
     assert_eq!((seen.len(), took), (1, ms(9)));
     let (result, seen, _) = run(&a, USER, KEY, None, &[UNAV, Step::Ok]).await;
-    assert!(matches!(result, Err(CallError::Failed(Failure::Unavailable))), "{result:?}");
+    assert!(
+        matches!(result, Err(CallError::Failed(Failure::Unavailable))),
+        "{result:?}"
+    );
     assert_eq!(seen.len(), 1);
     assert!(a.retry_counts().is_empty());
 }
@@ -171,7 +248,10 @@ async fn on_deadline_false_retries_on_unavailable_only() {
     // order->payment: idempotent (pay_no), retry.on_deadline=false; timeout = budget = 390.
     let a = agent(example_a());
     let (result, seen, took) = run(&a, PAY, KEY, None, &[Hang, Step::Ok]).await;
-    assert!(matches!(result, Err(CallError::DeadlineExceeded { attempts: 1 })), "{result:?}");
+    assert!(
+        matches!(result, Err(CallError::DeadlineExceeded { attempts: 1 })),
+        "{result:?}"
+    );
     assert_eq!((seen.len(), took), (1, ms(390)));
     assert_eq!(a.retry_count(PAY, Cause::Deadline), 0);
 
@@ -189,7 +269,10 @@ async fn never_backs_off_past_the_segment_budget() {
     // inventory's budget is 208 ms: after the 100 ms retry, the 300 ms backoff does not fit,
     // so the call stops with the last error instead of sleeping.
     let (result, seen, took) = run(&a, INV, KEY, None, &[UNAV, UNAV, UNAV]).await;
-    assert!(matches!(result, Err(CallError::Failed(Failure::Unavailable))), "{result:?}");
+    assert!(
+        matches!(result, Err(CallError::Failed(Failure::Unavailable))),
+        "{result:?}"
+    );
     assert_eq!(seen.len(), 2);
     assert_eq!(took, seen[1].at, "no sleep after the last attempt");
     assert_eq!(a.retry_count(INV, Cause::Unavailable), 1);
@@ -199,7 +282,10 @@ async fn never_backs_off_past_the_segment_budget() {
     let r = agent(roomy());
     let slow = SlowFail(290, Failure::Unavailable);
     let (result, seen, took) = run(&r, INV, KEY, None, &[slow, slow, slow]).await;
-    assert!(matches!(result, Err(CallError::Failed(Failure::Unavailable))), "{result:?}");
+    assert!(
+        matches!(result, Err(CallError::Failed(Failure::Unavailable))),
+        "{result:?}"
+    );
     assert_eq!(seen.len(), 2, "{seen:?}");
     assert!(took <= ms(720), "{took:?}");
     assert!(within(took, 290 + 100 + 290, 290 + 120 + 290), "{took:?}");
@@ -213,7 +299,10 @@ async fn never_backs_off_past_the_segment_budget() {
     let t = agent(tight);
     let early = SlowFail(20, Failure::Deadline);
     let (result, seen, took) = run(&t, INV, KEY, None, &[early, Hang]).await;
-    assert!(matches!(result, Err(CallError::DeadlineExceeded { attempts: 2 })), "{result:?}");
+    assert!(
+        matches!(result, Err(CallError::DeadlineExceeded { attempts: 2 })),
+        "{result:?}"
+    );
     assert_eq!(seen[1].timeout, ms(150) - seen[1].at);
     assert!(seen[1].timeout < ms(44), "{seen:?}");
     assert_eq!(took, ms(150));
@@ -224,25 +313,45 @@ async fn never_runs_past_the_inherited_deadline() {
     let a = agent(example_a());
     // 30 ms inherited: the first attempt's timeout is cut from 44 to 30.
     let (result, seen, took) = run(&a, INV, KEY, Some(ms(30)), &[Hang, Step::Ok]).await;
-    assert!(matches!(result, Err(CallError::DeadlineExceeded { attempts: 1 })), "{result:?}");
-    assert_eq!(seen, [Seen { at: ms(0), timeout: ms(30) }]);
+    assert!(
+        matches!(result, Err(CallError::DeadlineExceeded { attempts: 1 })),
+        "{result:?}"
+    );
+    assert_eq!(
+        seen,
+        [Seen {
+            at: ms(0),
+            timeout: ms(30)
+        }]
+    );
     assert_eq!(took, ms(30));
 
     // 120 ms inherited: after the 44 ms timeout only 76 ms remain, less than the 100 ms
     // backoff — stop at once instead of sleeping.
     let (result, seen, took) = run(&a, INV, KEY, Some(ms(120)), &[Hang, Step::Ok]).await;
-    assert!(matches!(result, Err(CallError::DeadlineExceeded { attempts: 1 })), "{result:?}");
+    assert!(
+        matches!(result, Err(CallError::DeadlineExceeded { attempts: 1 })),
+        "{result:?}"
+    );
     assert_eq!((seen.len(), took), (1, ms(44)));
 
-    // 200 ms inherited: the retry fits, but its attempt ends exactly at the inherited deadline.
-    let (result, seen, took) = run(&a, INV, KEY, Some(ms(200)), &[Hang, Hang]).await;
-    assert!(matches!(result, Err(CallError::DeadlineExceeded { attempts: 2 })), "{result:?}");
-    assert_eq!(seen[1].timeout, ms(200) - seen[1].at);
-    assert_eq!(took, ms(200));
+    // 170 ms inherited: after the timeout at 44 ms, 126 ms remain — the ≤ 120 ms backoff fits,
+    // but the retry (at 144..=164 ms) is cut to end exactly at the inherited deadline.
+    let (result, seen, took) = run(&a, INV, KEY, Some(ms(170)), &[Hang, Hang]).await;
+    assert!(
+        matches!(result, Err(CallError::DeadlineExceeded { attempts: 2 })),
+        "{result:?}"
+    );
+    assert_eq!(seen[1].timeout, ms(170) - seen[1].at);
+    assert!(seen[1].timeout < ms(44), "{seen:?}");
+    assert_eq!(took, ms(170));
 
     // An inherited deadline already past: not even one attempt.
     let (result, seen, _) = run(&a, INV, KEY, Some(Duration::ZERO), &[Step::Ok]).await;
-    assert!(matches!(result, Err(CallError::BudgetExhausted)), "{result:?}");
+    assert!(
+        matches!(result, Err(CallError::BudgetExhausted)),
+        "{result:?}"
+    );
     assert!(seen.is_empty());
 }
 
@@ -256,29 +365,11 @@ async fn unknown_segments_are_errors() {
 
 #[tokio::test(start_paused = true)]
 async fn retries_are_logged_with_their_number_and_cause() {
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buf = Buf::default();
-    let writer = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-
+    logs::capture();
     let a = agent(roomy());
     let (result, _, _) = run(&a, INV, KEY, None, &[Hang, UNAV, Step::Ok]).await;
     assert_eq!(result.unwrap(), 3);
-    let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let out = logs::captured();
     let lines: Vec<&str> = out.lines().filter(|l| l.contains("retrying")).collect();
     assert_eq!(lines.len(), 2, "{out}");
     for (line, n, cause) in [(lines[0], 1, "deadline"), (lines[1], 2, "unavailable")] {
@@ -290,9 +381,12 @@ async fn retries_are_logged_with_their_number_and_cause() {
     assert_eq!(a.retry_count(INV, Cause::Unavailable), 1);
     assert_eq!(
         a.retry_counts(),
-        [((INV.to_owned(), Cause::Deadline), 1), ((INV.to_owned(), Cause::Unavailable), 1)]
-            .into_iter()
-            .collect()
+        [
+            ((INV.to_owned(), Cause::Deadline), 1),
+            ((INV.to_owned(), Cause::Unavailable), 1)
+        ]
+        .into_iter()
+        .collect()
     );
 }
 
@@ -356,5 +450,8 @@ fn grpc_status_codes_classify() {
 fn a_static_agent_refuses_an_inverted_snapshot() {
     let err = Agent::from_snapshot(Snapshot::from_chains([crate::test_support::example_b()]))
         .unwrap_err();
-    assert!(matches!(err, crate::AgentError::Refused { ref segment, .. } if segment == "gateway->order"), "{err}");
+    assert!(
+        matches!(err, crate::AgentError::Refused { ref segment, .. } if segment == "gateway->order"),
+        "{err}"
+    );
 }

@@ -1,0 +1,271 @@
+//! `budgetctl bench watch`: fan-out latency and memory of Watch streams against a running
+//! budgetd (loopback only: every stream is a real gRPC stream to the server at --grpc).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use budget_core::example::{CHECKOUT_RUN_A, CHECKOUT_TOPOLOGY};
+use budget_proto::v1::budget_control_client::BudgetControlClient;
+use budget_proto::v1::WatchRequest;
+use clap::Args;
+use serde_json::{json, Value};
+use tokio::sync::{Mutex, Notify};
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Channel, Endpoint};
+
+use super::{print, Client, CtlError};
+
+pub const WATCH_ABOUT: &str = "\
+Opens N Watch streams (over M HTTP/2 connections) as agents of a fresh benchmark chain, then,
+round after round, uploads a run that drifts, approves the new draft, and measures the time from
+the approve response until every stream has received the new revision. Prints p50, p99 and max
+over the rounds, and the server's resident memory per idle stream (from /metrics).
+
+Needs an admin token (--token): it creates its own uploader, approver and agent tokens and a
+chain named bench-<random>. Point it at a server on this machine only.";
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Number of Watch streams to hold open
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub subscribers: u32,
+    /// HTTP/2 connections to spread them over [default: one per 1000 streams]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub connections: Option<u32>,
+    /// Publications to time
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub rounds: u32,
+    /// The server's gRPC address
+    #[arg(long, default_value = "http://127.0.0.1:50051")]
+    pub grpc: String,
+}
+
+fn internal(what: &str, e: impl std::fmt::Display) -> CtlError {
+    CtlError::Internal(format!("{what}: {e}"))
+}
+
+/// Arrivals per revision: how many streams have it, and when the last one got it.
+#[derive(Default)]
+struct Arrivals {
+    by_revision: Mutex<HashMap<i64, (u32, Instant)>>,
+    notify: Notify,
+}
+
+async fn rss(client: &Client) -> Option<u64> {
+    let text = client.get_text("metrics").await.ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("process_resident_memory_bytes "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+pub async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Result<(), CtlError> {
+    let n = args.subscribers;
+    let connections = args.connections.unwrap_or(n.div_ceil(1000)).min(n);
+    let tag = format!("{:08x}", rand::random::<u32>());
+    let chain = format!("bench-{tag}");
+
+    let token = |role: &'static str| {
+        let admin = admin.clone();
+        let name = format!("bench-{role}-{tag}");
+        async move {
+            let v = admin
+                .post(
+                    admin.url(&["tokens"]),
+                    Some(json!({"role": role, "name": name}).to_string().into_bytes()),
+                )
+                .await?;
+            Ok::<String, CtlError>(v["token"].as_str().unwrap_or_default().to_owned())
+        }
+    };
+    let uploader = admin.with_token(&token("uploader").await?);
+    let approver = admin.with_token(&token("approver").await?);
+    let agent_token = token("agent").await?;
+
+    uploader
+        .put(
+            uploader.url(&["chains", &chain, "topology"]),
+            CHECKOUT_TOPOLOGY.as_bytes().to_vec(),
+        )
+        .await?;
+    let run_a: Value =
+        serde_json::from_str(CHECKOUT_RUN_A).map_err(|e| internal("example run", e))?;
+    let publish = |p999: u32| {
+        let (uploader, approver, chain, mut run) = (
+            uploader.clone(),
+            approver.clone(),
+            chain.clone(),
+            run_a.clone(),
+        );
+        async move {
+            run["segments"][2]["p999_ms"] = json!(p999);
+            let up = uploader
+                .post(
+                    uploader.url(&["chains", &chain, "runs"]),
+                    Some(run.to_string().into_bytes()),
+                )
+                .await?;
+            let id = up["baseline_id"]
+                .as_str()
+                .ok_or_else(|| internal("upload", "the run opened no draft"))?
+                .to_owned();
+            let v = approver
+                .post(approver.url(&["baselines", &id, "approve"]), None)
+                .await?;
+            let done = Instant::now();
+            let revision = v["revision"]
+                .as_i64()
+                .ok_or_else(|| internal("approve", "no revision"))?;
+            Ok::<(i64, Instant), CtlError>((revision, done))
+        }
+    };
+    let (first_revision, _) = publish(300).await?;
+
+    let rss_before = rss(admin).await;
+    eprintln!(
+        "opening {n} Watch streams over {connections} connection(s) to {} …",
+        args.grpc
+    );
+    let endpoint = Endpoint::from_shared(args.grpc.clone())
+        .map_err(|e| CtlError::Input(format!("bad --grpc {}: {e}", args.grpc)))?
+        .http2_adaptive_window(true)
+        .tcp_nodelay(true);
+    let mut channels = Vec::new();
+    for _ in 0..connections {
+        let ch: Channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| CtlError::Unreachable {
+                url: args.grpc.clone(),
+                reason: e.to_string(),
+            })?;
+        channels.push(ch);
+    }
+    let arrivals = Arc::new(Arrivals::default());
+    let auth = MetadataValue::try_from(format!("Bearer {agent_token}"))
+        .map_err(|e| internal("token", e))?;
+    let opened = Instant::now();
+    for i in 0..n {
+        let mut client = BudgetControlClient::new(channels[(i % connections) as usize].clone());
+        let mut req = tonic::Request::new(WatchRequest {
+            agent_id: format!("bench-{tag}-{i}"),
+            service: "bench".into(),
+            chains: vec![chain.clone()],
+            known_revision: 0,
+            labels: Default::default(),
+        });
+        req.metadata_mut().insert("authorization", auth.clone());
+        let arrivals = arrivals.clone();
+        tokio::spawn(async move {
+            let Ok(resp) = client.watch(req).await else {
+                return;
+            };
+            let mut stream = resp.into_inner();
+            while let Ok(Some(update)) = stream.message().await {
+                let now = Instant::now();
+                let mut map = arrivals.by_revision.lock().await;
+                let e = map.entry(update.revision).or_insert((0, now));
+                e.0 += 1;
+                e.1 = now;
+                drop(map);
+                arrivals.notify.notify_waiters();
+            }
+        });
+    }
+    let wait_all = |revision: i64, limit: Duration| {
+        let arrivals = arrivals.clone();
+        async move {
+            let deadline = Instant::now() + limit;
+            loop {
+                let notified = arrivals.notify.notified();
+                if let Some((count, last)) =
+                    arrivals.by_revision.lock().await.get(&revision).copied()
+                {
+                    if count >= n {
+                        return Ok(last);
+                    }
+                }
+                if tokio::time::timeout_at(deadline.into(), notified)
+                    .await
+                    .is_err()
+                {
+                    let got = arrivals
+                        .by_revision
+                        .lock()
+                        .await
+                        .get(&revision)
+                        .map_or(0, |e| e.0);
+                    return Err(internal(
+                        "timeout",
+                        format!(
+                            "only {got} of {n} streams got revision {revision} within {limit:?}"
+                        ),
+                    ));
+                }
+            }
+        }
+    };
+    wait_all(first_revision, Duration::from_secs(120)).await?;
+    let open_time = opened.elapsed();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let rss_after = rss(admin).await;
+    let per_stream = match (rss_before, rss_after) {
+        (Some(b), Some(a)) => Some(a.saturating_sub(b) as f64 / n as f64),
+        _ => None,
+    };
+    eprintln!(
+        "all {n} streams hold the snapshot after {open_time:?}; timing {} publications …",
+        args.rounds
+    );
+
+    let mut times = Vec::new();
+    for round in 0..args.rounds {
+        // Alternate payment p999 between 390 and 300 ms: ±30 %, drift every time.
+        let p999 = if round % 2 == 0 { 390 } else { 300 };
+        let (revision, approved_at) = publish(p999).await?;
+        let last = wait_all(revision, Duration::from_secs(60)).await?;
+        times.push(last.saturating_duration_since(approved_at));
+    }
+    times.sort();
+    let (p50, p99, max) = (
+        percentile(&times, 50.0),
+        percentile(&times, 99.0),
+        times.last().copied().unwrap_or_default(),
+    );
+    let result = json!({
+        "subscribers": n,
+        "connections": connections,
+        "rounds": args.rounds,
+        "open_all_ms": open_time.as_secs_f64() * 1000.0,
+        "time_to_all_ms": {"p50": p50.as_secs_f64() * 1000.0, "p99": p99.as_secs_f64() * 1000.0, "max": max.as_secs_f64() * 1000.0},
+        "server_rss_bytes": {"before": rss_before, "after": rss_after},
+        "server_rss_per_stream_bytes": per_stream,
+        "chain": chain,
+    });
+    if json_out {
+        print(&serde_json::to_string_pretty(&result).unwrap_or_default());
+    } else {
+        print(&format!(
+            "streams: {n} over {connections} connection(s); rounds: {}\n\
+             time from approve response to all streams: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms\n\
+             server memory per idle stream: {}",
+            args.rounds,
+            p50.as_secs_f64() * 1000.0,
+            p99.as_secs_f64() * 1000.0,
+            max.as_secs_f64() * 1000.0,
+            per_stream.map_or(
+                "unknown (no process_resident_memory_bytes in /metrics)".into(),
+                |b| format!("{:.1} KiB", b / 1024.0)
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,308 @@
+//! The budget-agent library against a real server: start, follow, ACK/NACK, disk cache,
+//! refusal of inverted configs, reconnect after a restart.
+
+use std::time::Duration;
+
+use budget_agent::{Agent, AgentConfig, AgentError, LiveChain, Snapshot, Source};
+use budget_core::baseline::{BaselineDocument, BaselineReason, BaselineState};
+use budget_core::example::{CHECKOUT_RUN_A, CHECKOUT_RUN_C, CHECKOUT_TOPOLOGY_B};
+use budget_core::run::RunUpload;
+use budget_core::Topology;
+use budgetd::store::{self, Audit, Verdict};
+use serde_json::json;
+
+use crate::grpc::draft_a;
+use crate::helpers::{example, spawn_app, Backend, TestApp};
+
+fn config(app: &TestApp, token: &str, id: &str, cache: &std::path::Path) -> AgentConfig {
+    let mut c = AgentConfig::new(app.grpc_url(), token, id, "order");
+    c.cache_path = Some(cache.join(format!("{id}.json")));
+    c.connect_timeout = Duration::from_secs(1);
+    c.first_config_timeout = Duration::from_secs(3);
+    c
+}
+
+async fn acked(app: &TestApp, token: &str, agent_id: &str) -> (i64, Option<i64>, Option<String>) {
+    let agents = app.get("/api/v1/agents", token).await.expect(200).json();
+    let a = agents["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["agent_id"] == agent_id)
+        .cloned()
+        .unwrap_or(json!({}));
+    (
+        a["acked"].as_i64().unwrap_or(0),
+        a["nack_revision"].as_i64(),
+        a["nack_error"].as_str().map(str::to_owned),
+    )
+}
+
+/// Example B computed and written straight into the store, bypassing the service's checks,
+/// then "approved" there: a forged publication the agent must refuse.
+async fn publish_inverted(app: &TestApp, run_id: &str) -> i64 {
+    let store = store::connect(&app.db_url).await.unwrap();
+    let t: Topology = serde_json::from_str(CHECKOUT_TOPOLOGY_B).unwrap();
+    let run = serde_json::from_str::<RunUpload>(CHECKOUT_RUN_A)
+        .unwrap()
+        .into_run(&t)
+        .unwrap();
+    let c = budget_core::compute(&t, &run).unwrap();
+    let doc = BaselineDocument {
+        id: String::new(),
+        chain: "checkout".into(),
+        state: BaselineState::Draft,
+        reason: BaselineReason::Recompute,
+        run_id: run_id.into(),
+        topology_version: 1,
+        created_at: budgetd::service::now(),
+        created_by: "forger".into(),
+        entry_budget_ms: t.entry_budget_ms,
+        breaker_window_ms: t.breaker_window_ms,
+        max_recovery: t.max_recovery,
+        segments: c.segments,
+        findings: vec![],
+        drift: vec![],
+        drift_baseline_id: None,
+        decision: None,
+    };
+    let audit = || Audit {
+        actor: "forger".into(),
+        action: "test",
+        chain: Some("checkout".into()),
+        subject: None,
+        detail: json!({}),
+        at: budgetd::service::now(),
+    };
+    let b = store.insert_baseline(doc, audit()).await.unwrap();
+    store
+        .decide(&b.doc.id, Verdict::Approve, None, audit())
+        .await
+        .unwrap()
+        .1
+        .unwrap()
+        .revision
+}
+
+async fn agent_follows_acks_and_nacks(app: &TestApp) {
+    let p = app.people().await;
+    let token = app.token("agent", "order-agent").await;
+    let cache = tempfile::tempdir().unwrap();
+    let a_id = draft_a(app, &p).await;
+    let rev_a = app.approve(&p.approver, &a_id).await.expect(200).json()["revision"]
+        .as_i64()
+        .unwrap();
+
+    let agent = Agent::start(config(app, &token, "order-1", cache.path()))
+        .await
+        .unwrap();
+    assert_eq!(
+        (agent.source(), agent.revision()),
+        (Source::ControlPlane, rev_a)
+    );
+    assert_eq!(
+        agent.budget("order->inventory"),
+        Some(Duration::from_millis(208))
+    );
+    assert_eq!(
+        agent.budget("order->payment"),
+        Some(Duration::from_millis(390))
+    );
+    let inherited = tokio::time::Instant::now() + Duration::from_millis(100);
+    assert_eq!(
+        agent.deadline("order->inventory", Some(inherited)),
+        Some(inherited)
+    );
+    let d = agent.deadline("order->user", None).unwrap();
+    assert!(d <= tokio::time::Instant::now() + Duration::from_millis(9));
+    assert!(cache.path().join("order-1.json").exists());
+
+    // A drift approved → the agent follows and ACKs.
+    let c = app
+        .upload(&p.uploader, "checkout", example(CHECKOUT_RUN_C))
+        .await
+        .expect(201)
+        .json();
+    let rev_c = app
+        .approve(&p.approver, c["baseline_id"].as_str().unwrap())
+        .await
+        .expect(200)
+        .json()["revision"]
+        .as_i64()
+        .unwrap();
+    let mut rx = agent.subscribe();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        rx.wait_for(|s| s.revision == rev_c),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        agent
+            .snapshot()
+            .segment("order->payment")
+            .unwrap()
+            .timeout_ms,
+        507
+    );
+    for _ in 0..100 {
+        if acked(app, &p.uploader, "order-1").await.0 == rev_c {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(acked(app, &p.uploader, "order-1").await.0, rev_c);
+
+    // A forged inverted publication: NACKed with the numbers, the old config kept.
+    let run_id = c["run_id"].as_str().unwrap();
+    let rev_bad = publish_inverted(app, run_id).await;
+    let mut nack = (0, None, None);
+    for _ in 0..200 {
+        nack = acked(app, &p.uploader, "order-1").await;
+        if nack.1 == Some(rev_bad) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(nack.1, Some(rev_bad), "the NACK reaches fleet status");
+    let reason = nack.2.unwrap();
+    assert!(reason.contains("909") && reason.contains("109"), "{reason}");
+    assert_eq!(agent.revision(), rev_c);
+    assert_eq!(
+        agent
+            .snapshot()
+            .segment("order->payment")
+            .unwrap()
+            .timeout_ms,
+        507
+    );
+    let (rev, refusal) = agent.last_refusal().unwrap();
+    assert_eq!((rev, refusal.segment.as_str()), (rev_bad, "gateway->order"));
+    agent.shutdown();
+}
+
+/// Server down: start from the cache; inverted cache: refuse; server back: reconnect.
+async fn cache_refusal_and_reconnect(app: TestApp) {
+    let p = app.people().await;
+    let token = app.token("agent", "order-agent").await;
+    let cache = tempfile::tempdir().unwrap();
+    let a_id = draft_a(&app, &p).await;
+    let rev_a = app.approve(&p.approver, &a_id).await.expect(200).json()["revision"]
+        .as_i64()
+        .unwrap();
+    let cfg = config(&app, &token, "order-1", cache.path());
+    let first = Agent::start(cfg.clone()).await.unwrap();
+    assert_eq!(first.source(), Source::ControlPlane);
+
+    let app = {
+        // Down: a new agent starts from the disk cache.
+        let stopped = app.pause().await;
+        let second = Agent::start(cfg.clone()).await.unwrap();
+        assert_eq!((second.source(), second.revision()), (Source::Cache, rev_a));
+        assert_eq!(
+            second.budget("order->inventory"),
+            Some(Duration::from_millis(208))
+        );
+        let app = stopped.start().await;
+        // Back: both agents reconnect and receive the next publication.
+        let c = app
+            .upload(&p.uploader, "checkout", example(CHECKOUT_RUN_C))
+            .await
+            .expect(201)
+            .json();
+        let rev_c = app
+            .approve(&p.approver, c["baseline_id"].as_str().unwrap())
+            .await
+            .expect(200)
+            .json()["revision"]
+            .as_i64()
+            .unwrap();
+        for agent in [&first, &second] {
+            let mut rx = agent.subscribe();
+            tokio::time::timeout(
+                Duration::from_secs(20),
+                rx.wait_for(|s| s.revision == rev_c),
+            )
+            .await
+            .expect("reconnected")
+            .unwrap();
+        }
+        app
+    };
+
+    // An inverted config in the cache and no server: the agent refuses to start, naming the numbers.
+    let t: Topology = serde_json::from_str(CHECKOUT_TOPOLOGY_B).unwrap();
+    let run = serde_json::from_str::<RunUpload>(CHECKOUT_RUN_A)
+        .unwrap()
+        .into_run(&t)
+        .unwrap();
+    let computed = budget_core::compute(&t, &run).unwrap();
+    let live = LiveChain {
+        chain: "checkout".into(),
+        revision: 99,
+        baseline_id: "bl-20261130-099".into(),
+        published_at: budgetd::service::now(),
+        entry_budget_ms: 800,
+        breaker_window_ms: 5000,
+        max_recovery: t.max_recovery,
+        segments: computed
+            .segments
+            .iter()
+            .map(|s| budget_agent::LiveSegment {
+                id: s.id.clone(),
+                caller: s.caller.clone(),
+                callee: s.callee.clone(),
+                parent: s.parent.clone(),
+                stage: s.stage,
+                class: s.class,
+                timeout_ms: s.timeout_ms,
+                budget_ms: s.budget_ms,
+                reserve_ms: s.reserve_ms,
+                retry: s.retry.clone(),
+                idempotency: s.idempotency.clone(),
+            })
+            .collect(),
+    };
+    let bad_cache = cache.path().join("inverted.json");
+    budget_agent::cache::write(&bad_cache, &Snapshot::from_chains([live])).unwrap();
+    let mut offline = AgentConfig::new("http://127.0.0.1:1", &token, "order-9", "order");
+    offline.cache_path = Some(bad_cache);
+    offline.connect_timeout = Duration::from_millis(300);
+    match Agent::start(offline).await {
+        Err(AgentError::Refused {
+            segment, message, ..
+        }) => {
+            assert_eq!(segment, "gateway->order");
+            assert!(
+                message.contains("909") && message.contains("109"),
+                "{message}"
+            );
+        }
+        Err(other) => panic!("expected a refusal, got {other}"),
+        Ok(_) => panic!("expected a refusal, the agent started"),
+    }
+    // Neither server nor cache: unavailable.
+    let mut nothing = AgentConfig::new("http://127.0.0.1:1", &token, "order-8", "order");
+    nothing.connect_timeout = Duration::from_millis(300);
+    assert!(matches!(
+        Agent::start(nothing).await,
+        Err(AgentError::Unavailable { .. })
+    ));
+    app.stop().await;
+}
+
+crate::on_both_backends!(agent_follows_acks_and_nacks);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_cache_refusal_and_reconnect() {
+    cache_refusal_and_reconnect(spawn_app(Backend::Sqlite).await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_cache_refusal_and_reconnect() {
+    let Some(app) = spawn_app(Backend::Postgres).await else {
+        return;
+    };
+    cache_refusal_and_reconnect(app).await;
+}
