@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 
+use crate::archive::{self, worker::Archiver, Archive};
 use crate::auth::{generate_token, hash_token, Principal, Role};
 use crate::config::{redact_url, Settings};
 use crate::fleet::Fleet;
@@ -31,6 +32,19 @@ pub struct App {
 impl App {
     /// Opens the store (applying migrations), installs the admin token and binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let (archive, url_prefix) = archive::open(&settings.archive_url()).await?;
+        let archive_prefix =
+            url_prefix.unwrap_or_else(|| settings.archive_prefix.trim_matches('/').to_owned());
+        Self::build_with_archive(settings, archive, archive_prefix).await
+    }
+
+    /// [`App::build`] with an archive opened by the caller (e.g. an S3 client configured in
+    /// code rather than from the environment).
+    pub async fn build_with_archive(
+        settings: Settings,
+        archive: Arc<dyn Archive>,
+        archive_prefix: String,
+    ) -> anyhow::Result<Self> {
         let url = settings.database_url();
         if url.starts_with("sqlite:") && settings.database_url.is_none() {
             std::fs::create_dir_all(&settings.data_dir).with_context(|| {
@@ -40,8 +54,10 @@ impl App {
                 )
             })?;
         }
-        let store = store::connect(&url).await?;
+        archive.check().await?;
+        let store = store::connect_with(&url, &archive_prefix).await?;
         tracing::info!(database = %redact_url(&url), backend = store.backend(), "store ready");
+        tracing::info!(archive = %archive.describe(), prefix = %archive_prefix, "archive ready");
         let generated_admin_token = bootstrap_admin(&*store, &settings).await?;
         let listener = TcpListener::bind(settings.http)
             .await
@@ -60,11 +76,14 @@ impl App {
             .clone()
             .unwrap_or_else(|| grpc_addr.to_string());
         let fleet = Fleet::new(store.clone(), replica);
+        let archiver = Archiver::new(store.clone(), archive);
         let state = AppState {
             store,
             settings: Arc::new(settings),
             hub,
             fleet,
+            archiver,
+            archive_prefix,
         };
         Ok(Self {
             listener,
@@ -109,6 +128,7 @@ impl App {
             tokio::spawn(expire_idempotency_keys(state.clone())),
             state.hub.spawn_catch_up(Duration::from_secs(5)),
             state.fleet.spawn_flusher(Duration::from_millis(500)),
+            state.archiver.spawn(Duration::from_secs(1)),
         ];
         let url = state.settings.database_url();
         if state.store.backend() == "postgres" {

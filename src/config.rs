@@ -34,6 +34,11 @@ pub struct Settings {
     pub replica: Option<String>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Where baseline documents are archived: `file://PATH` or `s3://BUCKET[/PREFIX]`;
+    /// default: `file://{data_dir}/archive`.
+    pub archive_url: Option<String>,
+    /// Key prefix of archived objects (an `s3://BUCKET/PREFIX` URL's prefix wins).
+    pub archive_prefix: String,
     pub approval: ApprovalSettings,
     /// The admin token to install at start (`BUDGETD_ADMIN_TOKEN`).
     pub admin_token: Option<Secret>,
@@ -64,6 +69,8 @@ impl Default for Settings {
             grpc: SocketAddr::from(([127, 0, 0, 1], 50051)),
             replica: None,
             max_body_bytes: 8 * 1024 * 1024,
+            archive_url: None,
+            archive_prefix: crate::store::DEFAULT_ARCHIVE_PREFIX.to_owned(),
             approval: ApprovalSettings {
                 require_distinct_approver: true,
             },
@@ -74,7 +81,9 @@ impl Default for Settings {
 }
 
 /// Environment keys that belong to the server (others, such as budgetctl's, are ignored).
-const ENV_KEYS: [&str; 9] = [
+const ENV_KEYS: [&str; 11] = [
+    "archive_url",
+    "archive_prefix",
     "data_dir",
     "database_url",
     "http",
@@ -150,6 +159,14 @@ impl Settings {
             None => format!("sqlite:{}", self.data_dir.join("budgetd.db").display()),
         }
     }
+
+    /// The archive URL in effect.
+    pub fn archive_url(&self) -> String {
+        match &self.archive_url {
+            Some(url) => url.clone(),
+            None => format!("file://{}", self.data_dir.join("archive").display()),
+        }
+    }
 }
 
 /// A URL with any password replaced, for logs.
@@ -190,6 +207,13 @@ grpc = "127.0.0.1:50051"
 
 # This replica's name in fleet status. Default: the gRPC address.
 # replica = "budgetd-0"
+
+# Where every baseline document is archived, as {prefix}/{YYYY-MM-DD}/{baseline_id}.json and,
+# at approval, {prefix}/{YYYY-MM-DD}/budget.json. file://PATH (default: file://{data_dir}/archive)
+# or s3://BUCKET[/PREFIX]; S3 endpoint, region and credentials come from the standard AWS
+# environment (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE).
+# archive_url = "s3://budget-archive/gov/bench"
+archive_prefix = "gov/bench"
 
 # Largest request body accepted, in bytes (larger bodies answer 413).
 max_body_bytes = 8388608

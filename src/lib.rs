@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod archive;
 pub mod auth;
 pub mod config;
 pub mod ctl;

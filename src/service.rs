@@ -17,7 +17,8 @@ use crate::error::{ApiError, ApiResult};
 use crate::schemas::Schema;
 use crate::state::AppState;
 use crate::store::{
-    Audit, NewRun, Published, StoreError, StoredBaseline, TopologyVersion, Verdict,
+    Audit, NewRelease, NewRun, Published, Release, StoreError, StoredBaseline, TopologyVersion,
+    Verdict,
 };
 
 /// Now, as stored and shown: RFC 3339 UTC with milliseconds.
@@ -242,6 +243,7 @@ pub async fn upload_run(
             .await
         {
             Ok((stored, baseline)) => {
+                state.archiver.kick();
                 return Ok(RunOutcome {
                     run_id: stored.id,
                     chain: chain.to_owned(),
@@ -252,7 +254,7 @@ pub async fn upload_run(
                     baseline_id: baseline.as_ref().map(|b| b.doc.id.clone()),
                     reason,
                     findings: baseline.map(|b| b.doc.findings).unwrap_or_default(),
-                })
+                });
             }
             Err(StoreError::Conflict(_)) => continue,
             Err(e) => return Err(e.into()),
@@ -290,7 +292,9 @@ pub async fn recompute(
         Some(chain),
         json!({"run_id": run.id, "topology_version": topo.version}),
     );
-    Ok(state.store.insert_baseline(doc, audit).await?)
+    let stored = state.store.insert_baseline(doc, audit).await?;
+    state.archiver.kick();
+    Ok(stored)
 }
 
 pub async fn approve(
@@ -345,6 +349,7 @@ pub async fn approve(
 /// Brings this replica's hub up to date after a publication (other replicas hear of it by
 /// notification or their catch-up read). The publication is committed either way.
 async fn republish(state: &AppState) {
+    state.archiver.kick();
     if let Err(e) = state.hub.refresh().await {
         tracing::warn!(error = %e, "hub refresh after a publication failed; the catch-up read will retry");
     }
@@ -375,11 +380,12 @@ pub async fn reject(
         Some(&stored.doc.chain),
         json!({"comment": comment}),
     );
-    Ok(state
+    let (rejected, _) = state
         .store
         .decide(id, Verdict::Reject, Some(comment), audit)
-        .await?
-        .0)
+        .await?;
+    state.archiver.kick();
+    Ok(rejected)
 }
 
 pub async fn rollback(
@@ -445,4 +451,77 @@ pub async fn diff(state: &AppState, id: &str, against: &str) -> ApiResult<Baseli
         state.store.get_baseline(against).await?
     };
     Ok(budget_core::diff::diff(&from.doc, &to.doc))
+}
+
+/// Records a release citing a baseline: the baseline must exist and have been approved
+/// (approved or superseded); its document's SHA-256 is kept with the release.
+pub async fn record_release(
+    state: &AppState,
+    principal: &Principal,
+    body: Value,
+) -> ApiResult<Release> {
+    let field = |name: &str, max: usize| -> ApiResult<String> {
+        match body.get(name) {
+            Some(Value::String(s))
+                if !s.trim().is_empty() && s.len() <= max && !s.chars().any(char::is_control) =>
+            {
+                Ok(s.trim().to_owned())
+            }
+            _ => Err(ApiError::validation(
+                format!("{name} is required: a non-empty string of at most {max} characters"),
+                json!({"violations": [{"pointer": format!("/{name}"), "message": format!("required string, 1-{max} characters")}]}),
+            )),
+        }
+    };
+    if !body.is_object() {
+        return Err(ApiError::validation(
+            "the body must be a JSON object",
+            json!({"violations": [{"pointer": "", "message": "expected an object"}]}),
+        ));
+    }
+    let release = NewRelease {
+        service: field("service", 128)?,
+        version: field("version", 128)?,
+        baseline_id: field("baseline_id", 64)?,
+        ticket: field("ticket", 256)?,
+    };
+    let baseline = match state.store.get_baseline(&release.baseline_id).await {
+        Ok(b) => b,
+        Err(StoreError::NotFound(_)) => {
+            return Err(ApiError::validation(
+                format!(
+                    "baseline {} does not exist; a release must cite an approved baseline",
+                    release.baseline_id
+                ),
+                json!({"violations": [{"pointer": "/baseline_id", "message": "unknown baseline"}]}),
+            ))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if !matches!(
+        baseline.doc.state,
+        BaselineState::Approved | BaselineState::Superseded
+    ) {
+        return Err(ApiError::validation(
+            format!(
+                "baseline {} is {}; a release must cite an approved baseline",
+                release.baseline_id,
+                baseline.doc.state.as_str()
+            ),
+            json!({"violations": [{"pointer": "/baseline_id", "message": format!("baseline is {}", baseline.doc.state.as_str())}]}),
+        ));
+    }
+    let audit = Audit {
+        subject: Some(release.baseline_id.clone()),
+        ..audit(
+            principal,
+            "release.record",
+            Some(&baseline.doc.chain),
+            json!({"service": release.service, "version": release.version, "ticket": release.ticket}),
+        )
+    };
+    Ok(state
+        .store
+        .create_release(release, &baseline.sha256, audit)
+        .await?)
 }

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::archive::worker::Archiver;
 use crate::config::Settings;
 use crate::fleet::Fleet;
 use crate::publish::Hub;
@@ -15,4 +16,8 @@ pub struct AppState {
     pub hub: Hub,
     /// Agents connected to this replica.
     pub fleet: Fleet,
+    /// The archive and its upload worker.
+    pub archiver: Archiver,
+    /// The archive key prefix in effect.
+    pub archive_prefix: String,
 }

@@ -40,6 +40,24 @@ enum Command {
     },
     /// Print a commented example configuration file.
     PrintConfig,
+    /// Check or repair the archive of baseline documents
+    Archive {
+        #[command(subcommand)]
+        command: ArchiveCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ArchiveCommand {
+    /// Re-queue the upload of every baseline whose archived object is missing or differs
+    /// (the running servers' workers upload it).
+    Backfill {
+        #[command(flatten)]
+        common: Common,
+        /// Only baselines created on this UTC date (YYYY-MM-DD)
+        #[arg(long, value_name = "DATE")]
+        date: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -188,12 +206,53 @@ async fn token(command: TokenCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn backfill(common: Common, date: Option<String>) -> anyhow::Result<()> {
+    use budgetd::archive::{self, verify};
+    if let Some(d) = &date {
+        anyhow::ensure!(verify::valid_date(d), "--date {d:?} must be YYYY-MM-DD");
+    }
+    let settings = common.settings()?;
+    let (archive, url_prefix) = archive::open(&settings.archive_url()).await?;
+    archive.check().await?;
+    let prefix = url_prefix.unwrap_or_else(|| settings.archive_prefix.trim_matches('/').to_owned());
+    let store = store::connect_with(&settings.database_url(), &prefix).await?;
+    let report = verify::verify(&*store, &*archive, &prefix, date.as_deref())
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let queued = verify::backfill(&*store, &report, &budgetd::service::now())
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for p in &report.problems {
+        println!(
+            "{}\t{}\t{}{}",
+            p.baseline_id,
+            p.problem,
+            p.key,
+            if p.pending {
+                "\t(upload already queued)"
+            } else {
+                ""
+            }
+        );
+    }
+    println!(
+        "checked {} baseline(s) in {}: {} problem(s), {queued} upload(s) queued",
+        report.checked,
+        archive.describe(),
+        report.problems.len()
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve { common, http, demo } => serve(common, http, demo).await,
         Command::Token { command } => token(command).await,
+        Command::Archive {
+            command: ArchiveCommand::Backfill { common, date },
+        } => backfill(common, date).await,
         Command::PrintConfig => {
             print!("{EXAMPLE}");
             Ok(())

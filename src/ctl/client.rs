@@ -70,6 +70,16 @@ pub enum CtlError {
     /// Anything else: an answer that is not JSON, a request that could not be built.
     #[error("{0}")]
     Internal(String),
+    /// The requests succeeded but what they found fails the command's check (e.g. `release
+    /// check` of a superseded baseline, `archive verify` finding a missing object). `code` and
+    /// `details` follow the server's error format, for `--json`.
+    #[error("{message}")]
+    Refused {
+        exit: Exit,
+        code: String,
+        message: String,
+        details: Value,
+    },
 }
 
 impl CtlError {
@@ -80,6 +90,17 @@ impl CtlError {
             Self::Unreachable { .. } => Exit::Unreachable,
             Self::Input(_) => Exit::Usage,
             Self::Internal(_) => Exit::Internal,
+            Self::Refused { exit, .. } => *exit,
+        }
+    }
+
+    /// A failed check (see [`CtlError::Refused`]) ending with exit 5 (conflict).
+    pub fn conflict(code: &str, message: impl Into<String>, details: Value) -> Self {
+        Self::Refused {
+            exit: Exit::Conflict,
+            code: code.to_owned(),
+            message: message.into(),
+            details,
         }
     }
 
@@ -393,6 +414,17 @@ mod tests {
             "the server answered 404 Not Found"
         );
         assert_eq!(CtlError::from_response(404, "").exit(), Exit::NotFound);
+    }
+
+    #[test]
+    fn a_failed_check_is_a_conflict() {
+        let err = CtlError::conflict(
+            "superseded",
+            "bl-1 is superseded by bl-2",
+            json!({"current": "bl-2"}),
+        );
+        assert_eq!(err.exit(), Exit::Conflict);
+        assert_eq!(err.to_string(), "bl-1 is superseded by bl-2");
     }
 
     #[test]

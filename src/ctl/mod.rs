@@ -25,7 +25,9 @@ Command-line client of budgetd, the control plane for timeout budgets.
 Typical flow: `topology apply` a chain's call tree, `run upload` a load test (the first run and
 every drifting run open a draft baseline), `baseline show` / `baseline diff` the draft, then
 `baseline approve` it with another person's token (four eyes) to publish it; `budgets show`
-prints the live config and `rollback` republishes an older approved baseline.
+prints the live config and `rollback` republishes an older approved baseline. Release
+pipelines `release record` the baseline a version ships with and gate on `release check`;
+`archive verify` compares the archived documents with the store.
 
 Every request sends --token (or BUDGETD_TOKEN) as a bearer token; its role decides what is
 allowed (reader, uploader, approver, agent, admin). Output is a readable table; --json prints
@@ -38,7 +40,9 @@ Exit codes:
   3  not found (404): no such chain, run, baseline or token
   4  input rejected (400, 413, 415, 422): schema violations, invalid call tree, error findings
   5  conflict (409): wrong state (e.g. approving a non-draft), duplicate name, reused
-     Idempotency-Key with another body
+     Idempotency-Key with another body; also a failed check: `release check` of a baseline
+     that is not the current approved one of its chain (superseded, draft, rejected, or of
+     another --chain), `archive verify` finding an object missing or differing
   6  unauthorized or forbidden (401, 403): missing or revoked token, wrong role, four eyes
   7  cannot connect to the server (connection refused, DNS failure, timeout)";
 
@@ -66,6 +70,41 @@ Needs the approver role, and the approver must not be whoever uploaded the run (
 exit 6). A draft with error findings cannot be approved (exit 4, the findings are listed); only
 a draft can be approved (exit 5).";
 
+const RELEASE_RECORD_ABOUT: &str = "\
+Record that a service's version ships with a baseline's budgets, under a change ticket. The
+release keeps the SHA-256 of the baseline document it cites. The baseline must be approved (or
+superseded: a release cites a baseline id, not \"whatever is live\"); a draft, rejected or unknown
+baseline is refused (exit 4). Needs the uploader, approver or admin role.";
+
+const RELEASE_CHECK_ABOUT: &str = "\
+Gate a release pipeline on the baseline it cites: the baseline must be approved, i.e. the
+current baseline of its chain (and, with --chain, belong to that chain). When it is not, the
+message names the chain's current approved baseline.
+
+Exit codes:
+  0  the baseline is approved and current (or superseded, with --allow-superseded)
+  3  no such baseline
+  5  the baseline is superseded (without --allow-superseded), a draft or rejected, or belongs
+     to another chain than --chain
+Other failures exit as for every command (see budgetctl --help), e.g. 6 for a missing or
+revoked token, 7 when budgetd cannot be reached.
+
+With --json, a pass prints the verdict {baseline_id, chain, state, current_baseline_id, ok,
+message}; a failure prints {\"error\": {code, message, details}} to stderr, code being
+superseded, not_approved or wrong_chain and details the same fields.";
+
+const ARCHIVE_VERIFY_ABOUT: &str = "\
+Compare the archive with the store: for every baseline (created on --date, or all of them) the
+object {prefix}/{date}/{baseline_id}.json must exist and hold the stored document (same
+SHA-256). Lists each baseline whose object is missing, differs or cannot be read, and whether
+an upload of it is still queued (archiving is retried until it succeeds).
+
+Exit codes:
+  0  every checked baseline is archived as stored
+  5  at least one object is missing, differs or cannot be read
+Other failures exit as for every command (see budgetctl --help). With --json, the server's
+report {date, checked, problems: [...]} is printed in both cases.";
+
 const TOKEN_CREATE_ABOUT: &str = "\
 Create a token and print its secret. The secret is shown once, and only the secret goes to
 stdout, so `T=$(budgetctl token create --role uploader --name uma)` captures it.";
@@ -74,7 +113,8 @@ stdout, so `T=$(budgetctl token create --role uploader --name uma)` captures it.
 #[command(
     name = "budgetctl",
     version,
-    about = "Command-line client of budgetd: topologies, runs, baselines, live budgets, tokens",
+    about = "Command-line client of budgetd: topologies, runs, baselines, live budgets, releases, \
+             archive, tokens",
     long_about = LONG_ABOUT
 )]
 pub struct Cli {
@@ -131,6 +171,12 @@ pub enum Command {
         /// The baseline to serve again, e.g. bl-20261130-001
         baseline_id: String,
     },
+    /// Record releases citing baselines, list them, and check a baseline before shipping
+    #[command(subcommand)]
+    Release(ReleaseCommand),
+    /// Verify the archive of baseline documents
+    #[command(subcommand)]
+    Archive(ArchiveCommand),
     /// List the chains with their topology version, live baseline and counts
     Chains,
     /// Show the audit log, newest first
@@ -224,7 +270,8 @@ pub enum BaselineCommand {
         #[arg(long, value_parser = ["draft", "approved", "superseded", "rejected"])]
         state: Option<String>,
     },
-    /// Show a baseline: its segments' percentiles, timeouts and budgets, and its findings
+    /// Show a baseline: its segments' percentiles, timeouts and budgets, its findings, its
+    /// archive state and the releases citing it (--json: the document only)
     Show {
         /// e.g. bl-20261130-001
         id: String,
@@ -271,6 +318,70 @@ pub enum BaselineCommand {
         #[arg(long, value_name = "N")]
         topology_version: Option<u64>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReleaseCommand {
+    /// Record a release citing a baseline (uploader, approver or admin)
+    #[command(long_about = RELEASE_RECORD_ABOUT)]
+    Record {
+        /// The service shipped, e.g. order
+        #[arg(long)]
+        service: String,
+        /// The version shipped, e.g. 1.4.2
+        #[arg(long = "version", value_name = "VERSION")]
+        release_version: String,
+        /// The baseline the release uses, e.g. bl-20261130-001
+        #[arg(long = "baseline", value_name = "ID")]
+        baseline_id: String,
+        /// The change ticket, e.g. CHG-1234
+        #[arg(long)]
+        ticket: String,
+    },
+    /// List releases, newest first
+    List {
+        /// Only releases citing this baseline
+        #[arg(long = "baseline", value_name = "ID")]
+        baseline_id: Option<String>,
+        /// Only releases of this service
+        #[arg(long)]
+        service: Option<String>,
+        /// At most this many releases [server default: 100]
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        limit: Option<u16>,
+    },
+    /// Exit 0 when a baseline is approved and current; else non-zero, naming the current one
+    #[command(long_about = RELEASE_CHECK_ABOUT)]
+    Check {
+        /// The baseline the release cites, e.g. bl-20261130-001
+        #[arg(long = "baseline", value_name = "ID")]
+        baseline_id: String,
+        /// The chain the baseline must belong to
+        #[arg(long)]
+        chain: Option<String>,
+        /// Accept a superseded baseline (one that was approved before the current one)
+        #[arg(long)]
+        allow_superseded: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ArchiveCommand {
+    /// List every baseline whose archived object is missing or differs; exit 5 if any
+    #[command(long_about = ARCHIVE_VERIFY_ABOUT)]
+    Verify {
+        /// Only baselines created on this UTC date
+        #[arg(long, value_name = "YYYY-MM-DD", value_parser = parse_date)]
+        date: Option<String>,
+    },
+}
+
+/// Parses `--date`: a calendar date as `YYYY-MM-DD`, the form archive keys use.
+fn parse_date(raw: &str) -> Result<String, String> {
+    match chrono::NaiveDate::parse_from_str(raw, "%Y-%m-%d") {
+        Ok(_) if raw.len() == 10 => Ok(raw.to_owned()),
+        _ => Err(format!("{raw:?} is not a date as YYYY-MM-DD")),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -338,9 +449,25 @@ pub fn run(cli: Cli) -> ExitCode {
 /// Prints a failure to stderr: the server's message and code, then each violation or finding.
 fn report(e: &CtlError, json: bool, has_token: bool) {
     let mut err = std::io::stderr().lock();
-    if let (true, CtlError::Api { body, .. }) = (json, e) {
-        let _ = writeln!(err, "{}", pretty(body));
-        return;
+    match (json, e) {
+        (true, CtlError::Api { body, .. }) => {
+            let _ = writeln!(err, "{}", pretty(body));
+            return;
+        }
+        (
+            true,
+            CtlError::Refused {
+                code,
+                message,
+                details,
+                ..
+            },
+        ) => {
+            let body = json!({"error": {"code": code, "message": message, "details": details}});
+            let _ = writeln!(err, "{}", pretty(&body));
+            return;
+        }
+        _ => {}
     }
     let _ = match e {
         CtlError::Api {
@@ -464,6 +591,26 @@ async fn execute(command: Command, client: &Client, json: bool) -> Result<(), Ct
                 .await?;
             show(json, &v, render::rolled_back);
         }
+        Command::Release(cmd) => release(cmd, client, json).await?,
+        Command::Archive(ArchiveCommand::Verify { date }) => {
+            let mut url = client.url(&["archive", "verify"]);
+            if let Some(d) = &date {
+                url.query_pairs_mut().append_pair("date", d);
+            }
+            let report = client.get(url).await?;
+            show(json, &report, render::archive_verify);
+            let problems = report["problems"].as_array().map_or(0, Vec::len);
+            if problems > 0 {
+                return Err(CtlError::conflict(
+                    "archive_incomplete",
+                    format!(
+                        "{problems} archived baseline document(s) missing, differing or \
+                         unreadable; `budgetd archive backfill` re-queues their uploads"
+                    ),
+                    json!({ "date": date, "problems": problems }),
+                ));
+            }
+        }
         Command::Chains => show(
             json,
             &client.get(client.url(&["chains"])).await?,
@@ -513,11 +660,28 @@ async fn baseline(command: BaselineCommand, client: &Client, json: bool) -> Resu
             }
             show(json, &client.get(url).await?, render::baselines);
         }
-        BaselineCommand::Show { id } => show(
-            json,
-            &client.get(client.url(&["baselines", &id])).await?,
-            render::baseline,
-        ),
+        BaselineCommand::Show { id } => {
+            let doc = client.get(client.url(&["baselines", &id])).await?;
+            if json {
+                // The document only, byte-for-byte what the archive holds (pretty-printed).
+                show(true, &doc, render::baseline);
+            } else {
+                let (archive, releases) = tokio::join!(
+                    client.get(client.url(&["baselines", &id, "archive"])),
+                    client.get(client.url(&["baselines", &id, "releases"])),
+                );
+                // The document is shown even when a side view fails (e.g. an older server).
+                let archive = match archive {
+                    Ok(v) => render::archive_status(&v),
+                    Err(e) => format!("archive: unavailable ({e})"),
+                };
+                let releases = match releases {
+                    Ok(v) => render::baseline_releases(&v),
+                    Err(e) => format!("releases: unavailable ({e})"),
+                };
+                print(&[render::baseline(&doc), archive, releases].join("\n"));
+            }
+        }
         BaselineCommand::Rollout { id } => show(
             json,
             &client
@@ -565,6 +729,147 @@ async fn baseline(command: BaselineCommand, client: &Client, json: bool) -> Resu
         }
     }
     Ok(())
+}
+
+async fn release(command: ReleaseCommand, client: &Client, json: bool) -> Result<(), CtlError> {
+    match command {
+        ReleaseCommand::Record {
+            service,
+            release_version,
+            baseline_id,
+            ticket,
+        } => {
+            let req = json!({
+                "service": service,
+                "version": release_version,
+                "baseline_id": baseline_id,
+                "ticket": ticket,
+            });
+            let v = client
+                .post(client.url(&["releases"]), Some(body(req)))
+                .await?;
+            show(json, &v, render::release);
+        }
+        ReleaseCommand::List {
+            baseline_id,
+            service,
+            limit,
+        } => {
+            let mut url = client.url(&["releases"]);
+            {
+                let mut q = url.query_pairs_mut();
+                if let Some(id) = &baseline_id {
+                    q.append_pair("baseline_id", id);
+                }
+                if let Some(s) = &service {
+                    q.append_pair("service", s);
+                }
+                if let Some(n) = limit {
+                    q.append_pair("limit", &n.to_string());
+                }
+            }
+            if url.query() == Some("") {
+                url.set_query(None);
+            }
+            show(json, &client.get(url).await?, render::releases);
+        }
+        ReleaseCommand::Check {
+            baseline_id,
+            chain,
+            allow_superseded,
+        } => {
+            // 404 → exit 3 (unknown baseline).
+            let doc = client.get(client.url(&["baselines", &baseline_id])).await?;
+            let own_chain = doc["chain"].as_str().unwrap_or_default();
+            let state = doc["state"].as_str().unwrap_or_default();
+            let chain_ok = chain.as_deref().is_none_or(|c| c == own_chain);
+            // Name the chain's current baseline whenever this one is not it.
+            let current = if chain_ok && state != "approved" && !own_chain.is_empty() {
+                let mut url = client.url(&["chains", own_chain, "baselines"]);
+                url.query_pairs_mut().append_pair("state", "approved");
+                let list = client.get(url).await?;
+                list["baselines"][0]["id"].as_str().map(str::to_owned)
+            } else {
+                None
+            };
+            let verdict =
+                release_verdict(&doc, chain.as_deref(), current.as_deref(), allow_superseded)?;
+            show(json, &verdict, render::release_check);
+        }
+    }
+    Ok(())
+}
+
+/// Whether a release may cite the baseline `doc`: the verdict when it may (exit 0), else the
+/// failed check (exit 5). `current` is the chain's approved baseline, when it has one.
+fn release_verdict(
+    doc: &Value,
+    chain: Option<&str>,
+    current: Option<&str>,
+    allow_superseded: bool,
+) -> Result<Value, CtlError> {
+    let id = doc["id"].as_str().unwrap_or_default();
+    let own_chain = doc["chain"].as_str().unwrap_or_default();
+    let state = doc["state"].as_str().unwrap_or_default();
+    // An approved baseline is its chain's current one.
+    let current = if state == "approved" {
+        Some(id)
+    } else {
+        current
+    };
+    let details = json!({
+        "baseline_id": id,
+        "chain": own_chain,
+        "state": state,
+        "current_baseline_id": current,
+    });
+    if let Some(wanted) = chain.filter(|c| *c != own_chain) {
+        return Err(CtlError::conflict(
+            "wrong_chain",
+            format!("baseline {id} belongs to chain {own_chain}, not {wanted}"),
+            json!({ "baseline_id": id, "chain": own_chain, "state": state, "wanted_chain": wanted }),
+        ));
+    }
+    let current_is = match current {
+        Some(c) => format!("the current baseline of {own_chain} is {c}"),
+        None => format!("{own_chain} has no approved baseline"),
+    };
+    let ok = |message: String| {
+        let mut v = details.clone();
+        v["ok"] = json!(true);
+        v["message"] = json!(message);
+        v
+    };
+    match state {
+        "approved" => Ok(ok(format!(
+            "{id} is the approved, current baseline of {own_chain}"
+        ))),
+        "superseded" if allow_superseded => Ok(ok(format!(
+            "{id} is superseded ({current_is}), allowed by --allow-superseded"
+        ))),
+        "superseded" => Err(CtlError::conflict(
+            "superseded",
+            format!(
+                "baseline {id} is superseded: {current_is} (cite it, or pass --allow-superseded)"
+            ),
+            details,
+        )),
+        "draft" => Err(CtlError::conflict(
+            "not_approved",
+            format!("baseline {id} is a draft, not approved: {current_is}"),
+            details,
+        )),
+        "rejected" => Err(CtlError::conflict(
+            "not_approved",
+            format!("baseline {id} was rejected: {current_is}"),
+            details,
+        )),
+        other => Err(CtlError::conflict(
+            "not_approved",
+            format!("baseline {id} is {other:?}, not approved: {current_is}"),
+            details,
+        )),
+    }
 }
 
 async fn token(command: TokenCommand, client: &Client, json: bool) -> Result<(), CtlError> {
@@ -667,6 +972,160 @@ mod tests {
             let err = Cli::try_parse_from(args).unwrap_err();
             assert_eq!(err.exit_code(), Exit::Usage as i32, "{args:?}");
         }
+    }
+
+    #[test]
+    fn release_and_archive_commands_parse() {
+        let cli = Cli::try_parse_from([
+            "budgetctl",
+            "release",
+            "record",
+            "--service",
+            "order",
+            "--version",
+            "1.4.2",
+            "--baseline",
+            "bl-20261130-001",
+            "--ticket",
+            "CHG-1",
+        ])
+        .unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Release(ReleaseCommand::Record { ref release_version, ref baseline_id, .. })
+                if release_version == "1.4.2" && baseline_id == "bl-20261130-001"
+        ));
+        let cli = Cli::try_parse_from([
+            "budgetctl",
+            "release",
+            "check",
+            "--baseline",
+            "bl-1",
+            "--chain",
+            "checkout",
+            "--allow-superseded",
+        ])
+        .unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Release(ReleaseCommand::Check { ref chain, allow_superseded: true, .. })
+                if chain.as_deref() == Some("checkout")
+        ));
+        let cli = Cli::try_parse_from(["budgetctl", "archive", "verify", "--date", "2026-11-30"])
+            .unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Archive(ArchiveCommand::Verify { ref date }) if date.as_deref() == Some("2026-11-30")
+        ));
+        for args in [
+            &["budgetctl", "release", "check"][..],
+            &["budgetctl", "release", "record", "--service", "s"],
+            &["budgetctl", "release", "list", "--limit", "0"],
+            &["budgetctl", "archive", "verify", "--date", "2026-13-01"],
+            &["budgetctl", "archive", "verify", "--date", "2026-1-1"],
+            &["budgetctl", "archive", "verify", "--date", "yesterday"],
+        ] {
+            let err = Cli::try_parse_from(args).unwrap_err();
+            assert_eq!(err.exit_code(), Exit::Usage as i32, "{args:?}");
+        }
+    }
+
+    fn doc(state: &str) -> Value {
+        json!({"id": "bl-20261130-001", "chain": "checkout", "state": state})
+    }
+
+    fn refused(r: Result<Value, CtlError>) -> (String, String) {
+        match r {
+            Err(CtlError::Refused {
+                exit: Exit::Conflict,
+                code,
+                message,
+                ..
+            }) => (code, message),
+            other => panic!("expected a conflict, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn release_check_passes_only_the_current_baseline() {
+        let v = release_verdict(&doc("approved"), Some("checkout"), None, false).unwrap();
+        assert_eq!(v["ok"], true);
+        assert_eq!(v["current_baseline_id"], "bl-20261130-001");
+        assert_eq!(
+            v["message"],
+            "bl-20261130-001 is the approved, current baseline of checkout"
+        );
+
+        let (code, message) = refused(release_verdict(
+            &doc("superseded"),
+            None,
+            Some("bl-20261130-002"),
+            false,
+        ));
+        assert_eq!(code, "superseded");
+        assert_eq!(
+            message,
+            "baseline bl-20261130-001 is superseded: the current baseline of checkout is \
+             bl-20261130-002 (cite it, or pass --allow-superseded)"
+        );
+        let v = release_verdict(&doc("superseded"), None, Some("bl-20261130-002"), true).unwrap();
+        assert_eq!(v["ok"], true);
+        assert_eq!(v["current_baseline_id"], "bl-20261130-002");
+
+        let (code, message) = refused(release_verdict(
+            &doc("draft"),
+            None,
+            Some("bl-20261130-002"),
+            true,
+        ));
+        assert_eq!(code, "not_approved");
+        assert!(message.contains("is a draft"), "{message}");
+        assert!(message.contains("bl-20261130-002"), "{message}");
+        let (_, message) = refused(release_verdict(&doc("rejected"), None, None, true));
+        assert_eq!(
+            message,
+            "baseline bl-20261130-001 was rejected: checkout has no approved baseline"
+        );
+
+        let (code, message) = refused(release_verdict(
+            &doc("approved"),
+            Some("search"),
+            None,
+            false,
+        ));
+        assert_eq!(code, "wrong_chain");
+        assert_eq!(
+            message,
+            "baseline bl-20261130-001 belongs to chain checkout, not search"
+        );
+    }
+
+    #[test]
+    fn subcommand_help_documents_their_exit_codes() {
+        let mut cli = Cli::command();
+        let release = cli.find_subcommand_mut("release").unwrap();
+        let check = release
+            .find_subcommand_mut("check")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        for line in ["\n  0  ", "\n  3  ", "\n  5  the baseline is superseded"] {
+            assert!(check.contains(line), "{line:?} missing from:\n{check}");
+        }
+        let mut cli = Cli::command();
+        let verify = cli
+            .find_subcommand_mut("archive")
+            .unwrap()
+            .find_subcommand_mut("verify")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        for line in ["\n  0  ", "\n  5  at least one object"] {
+            assert!(verify.contains(line), "{line:?} missing from:\n{verify}");
+        }
+        let top = Cli::command().render_long_help().to_string();
+        assert!(top.contains("`release check` of a baseline"), "{top}");
+        assert!(top.contains("`archive verify` finding"), "{top}");
     }
 
     #[test]

@@ -687,6 +687,153 @@ pub fn error_details(details: &Value) -> Vec<String> {
     lines
 }
 
+/// A SHA-256 cut to its first 12 hex digits (`--json` has it whole); `-` when absent.
+fn short_sha(v: &Value) -> String {
+    match v.as_str() {
+        Some(h) if h.len() > 12 => format!("{}…", h.get(..12).unwrap_or(h)),
+        _ => s(v),
+    }
+}
+
+/// `POST /releases`: the recorded release.
+pub fn release(v: &Value) -> String {
+    fields(&[
+        ("release", s(&v["id"])),
+        ("service", s(&v["service"])),
+        ("version", s(&v["version"])),
+        ("baseline", s(&v["baseline_id"])),
+        ("sha256", s(&v["baseline_sha256"])),
+        ("ticket", s(&v["ticket"])),
+        (
+            "recorded",
+            format!("{} by {}", s(&v["created_at"]), s(&v["created_by"])),
+        ),
+    ])
+}
+
+/// `GET /releases`.
+pub fn releases(v: &Value) -> String {
+    let list = arr(&v["releases"]);
+    if list.is_empty() {
+        return "no releases".into();
+    }
+    let mut t = table(
+        &[
+            "id", "service", "version", "baseline", "sha256", "ticket", "by", "at",
+        ],
+        &[0],
+    );
+    for r in list {
+        t.add_row(vec![
+            s(&r["id"]),
+            s(&r["service"]),
+            s(&r["version"]),
+            s(&r["baseline_id"]),
+            short_sha(&r["baseline_sha256"]),
+            s(&r["ticket"]),
+            s(&r["created_by"]),
+            s(&r["created_at"]),
+        ]);
+    }
+    t.to_string()
+}
+
+/// `GET /baselines/{id}/releases`, as a section of `baseline show`.
+pub fn baseline_releases(v: &Value) -> String {
+    let list = arr(&v["releases"]);
+    if list.is_empty() {
+        return "releases: none cite this baseline".into();
+    }
+    let mut t = table(&["service", "version", "ticket", "by", "at"], &[]);
+    for r in list {
+        t.add_row(vec![
+            s(&r["service"]),
+            s(&r["version"]),
+            s(&r["ticket"]),
+            s(&r["created_by"]),
+            s(&r["created_at"]),
+        ]);
+    }
+    format!("releases: {}\n{t}", list.len())
+}
+
+/// `GET /baselines/{id}/archive`, as a section of `baseline show`.
+pub fn archive_status(v: &Value) -> String {
+    let state = match v["state"].as_str() {
+        Some("archived") => "archived".to_owned(),
+        Some("pending") => "pending (upload queued)".to_owned(),
+        Some("retrying") => {
+            "retrying (uploads failed so far; retried until one succeeds)".to_owned()
+        }
+        Some("unknown") => "unknown (no upload of this key recorded)".to_owned(),
+        _ => s(&v["state"]),
+    };
+    let body = fields(&[
+        ("state", state),
+        ("key", s(&v["key"])),
+        ("store", s(&v["archive"])),
+        ("sha256", s(&v["sha256"])),
+        ("attempts", s(&v["attempts"])),
+        ("last error", s(&v["last_error"])),
+        ("archived at", s(&v["archived_at"])),
+    ]);
+    let indented: Vec<String> = body.lines().map(|l| format!("  {l}")).collect();
+    format!("archive:\n{}", indented.join("\n"))
+}
+
+/// `GET /archive/verify`: the baselines whose archived object is missing or differs.
+pub fn archive_verify(v: &Value) -> String {
+    let scope = match v["date"].as_str() {
+        Some(d) => format!(" created on {d}"),
+        None => String::new(),
+    };
+    let checked = s(&v["checked"]);
+    let list = arr(&v["problems"]);
+    if list.is_empty() {
+        return format!(
+            "archive verified: {checked} baseline(s){scope} checked, none missing or differing"
+        );
+    }
+    let mut t = table(
+        &[
+            "baseline",
+            "key",
+            "problem",
+            "expected sha256",
+            "actual sha256",
+            "upload queued",
+            "error",
+        ],
+        &[],
+    );
+    for p in list {
+        t.add_row(vec![
+            s(&p["baseline_id"]),
+            s(&p["key"]),
+            s(&p["problem"]),
+            short_sha(&p["expected_sha256"]),
+            short_sha(&p["actual_sha256"]),
+            yes_no(&p["pending"]).to_owned(),
+            s(&p["error"]),
+        ]);
+    }
+    format!(
+        "archive: {} of {checked} baseline(s){scope} missing, differing or unreadable\n{t}",
+        list.len()
+    )
+}
+
+/// `release check`: the verdict when the baseline may be cited.
+pub fn release_check(v: &Value) -> String {
+    let head = fields(&[
+        ("baseline", s(&v["baseline_id"])),
+        ("chain", s(&v["chain"])),
+        ("state", s(&v["state"])),
+        ("current", s(&v["current_baseline_id"])),
+    ]);
+    format!("{head}\nok: {}", s(&v["message"]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -800,6 +947,155 @@ mod tests {
             ["  details: {\"retry_after\":2}"]
         );
         assert!(error_details(&Value::Null).is_empty());
+    }
+
+    fn a_release() -> Value {
+        json!({
+            "id": 7, "service": "order", "version": "1.4.2", "baseline_id": "bl-20261130-001",
+            "baseline_sha256": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "ticket": "CHG-1", "created_by": "uma", "created_at": "2026-11-30T10:00:00Z"
+        })
+    }
+
+    #[test]
+    fn a_recorded_release_shows_what_it_cites() {
+        check(
+            &release(&a_release()),
+            &[
+                "release:  7",
+                "service:  order",
+                "version:  1.4.2",
+                "baseline: bl-20261130-001",
+                "sha256:   0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                "ticket:   CHG-1",
+                "recorded: 2026-11-30T10:00:00Z by uma",
+            ],
+        );
+    }
+
+    #[test]
+    fn releases_list_as_a_table() {
+        check(
+            &releases(&json!({"releases": [a_release()]})),
+            &[
+                "┌────┬─────────┬─────────┬─────────────────┬───────────────┬────────┬─────┬──────────────────────┐",
+                "│ id ┆ service ┆ version ┆ baseline        ┆ sha256        ┆ ticket ┆ by  ┆ at                   │",
+                "╞════╪═════════╪═════════╪═════════════════╪═══════════════╪════════╪═════╪══════════════════════╡",
+                "│  7 ┆ order   ┆ 1.4.2   ┆ bl-20261130-001 ┆ 0123456789ab… ┆ CHG-1  ┆ uma ┆ 2026-11-30T10:00:00Z │",
+                "└────┴─────────┴─────────┴─────────────────┴───────────────┴────────┴─────┴──────────────────────┘",
+            ],
+        );
+        assert_eq!(releases(&json!({"releases": []})), "no releases");
+        assert_eq!(releases(&json!({})), "no releases");
+    }
+
+    #[test]
+    fn the_baseline_view_lists_the_releases_citing_it() {
+        check(
+            &baseline_releases(&json!({"releases": [a_release()]})),
+            &[
+                "releases: 1",
+                "┌─────────┬─────────┬────────┬─────┬──────────────────────┐",
+                "│ service ┆ version ┆ ticket ┆ by  ┆ at                   │",
+                "╞═════════╪═════════╪════════╪═════╪══════════════════════╡",
+                "│ order   ┆ 1.4.2   ┆ CHG-1  ┆ uma ┆ 2026-11-30T10:00:00Z │",
+                "└─────────┴─────────┴────────┴─────┴──────────────────────┘",
+            ],
+        );
+        assert_eq!(
+            baseline_releases(&json!({"releases": []})),
+            "releases: none cite this baseline"
+        );
+    }
+
+    #[test]
+    fn the_archive_section_shows_state_attempts_and_errors() {
+        let archived = json!({
+            "baseline_id": "bl-20261130-001", "archive": "file:///data/archive",
+            "key": "gov/bench/2026-11-30/bl-20261130-001.json", "sha256": "ab12",
+            "state": "archived", "attempts": 1, "last_error": null,
+            "archived_at": "2026-11-30T10:00:01Z", "uploads": []
+        });
+        check(
+            &archive_status(&archived),
+            &[
+                "archive:",
+                "  state:       archived",
+                "  key:         gov/bench/2026-11-30/bl-20261130-001.json",
+                "  store:       file:///data/archive",
+                "  sha256:      ab12",
+                "  attempts:    1",
+                "  last error:  -",
+                "  archived at: 2026-11-30T10:00:01Z",
+            ],
+        );
+        let retrying = json!({
+            "state": "retrying", "key": "gov/bench/2026-11-30/bl-20261130-001.json",
+            "attempts": 3, "last_error": "connection refused", "archived_at": null
+        });
+        let text = archive_status(&retrying);
+        assert!(
+            text.contains(
+                "  state:       retrying (uploads failed so far; retried until one succeeds)\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("  attempts:    3\n"), "{text}");
+        assert!(
+            text.contains("  last error:  connection refused\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("  archived at: -"), "{text}");
+    }
+
+    #[test]
+    fn archive_verify_lists_every_problem_or_says_there_is_none() {
+        let clean = json!({"date": "2026-11-30", "checked": 3, "problems": []});
+        assert_eq!(
+            archive_verify(&clean),
+            "archive verified: 3 baseline(s) created on 2026-11-30 checked, none missing or differing"
+        );
+        let report = json!({"date": null, "checked": 4, "problems": [
+            {"baseline_id": "bl-20261130-001", "key": "gov/bench/2026-11-30/bl-20261130-001.json",
+             "problem": "missing", "expected_sha256": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+             "actual_sha256": null, "pending": true},
+            {"baseline_id": "bl-20261130-002", "key": "gov/bench/2026-11-30/bl-20261130-002.json",
+             "problem": "differs", "expected_sha256": "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+             "actual_sha256": "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc", "pending": false},
+            {"baseline_id": "bl-20261130-003", "key": "gov/bench/2026-11-30/bl-20261130-003.json",
+             "problem": "unreadable", "expected_sha256": "dddd", "actual_sha256": null,
+             "pending": false, "error": "permission denied"}
+        ]});
+        let text = archive_verify(&report);
+        assert_eq!(
+            text.lines().next(),
+            Some("archive: 3 of 4 baseline(s) missing, differing or unreadable")
+        );
+        for row in [
+            "│ baseline        ┆ key                                       ┆ problem    ┆ expected sha256 ┆ actual sha256 ┆ upload queued ┆ error             │",
+            "│ bl-20261130-001 ┆ gov/bench/2026-11-30/bl-20261130-001.json ┆ missing    ┆ aaaaaaaaaaaa…   ┆ -             ┆ yes           ┆ -                 │",
+            "│ bl-20261130-002 ┆ gov/bench/2026-11-30/bl-20261130-002.json ┆ differs    ┆ bbbbbbbbbbbb…   ┆ cccccccccccc… ┆ no            ┆ -                 │",
+            "│ bl-20261130-003 ┆ gov/bench/2026-11-30/bl-20261130-003.json ┆ unreadable ┆ dddd            ┆ -             ┆ no            ┆ permission denied │",
+        ] {
+            assert!(text.contains(row), "missing row {row}\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_passed_release_check_says_why() {
+        let verdict = json!({"baseline_id": "bl-20261130-001", "chain": "checkout", "state": "approved",
+            "current_baseline_id": "bl-20261130-001", "ok": true,
+            "message": "bl-20261130-001 is the approved, current baseline of checkout"});
+        check(
+            &release_check(&verdict),
+            &[
+                "baseline: bl-20261130-001",
+                "chain:    checkout",
+                "state:    approved",
+                "current:  bl-20261130-001",
+                "ok: bl-20261130-001 is the approved, current baseline of checkout",
+            ],
+        );
     }
 
     #[test]

@@ -58,6 +58,20 @@ pub async fn render(State(state): State<AppState>) -> Response {
         out.push_str("# HELP process_resident_memory_bytes Resident memory of this process.\n# TYPE process_resident_memory_bytes gauge\n");
         let _ = writeln!(out, "process_resident_memory_bytes {rss}");
     }
+    if let Ok((pending, oldest)) = state.store.archive_backlog().await {
+        out.push_str("# HELP budgetd_archive_pending Archive uploads waiting in the outbox.\n# TYPE budgetd_archive_pending gauge\n");
+        let _ = writeln!(out, "budgetd_archive_pending {pending}");
+        let age = oldest
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok())
+            .map_or(0.0, |t| {
+                (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
+                    .num_milliseconds()
+                    .max(0) as f64
+                    / 1000.0
+            });
+        out.push_str("# HELP budgetd_archive_oldest_pending_seconds Age of the oldest waiting archive upload.\n# TYPE budgetd_archive_oldest_pending_seconds gauge\n");
+        let _ = writeln!(out, "budgetd_archive_oldest_pending_seconds {age}");
+    }
     if let Ok(chains) = state.store.list_chains().await {
         out.push_str("# HELP budgetd_chains Chains known to this control plane.\n# TYPE budgetd_chains gauge\n");
         let _ = writeln!(out, "budgetd_chains {}", chains.len());

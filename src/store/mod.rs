@@ -180,6 +180,60 @@ pub struct AgentStatus {
     pub last_seen: String,
 }
 
+/// One archive upload waiting in (or done through) the outbox.
+#[derive(Debug, Clone, Serialize)]
+pub struct OutboxItem {
+    pub id: i64,
+    pub baseline_id: String,
+    pub key: String,
+    #[serde(skip)]
+    pub body: String,
+    pub sha256: String,
+    /// `pending`, `done` or `superseded` (a newer item for the same key replaced it).
+    pub state: String,
+    pub attempts: i64,
+    pub last_error: Option<String>,
+    pub next_attempt_at: String,
+    pub created_at: String,
+    pub archived_at: Option<String>,
+}
+
+/// A release citing a baseline.
+#[derive(Debug, Clone, Serialize)]
+pub struct Release {
+    pub id: i64,
+    pub service: String,
+    pub version: String,
+    pub baseline_id: String,
+    pub baseline_sha256: String,
+    pub ticket: String,
+    pub created_by: String,
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewRelease {
+    pub service: String,
+    pub version: String,
+    pub baseline_id: String,
+    pub ticket: String,
+}
+
+/// The archive key layout: `{prefix}/{YYYY-MM-DD}/{name}`, the date being the baseline's UTC
+/// creation date.
+pub fn archive_key(prefix: &str, created_at: &str, name: &str) -> String {
+    let date = created_at.get(..10).unwrap_or("unknown-date");
+    let prefix = prefix.trim_matches('/');
+    if prefix.is_empty() {
+        format!("{date}/{name}")
+    } else {
+        format!("{prefix}/{date}/{name}")
+    }
+}
+
+/// The default archive prefix (the seed's `gov/bench/{date}/budget.json`).
+pub const DEFAULT_ARCHIVE_PREFIX: &str = "gov/bench";
+
 /// A stored response for an `Idempotency-Key`.
 #[derive(Debug, Clone)]
 pub struct IdemResponse {
@@ -284,6 +338,46 @@ pub trait Store: Send + Sync + 'static {
     /// The latest publication of a baseline (approve or rollback), if it was ever published.
     async fn baseline_publication(&self, baseline_id: &str) -> StoreResult<Option<Publication>>;
 
+    /// Claims up to `limit` due outbox items for this worker until `lease_until`. Items whose
+    /// key has another upload in flight are skipped, so the newest bytes always land last and
+    /// no two workers upload the same item at once.
+    async fn archive_claim(
+        &self,
+        now: &str,
+        lease_until: &str,
+        limit: i64,
+    ) -> StoreResult<Vec<OutboxItem>>;
+    async fn archive_done(&self, id: i64, now: &str) -> StoreResult<()>;
+    async fn archive_failed(&self, id: i64, error: &str, next_attempt_at: &str) -> StoreResult<()>;
+    /// Queues an upload of `body` at `key` (backfill); older pending items for the key are
+    /// superseded.
+    async fn archive_enqueue(
+        &self,
+        baseline_id: &str,
+        key: &str,
+        body: &str,
+        now: &str,
+    ) -> StoreResult<()>;
+    /// Every outbox item of a baseline, oldest first.
+    async fn archive_items(&self, baseline_id: &str) -> StoreResult<Vec<OutboxItem>>;
+    /// Pending items and the creation time of the oldest one.
+    async fn archive_backlog(&self) -> StoreResult<(i64, Option<String>)>;
+    /// Baselines created on `date` (`YYYY-MM-DD`), or all, oldest first.
+    async fn baselines_created_on(&self, date: Option<&str>) -> StoreResult<Vec<StoredBaseline>>;
+
+    async fn create_release(
+        &self,
+        release: NewRelease,
+        sha256: &str,
+        audit: Audit,
+    ) -> StoreResult<Release>;
+    async fn list_releases(
+        &self,
+        baseline_id: Option<&str>,
+        service: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<Release>>;
+
     /// Records agents' status (insert or update by `agent_id`).
     async fn upsert_agents(&self, agents: &[AgentStatus]) -> StoreResult<()>;
     async fn list_agents(&self) -> StoreResult<Vec<AgentStatus>>;
@@ -332,8 +426,14 @@ pub trait Store: Send + Sync + 'static {
     async fn idem_expire(&self, cutoff: &str) -> StoreResult<u64>;
 }
 
-/// Opens the store named by `url` (`sqlite:…` or `postgres://…`) and applies its migrations.
+/// Opens the store named by `url` (`sqlite:…` or `postgres://…`) and applies its migrations;
+/// archive keys use the default prefix.
 pub async fn connect(url: &str) -> anyhow::Result<Arc<dyn Store>> {
+    connect_with(url, DEFAULT_ARCHIVE_PREFIX).await
+}
+
+/// [`connect`], with the archive key prefix the outbox writes.
+pub async fn connect_with(url: &str, archive_prefix: &str) -> anyhow::Result<Arc<dyn Store>> {
     let store: sql::SqlStore = if url.starts_with("sqlite:") {
         sqlite::open(url).await?
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -341,5 +441,5 @@ pub async fn connect(url: &str) -> anyhow::Result<Arc<dyn Store>> {
     } else {
         anyhow::bail!("unsupported database URL {url:?}: use sqlite:PATH or postgres://…");
     };
-    Ok(Arc::new(store))
+    Ok(Arc::new(store.with_archive_prefix(archive_prefix)))
 }

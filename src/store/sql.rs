@@ -19,6 +19,7 @@ use crate::auth::Role;
 pub struct SqlStore {
     pool: AnyPool,
     backend: &'static str,
+    archive_prefix: String,
 }
 
 type Tx = Transaction<'static, Any>;
@@ -39,7 +40,16 @@ fn compact_date(rfc3339: &str) -> String {
 
 impl SqlStore {
     pub(super) fn new(pool: AnyPool, backend: &'static str) -> Self {
-        Self { pool, backend }
+        Self {
+            pool,
+            backend,
+            archive_prefix: DEFAULT_ARCHIVE_PREFIX.to_owned(),
+        }
+    }
+
+    pub fn with_archive_prefix(mut self, prefix: &str) -> Self {
+        self.archive_prefix = prefix.trim_matches('/').to_owned();
+        self
     }
 
     pub fn pool(&self) -> &AnyPool {
@@ -105,6 +115,58 @@ async fn write_audit(tx: &mut Tx, a: &Audit) -> StoreResult<()> {
     Ok(())
 }
 
+/// Queues `body` for upload at `key`; older pending items of the key are superseded.
+async fn enqueue(
+    tx: &mut Tx,
+    baseline_id: &str,
+    key: &str,
+    body: &str,
+    now: &str,
+) -> StoreResult<()> {
+    sqlx::query("UPDATE archive_outbox SET state = 'superseded' WHERE object_key = $1 AND state = 'pending'")
+        .bind(key)
+        .execute(&mut **tx)
+        .await?;
+    sqlx::query(
+        "INSERT INTO archive_outbox (baseline_id, object_key, body, sha256, state, attempts, next_attempt_at, created_at) \
+         VALUES ($1, $2, $3, $4, 'pending', 0, $5, $5)",
+    )
+    .bind(baseline_id)
+    .bind(key)
+    .bind(body)
+    .bind(sha256_hex(body.as_bytes()))
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Archives the current document of a baseline at `{prefix}/{date}/{id}.json`.
+async fn archive_document(
+    tx: &mut Tx,
+    prefix: &str,
+    stored: &StoredBaseline,
+    now: &str,
+) -> StoreResult<()> {
+    let key = archive_key(
+        prefix,
+        &stored.doc.created_at,
+        &format!("{}.json", stored.doc.id),
+    );
+    enqueue(tx, &stored.doc.id, &key, &stored.bytes, now).await
+}
+
+/// An approval (or rollback) also writes the seed's `{prefix}/{date}/budget.json`.
+async fn archive_budget(
+    tx: &mut Tx,
+    prefix: &str,
+    stored: &StoredBaseline,
+    now: &str,
+) -> StoreResult<()> {
+    let key = archive_key(prefix, &stored.doc.created_at, "budget.json");
+    enqueue(tx, &stored.doc.id, &key, &stored.bytes, now).await
+}
+
 const BASELINE_COLUMNS: &str = "b.document, b.sha256, r.uploaded_by";
 
 fn baseline_from_row(row: &AnyRow) -> StoreResult<StoredBaseline> {
@@ -134,6 +196,7 @@ async fn fetch_baseline(tx: &mut Tx, id: &str) -> StoreResult<StoredBaseline> {
 /// Allocates the id, renders the document and inserts it.
 async fn insert_baseline_tx(
     tx: &mut Tx,
+    prefix: &str,
     mut doc: BaselineDocument,
     run_uploaded_by: String,
 ) -> StoreResult<StoredBaseline> {
@@ -160,17 +223,20 @@ async fn insert_baseline_tx(
     .bind(&doc.created_by)
     .execute(&mut **tx)
     .await?;
-    Ok(StoredBaseline {
+    let stored = StoredBaseline {
         doc,
         bytes,
         sha256,
         run_uploaded_by,
-    })
+    };
+    archive_document(tx, prefix, &stored, &stored.doc.created_at).await?;
+    Ok(stored)
 }
 
 /// Moves a baseline to `state` (re-rendering its document) if it is in `from` now.
 async fn transition(
     tx: &mut Tx,
+    prefix: &str,
     id: &str,
     from: BaselineState,
     to: BaselineState,
@@ -207,6 +273,7 @@ async fn transition(
             "baseline {id} changed state concurrently"
         )));
     }
+    archive_document(tx, prefix, &stored, now).await?;
     Ok(stored)
 }
 
@@ -292,6 +359,25 @@ fn publication_from_row(r: &AnyRow) -> StoreResult<Publication> {
         kind: r.try_get("kind")?,
         created_by: r.try_get("created_by")?,
         created_at: r.try_get("created_at")?,
+    })
+}
+
+const OUTBOX_COLUMNS: &str =
+    "id, baseline_id, object_key, body, sha256, state, attempts, last_error, next_attempt_at, created_at, archived_at";
+
+fn outbox_from_row(r: &AnyRow) -> StoreResult<OutboxItem> {
+    Ok(OutboxItem {
+        id: r.try_get("id")?,
+        baseline_id: r.try_get("baseline_id")?,
+        key: r.try_get("object_key")?,
+        body: r.try_get("body")?,
+        sha256: r.try_get("sha256")?,
+        state: r.try_get("state")?,
+        attempts: r.try_get("attempts")?,
+        last_error: r.try_get("last_error")?,
+        next_attempt_at: r.try_get("next_attempt_at")?,
+        created_at: r.try_get("created_at")?,
+        archived_at: r.try_get("archived_at")?,
     })
 }
 
@@ -468,7 +554,10 @@ impl Store for SqlStore {
         let baseline = match draft {
             Some(mut doc) => {
                 doc.run_id = id.clone();
-                Some(insert_baseline_tx(&mut tx, doc, run.uploaded_by.clone()).await?)
+                Some(
+                    insert_baseline_tx(&mut tx, &self.archive_prefix, doc, run.uploaded_by.clone())
+                        .await?,
+                )
             }
             None => None,
         };
@@ -539,7 +628,7 @@ impl Store for SqlStore {
             .await?
             .ok_or_else(|| StoreError::NotFound(format!("run {:?}", draft.run_id)))?
             .try_get(0)?;
-        let stored = insert_baseline_tx(&mut tx, draft, uploader).await?;
+        let stored = insert_baseline_tx(&mut tx, &self.archive_prefix, draft, uploader).await?;
         let mut audit = audit;
         audit.subject = Some(stored.doc.id.clone());
         write_audit(&mut tx, &audit).await?;
@@ -639,6 +728,7 @@ impl Store for SqlStore {
             if let Some(old) = current_id(&mut tx, &chain).await? {
                 transition(
                     &mut tx,
+                    &self.archive_prefix,
                     &old,
                     BaselineState::Approved,
                     BaselineState::Superseded,
@@ -651,6 +741,7 @@ impl Store for SqlStore {
         }
         let stored = transition(
             &mut tx,
+            &self.archive_prefix,
             id,
             BaselineState::Draft,
             to,
@@ -668,6 +759,7 @@ impl Store for SqlStore {
             .await?;
         let published = match verdict {
             Verdict::Approve => {
+                archive_budget(&mut tx, &self.archive_prefix, &stored, &audit.at).await?;
                 let revision =
                     publish(&mut tx, self.backend, &chain, id, "approve", &audit).await?;
                 Some(Published {
@@ -709,6 +801,7 @@ impl Store for SqlStore {
         if let Some(old) = current_id(&mut tx, chain).await? {
             transition(
                 &mut tx,
+                &self.archive_prefix,
                 &old,
                 BaselineState::Approved,
                 BaselineState::Superseded,
@@ -720,6 +813,7 @@ impl Store for SqlStore {
         }
         let stored = transition(
             &mut tx,
+            &self.archive_prefix,
             id,
             BaselineState::Superseded,
             BaselineState::Approved,
@@ -727,6 +821,7 @@ impl Store for SqlStore {
             &audit.at,
         )
         .await?;
+        archive_budget(&mut tx, &self.archive_prefix, &stored, &audit.at).await?;
         let revision = publish(&mut tx, self.backend, chain, id, "rollback", &audit).await?;
         let mut audit = audit;
         audit.subject = Some(id.to_owned());
@@ -839,6 +934,176 @@ impl Store for SqlStore {
                     nack_error: r.try_get("nack_error")?,
                     first_seen: r.try_get("first_seen")?,
                     last_seen: r.try_get("last_seen")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn archive_claim(
+        &self,
+        now: &str,
+        lease_until: &str,
+        limit: i64,
+    ) -> StoreResult<Vec<OutboxItem>> {
+        // PostgreSQL: concurrent workers skip each other's rows; SQLite serialises writers.
+        let skip_locked = if self.backend == "postgres" {
+            "FOR UPDATE SKIP LOCKED"
+        } else {
+            ""
+        };
+        let rows = sqlx::query(&format!(
+            "UPDATE archive_outbox SET locked_until = $2 WHERE id IN ( \
+               SELECT o.id FROM archive_outbox o \
+               WHERE o.state = 'pending' AND o.next_attempt_at <= $1 \
+                 AND (o.locked_until IS NULL OR o.locked_until < $1) \
+                 AND NOT EXISTS (SELECT 1 FROM archive_outbox f WHERE f.object_key = o.object_key \
+                                 AND f.id <> o.id AND f.locked_until IS NOT NULL AND f.locked_until >= $1) \
+               ORDER BY o.id LIMIT $3 {skip_locked}) \
+             RETURNING {OUTBOX_COLUMNS}"
+        ))
+        .bind(now)
+        .bind(lease_until)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut items = rows
+            .iter()
+            .map(outbox_from_row)
+            .collect::<StoreResult<Vec<_>>>()?;
+        items.sort_by_key(|i| i.id);
+        Ok(items)
+    }
+
+    async fn archive_done(&self, id: i64, now: &str) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE archive_outbox SET state = CASE WHEN state = 'pending' THEN 'done' ELSE state END, \
+             archived_at = $2, locked_until = NULL, attempts = attempts + 1, last_error = NULL WHERE id = $1",
+        )
+        .bind(id)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn archive_failed(&self, id: i64, error: &str, next_attempt_at: &str) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE archive_outbox SET attempts = attempts + 1, last_error = $2, next_attempt_at = $3, \
+             locked_until = NULL WHERE id = $1",
+        )
+        .bind(id)
+        .bind(error)
+        .bind(next_attempt_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn archive_enqueue(
+        &self,
+        baseline_id: &str,
+        key: &str,
+        body: &str,
+        now: &str,
+    ) -> StoreResult<()> {
+        let mut tx = self.begin().await?;
+        enqueue(&mut tx, baseline_id, key, body, now).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn archive_items(&self, baseline_id: &str) -> StoreResult<Vec<OutboxItem>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {OUTBOX_COLUMNS} FROM archive_outbox WHERE baseline_id = $1 ORDER BY id"
+        ))
+        .bind(baseline_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(outbox_from_row).collect()
+    }
+
+    async fn archive_backlog(&self) -> StoreResult<(i64, Option<String>)> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM archive_outbox WHERE state = 'pending'",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((row.try_get("n")?, row.try_get("oldest")?))
+    }
+
+    async fn baselines_created_on(&self, date: Option<&str>) -> StoreResult<Vec<StoredBaseline>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {BASELINE_COLUMNS} FROM baselines b JOIN runs r ON r.id = b.run_id \
+             WHERE ($1 = '' OR b.created_at LIKE $2) ORDER BY b.created_at, b.id"
+        ))
+        .bind(date.unwrap_or(""))
+        .bind(format!("{}%", date.unwrap_or("")))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(baseline_from_row).collect()
+    }
+
+    async fn create_release(
+        &self,
+        release: NewRelease,
+        sha256: &str,
+        audit: Audit,
+    ) -> StoreResult<Release> {
+        let mut tx = self.begin().await?;
+        let row = sqlx::query(
+            "INSERT INTO releases (service, version, baseline_id, baseline_sha256, ticket, created_by, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+        )
+        .bind(&release.service)
+        .bind(&release.version)
+        .bind(&release.baseline_id)
+        .bind(sha256)
+        .bind(&release.ticket)
+        .bind(&audit.actor)
+        .bind(&audit.at)
+        .fetch_one(&mut *tx)
+        .await?;
+        let id: i64 = row.try_get(0)?;
+        write_audit(&mut tx, &audit).await?;
+        tx.commit().await?;
+        Ok(Release {
+            id,
+            service: release.service,
+            version: release.version,
+            baseline_id: release.baseline_id,
+            baseline_sha256: sha256.to_owned(),
+            ticket: release.ticket,
+            created_by: audit.actor,
+            created_at: audit.at,
+        })
+    }
+
+    async fn list_releases(
+        &self,
+        baseline_id: Option<&str>,
+        service: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<Release>> {
+        let rows = sqlx::query(
+            "SELECT id, service, version, baseline_id, baseline_sha256, ticket, created_by, created_at FROM releases \
+             WHERE ($1 = '' OR baseline_id = $1) AND ($2 = '' OR service = $2) ORDER BY id DESC LIMIT $3",
+        )
+        .bind(baseline_id.unwrap_or(""))
+        .bind(service.unwrap_or(""))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Release {
+                    id: r.try_get("id")?,
+                    service: r.try_get("service")?,
+                    version: r.try_get("version")?,
+                    baseline_id: r.try_get("baseline_id")?,
+                    baseline_sha256: r.try_get("baseline_sha256")?,
+                    ticket: r.try_get("ticket")?,
+                    created_by: r.try_get("created_by")?,
+                    created_at: r.try_get("created_at")?,
                 })
             })
             .collect()

@@ -5,6 +5,7 @@ use budgetd::{App, Settings};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 
@@ -102,6 +103,8 @@ pub struct TestApp {
     pub grpc_addr: SocketAddr,
     pub http: reqwest::Client,
     pub db_url: String,
+    /// The archive folder (shared by replicas, kept across restarts).
+    pub archive_dir: Arc<tempfile::TempDir>,
     /// Keeps the database alive (and drops it, on PostgreSQL) with the app; `None` for a
     /// second replica on another app's database.
     _db: Option<TestDb>,
@@ -137,18 +140,53 @@ pub async fn spawn_app(backend: Backend) -> Option<TestApp> {
 
 pub async fn spawn_app_on(db: TestDb, settings: impl FnOnce(&str) -> Settings) -> TestApp {
     let url = db.url.clone();
-    spawn_with(Some(db), settings(&url)).await
+    spawn_with(Some(db), settings(&url), None).await
 }
 
-/// Another replica on the same database as `first`.
+/// An app archiving to `archive` (e.g. an S3 client configured in code).
+pub async fn spawn_app_with_archive(
+    db: TestDb,
+    settings: Settings,
+    archive: Arc<dyn budgetd::archive::Archive>,
+) -> TestApp {
+    spawn_inner(Some(db), settings, None, Some(archive)).await
+}
+
+/// Another replica on the same database (and archive) as `first`.
 pub async fn spawn_replica(first: &TestApp) -> TestApp {
-    spawn_with(None, settings_for(&first.db_url)).await
+    spawn_with(
+        None,
+        settings_for(&first.db_url),
+        Some(first.archive_dir.clone()),
+    )
+    .await
 }
 
-async fn spawn_with(db: Option<TestDb>, settings: Settings) -> TestApp {
+async fn spawn_with(
+    db: Option<TestDb>,
+    settings: Settings,
+    archive_dir: Option<Arc<tempfile::TempDir>>,
+) -> TestApp {
+    spawn_inner(db, settings, archive_dir, None).await
+}
+
+async fn spawn_inner(
+    db: Option<TestDb>,
+    mut settings: Settings,
+    archive_dir: Option<Arc<tempfile::TempDir>>,
+    archive: Option<Arc<dyn budgetd::archive::Archive>>,
+) -> TestApp {
     init_logs();
+    let archive_dir = archive_dir.unwrap_or_else(|| Arc::new(tempfile::tempdir().unwrap()));
+    if settings.archive_url.is_none() {
+        settings.archive_url = Some(format!("file://{}", archive_dir.path().display()));
+    }
     let db_url = settings.database_url();
-    let app = App::build(settings).await.expect("app builds");
+    let app = match archive {
+        Some(archive) => App::build_with_archive(settings, archive, "gov/bench".into()).await,
+        None => App::build(settings).await,
+    }
+    .expect("app builds");
     let addr = app.http_addr();
     let grpc_addr = app.grpc_addr();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -164,6 +202,7 @@ async fn spawn_with(db: Option<TestDb>, settings: Settings) -> TestApp {
         grpc_addr,
         http: reqwest::Client::new(),
         db_url,
+        archive_dir,
         _db: db,
         shutdown: Some(tx),
         task: Some(task),
@@ -219,7 +258,11 @@ impl TestApp {
         settings.http = self.addr;
         settings.grpc = self.grpc_addr;
         self.stop_in_place().await;
-        Stopped { db, settings }
+        Stopped {
+            db,
+            settings,
+            archive_dir: self.archive_dir.clone(),
+        }
     }
 
     async fn stop_in_place(&mut self) {
@@ -332,11 +375,22 @@ impl TestApp {
 pub struct Stopped {
     db: Option<TestDb>,
     settings: Settings,
+    archive_dir: Arc<tempfile::TempDir>,
 }
 
 impl Stopped {
     pub async fn start(self) -> TestApp {
-        spawn_with(self.db, self.settings).await
+        spawn_with(self.db, self.settings, Some(self.archive_dir)).await
+    }
+
+    pub async fn start_with_archive(self, archive: Arc<dyn budgetd::archive::Archive>) -> TestApp {
+        spawn_inner(
+            self.db,
+            self.settings,
+            Some(self.archive_dir),
+            Some(archive),
+        )
+        .await
     }
 }
 

@@ -11,5 +11,7 @@ mod grpc;
 mod idempotency;
 mod lifecycle;
 mod openapi;
+mod releases;
 mod replicas;
+mod s3;
 mod store_contract;

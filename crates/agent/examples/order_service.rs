@@ -30,6 +30,7 @@ use tokio::time::{sleep, Instant};
 const ENTRY_DEADLINE: Duration = Duration::from_millis(800);
 
 #[tokio::main(flavor = "current_thread")]
+#[allow(clippy::disallowed_methods)] // main is where the environment is read
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_target(false)
@@ -54,7 +55,7 @@ async fn main() -> ExitCode {
         Err(AgentError::Unavailable { reason }) => {
             eprintln!("order_service: no budgets to run with.");
             eprintln!(
-                "  budgetd at {endpoint} is unreachable and there is no cache at {}",
+                "  budgetd at {endpoint} gave no budgets and there is no cache at {}",
                 cache.display()
             );
             eprintln!("  ({reason})");

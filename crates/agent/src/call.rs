@@ -106,7 +106,7 @@ where
     let mut last: Option<CallError<E>> = None;
     let mut attempts = 0u32;
     loop {
-        let now = Instant::now();
+        let now = if attempts == 0 { start } else { Instant::now() };
         let remaining = end.saturating_duration_since(now);
         let Some(timeout) = policy::attempt_timeout(segment.timeout_ms, remaining) else {
             return Err(last.unwrap_or(CallError::BudgetExhausted));

@@ -62,7 +62,7 @@ impl Snapshot {
     /// The snapshot after `update`: each chain present replaces the one held; the revision
     /// becomes the update's. Refused — leaving `self` as it was — when a chain is malformed or
     /// has an error finding.
-    pub fn apply(&self, update: v1::BudgetUpdate) -> Result<Snapshot, Refusal> {
+    pub(crate) fn apply(&self, update: v1::BudgetUpdate) -> Result<Snapshot, Refusal> {
         let mut next = self.clone();
         for wire in update.chains {
             let name = wire.chain.clone();

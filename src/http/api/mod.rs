@@ -1,9 +1,11 @@
 //! `/api/v1`: one module per resource, each exposing `router()`.
 
 pub mod agents;
+pub mod archive;
 pub mod audit;
 pub mod baselines;
 pub mod chains;
+pub mod releases;
 pub mod runs;
 pub mod tokens;
 
@@ -22,6 +24,8 @@ pub fn router() -> Router<AppState> {
         .merge(audit::router())
         .merge(tokens::router())
         .merge(agents::router())
+        .merge(archive::router())
+        .merge(releases::router())
 }
 
 /// Reads an optional integer query parameter within `range`.
