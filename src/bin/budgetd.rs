@@ -22,13 +22,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the server (HTTP API on --http). Embedded default: SQLite under --data-dir.
+    /// Run the server (HTTP on --http, gRPC on --grpc). Embedded default: SQLite and an archive folder under --data-dir.
     Serve {
         #[command(flatten)]
         common: Common,
-        /// HTTP listen address [default: 127.0.0.1:8080]
-        #[arg(long, value_name = "ADDR")]
-        http: Option<SocketAddr>,
+        #[command(flatten)]
+        listen: Listen,
         /// Load SPEC example A (chain `checkout`, approved) into an empty store.
         #[arg(long)]
         demo: bool,
@@ -80,6 +79,20 @@ enum TokenCommand {
         #[arg(long)]
         name: String,
     },
+}
+
+#[derive(Args)]
+struct Listen {
+    /// HTTP listen address (API, schemas, health, metrics) [default: 127.0.0.1:8080]
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+    /// gRPC listen address (agents' Watch/Ack, health, reflection) [default: 127.0.0.1:50051]
+    #[arg(long, value_name = "ADDR")]
+    grpc: Option<SocketAddr>,
+    /// Where baselines are archived: file://PATH or s3://BUCKET[/PREFIX]
+    /// [default: file://{data-dir}/archive]
+    #[arg(long, value_name = "URL")]
+    archive_url: Option<String>,
 }
 
 #[derive(Args)]
@@ -141,10 +154,16 @@ async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
-async fn serve(common: Common, http: Option<SocketAddr>, demo: bool) -> anyhow::Result<()> {
+async fn serve(common: Common, listen: Listen, demo: bool) -> anyhow::Result<()> {
     let mut settings = common.settings()?;
-    if let Some(http) = http {
+    if let Some(http) = listen.http {
         settings.http = http;
+    }
+    if let Some(grpc) = listen.grpc {
+        settings.grpc = grpc;
+    }
+    if let Some(url) = listen.archive_url {
+        settings.archive_url = Some(url);
     }
     init_logging(settings.log_format);
     let app = budgetd::App::build(settings).await?;
@@ -157,6 +176,10 @@ async fn serve(common: Common, http: Option<SocketAddr>, demo: bool) -> anyhow::
         println!("budgetd: loaded the demo chain `checkout` (SPEC example A, approved)");
     }
     println!("budgetd: HTTP API on http://{}/api/v1", app.http_addr());
+    println!(
+        "budgetd: gRPC (budget.v1.BudgetControl) on {}",
+        app.grpc_addr()
+    );
     app.run_until_stopped(shutdown_signal()).await
 }
 
@@ -248,7 +271,11 @@ async fn backfill(common: Common, date: Option<String>) -> anyhow::Result<()> {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve { common, http, demo } => serve(common, http, demo).await,
+        Command::Serve {
+            common,
+            listen,
+            demo,
+        } => serve(common, listen, demo).await,
         Command::Token { command } => token(command).await,
         Command::Archive {
             command: ArchiveCommand::Backfill { common, date },

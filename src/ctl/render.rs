@@ -834,6 +834,69 @@ pub fn release_check(v: &Value) -> String {
     format!("{head}\nok: {}", s(&v["message"]))
 }
 
+/// `GET /agents`: the fleet.
+pub fn agents(v: &Value) -> String {
+    let list = arr(&v["agents"]);
+    if list.is_empty() {
+        return "no agents seen yet".into();
+    }
+    let mut t = table(
+        &[
+            "agent",
+            "service",
+            "chains",
+            "replica",
+            "connected",
+            "delivered",
+            "acked",
+            "nack",
+            "last seen",
+        ],
+        &[5, 6],
+    );
+    for a in list {
+        let chains: Vec<String> = arr(&a["chains"]).iter().map(s).collect();
+        let nack = match (&a["nack_revision"], &a["nack_error"]) {
+            (Value::Null, _) => "-".into(),
+            (rev, err) => format!("r{}: {}", s(rev), s(err)),
+        };
+        t.add_row(vec![
+            s(&a["agent_id"]),
+            s(&a["service"]),
+            if chains.is_empty() {
+                "-".into()
+            } else {
+                chains.join(",")
+            },
+            s(&a["replica"]),
+            if a["connected"].as_bool() == Some(true) {
+                "yes".into()
+            } else {
+                "no".into()
+            },
+            s(&a["delivered"]),
+            s(&a["acked"]),
+            nack,
+            s(&a["last_seen"]),
+        ]);
+    }
+    t.to_string()
+}
+
+/// `GET /baselines/{id}/rollout`.
+pub fn rollout(v: &Value) -> String {
+    fields(&[
+        ("baseline", s(&v["baseline_id"])),
+        ("chain", s(&v["chain"])),
+        ("state", s(&v["state"])),
+        ("published as revision", s(&v["revision"])),
+        ("agents of the chain", s(&v["agents"])),
+        ("connected", s(&v["connected"])),
+        ("acked", s(&v["acked"])),
+        ("nacked", s(&v["nacked"])),
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1111,67 +1174,4 @@ mod tests {
         assert_eq!(change(&json!({"from": null, "to": 9})), "new 9");
         assert_eq!(change(&json!({"from": 9, "to": null})), "removed (was 9)");
     }
-}
-
-/// `GET /agents`: the fleet.
-pub fn agents(v: &Value) -> String {
-    let list = arr(&v["agents"]);
-    if list.is_empty() {
-        return "no agents seen yet".into();
-    }
-    let mut t = table(
-        &[
-            "agent",
-            "service",
-            "chains",
-            "replica",
-            "connected",
-            "delivered",
-            "acked",
-            "nack",
-            "last seen",
-        ],
-        &[5, 6],
-    );
-    for a in list {
-        let chains: Vec<String> = arr(&a["chains"]).iter().map(s).collect();
-        let nack = match (&a["nack_revision"], &a["nack_error"]) {
-            (Value::Null, _) => "-".into(),
-            (rev, err) => format!("r{}: {}", s(rev), s(err)),
-        };
-        t.add_row(vec![
-            s(&a["agent_id"]),
-            s(&a["service"]),
-            if chains.is_empty() {
-                "-".into()
-            } else {
-                chains.join(",")
-            },
-            s(&a["replica"]),
-            if a["connected"].as_bool() == Some(true) {
-                "yes".into()
-            } else {
-                "no".into()
-            },
-            s(&a["delivered"]),
-            s(&a["acked"]),
-            nack,
-            s(&a["last_seen"]),
-        ]);
-    }
-    t.to_string()
-}
-
-/// `GET /baselines/{id}/rollout`.
-pub fn rollout(v: &Value) -> String {
-    fields(&[
-        ("baseline", s(&v["baseline_id"])),
-        ("chain", s(&v["chain"])),
-        ("state", s(&v["state"])),
-        ("published as revision", s(&v["revision"])),
-        ("agents of the chain", s(&v["agents"])),
-        ("connected", s(&v["connected"])),
-        ("acked", s(&v["acked"])),
-        ("nacked", s(&v["nacked"])),
-    ])
 }

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 /// Every `(method, path)` the router serves, read from `src/http/mod.rs` and
 /// `src/http/api/*.rs` (the `/api/v1` routes are nested there). Update with the router.
-const ROUTES: [(&str, &str); 25] = [
+const ROUTES: [(&str, &str); 30] = [
     // src/http/mod.rs
     ("get", "/healthz"),
     ("get", "/readyz"),
@@ -40,6 +40,13 @@ const ROUTES: [(&str, &str); 25] = [
     // src/http/api/agents.rs
     ("get", "/api/v1/agents"),
     ("get", "/api/v1/baselines/{id}/rollout"),
+    // src/http/api/archive.rs
+    ("get", "/api/v1/baselines/{id}/archive"),
+    ("get", "/api/v1/archive/verify"),
+    // src/http/api/releases.rs
+    ("post", "/api/v1/releases"),
+    ("get", "/api/v1/releases"),
+    ("get", "/api/v1/baselines/{id}/releases"),
 ];
 
 const METHODS: [&str; 8] = [
