@@ -13,16 +13,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use budget_core::live::LiveChain;
-use budget_proto::v1;
 use tokio::sync::{watch, Mutex};
 
 use crate::store::{Store, StoreResult};
 
-/// One chain's published config, in core and wire form.
+/// One chain's published config: core form, and its `budget.v1.ChainBudget` encoded once.
 #[derive(Debug)]
 pub struct ChainEntry {
     pub live: LiveChain,
-    pub wire: v1::ChainBudget,
+    pub encoded: bytes::Bytes,
 }
 
 impl ChainEntry {
@@ -88,10 +87,10 @@ impl Hub {
                 publication.revision,
                 &publication.created_at,
             );
-            let wire = v1::ChainBudget::from(&live);
+            let encoded = budget_proto::convert::encode_chain(&live).into();
             next.insert(
                 publication.chain.clone(),
-                Arc::new(ChainEntry { live, wire }),
+                Arc::new(ChainEntry { live, encoded }),
             );
         }
         tracing::info!(

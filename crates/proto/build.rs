@@ -1,21 +1,39 @@
 //! Generates the budget.v1 code with protox (pure Rust): no system `protoc` needed.
+//!
+//! Two generations: `budget.proto` (messages, client, server; the public protocol) and
+//! `server_wire.proto` (the server's encode-once view of the same service) into `OUT_DIR/wire`.
+
+use std::path::PathBuf;
 
 #[allow(clippy::disallowed_methods)] // a build script reads OUT_DIR from its environment
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto_dir = "../../proto";
-    let file = "budget/v1/budget.proto";
-    println!("cargo:rerun-if-changed={proto_dir}/{file}");
-    let fds = protox::compile([file], [proto_dir])?;
-    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
-    std::fs::write(out.join("budget_v1_descriptor.bin"), prost_encode(&fds))?;
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    for file in ["budget/v1/budget.proto", "budget/v1/server_wire.proto"] {
+        println!("cargo:rerun-if-changed={proto_dir}/{file}");
+    }
+
+    let public = protox::compile(["budget/v1/budget.proto"], [proto_dir])?;
+    std::fs::write(out.join("budget_v1_descriptor.bin"), encode(&public))?;
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
-        .compile_fds(fds)?;
+        .compile_fds(public)?;
+
+    let wire = protox::compile(["budget/v1/server_wire.proto"], [proto_dir])?;
+    std::fs::write(out.join("server_wire_descriptor.bin"), encode(&wire))?;
+    let wire_out = out.join("wire");
+    std::fs::create_dir_all(&wire_out)?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(false)
+        .bytes(".")
+        .out_dir(&wire_out)
+        .compile_fds(wire)?;
     Ok(())
 }
 
-fn prost_encode(fds: &protox::prost_reflect::prost_types::FileDescriptorSet) -> Vec<u8> {
+fn encode(fds: &protox::prost_reflect::prost_types::FileDescriptorSet) -> Vec<u8> {
     use protox::prost_reflect::prost::Message;
     fds.encode_to_vec()
 }

@@ -4,8 +4,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::pin::Pin;
 use std::time::Duration;
 
-use budget_proto::v1::budget_control_server::{BudgetControl, BudgetControlServer};
-use budget_proto::v1::{AckRequest, AckResponse, BudgetUpdate, WatchRequest};
+// The encode-once view of budget.v1.BudgetControl: same wire protocol, chains pre-encoded.
+use budget_proto::wire::budget_control_server::{BudgetControl, BudgetControlServer};
+use budget_proto::wire::{AckRequest, AckResponse, BudgetUpdate, WatchRequest};
 use futures_util::Stream;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
@@ -142,7 +143,7 @@ impl StreamState {
                 .copied()
                 .unwrap_or(self.known);
             if entry.revision() > have {
-                chains.push(entry.wire.clone());
+                chains.push(entry.encoded.clone());
                 names.push(entry.live.chain.clone());
             }
         }

@@ -84,6 +84,12 @@ impl From<&LiveChain> for v1::ChainBudget {
     }
 }
 
+/// A chain's config encoded as a `budget.v1.ChainBudget`, ready for
+/// [`crate::wire::BudgetUpdate::chains`].
+pub fn encode_chain(c: &LiveChain) -> Vec<u8> {
+    prost::Message::encode_to_vec(&v1::ChainBudget::from(c))
+}
+
 fn segment(i: usize, s: v1::SegmentBudget) -> Result<LiveSegment, ConvertError> {
     let at = |f: &str| format!("segments[{i}].{f}");
     if s.id.is_empty() {
