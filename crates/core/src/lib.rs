@@ -19,6 +19,7 @@ pub mod diff;
 pub mod drift;
 pub mod duration;
 pub mod example;
+pub mod ingest;
 pub mod live;
 pub mod rules;
 pub mod run;

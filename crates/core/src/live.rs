@@ -96,6 +96,7 @@ impl LiveChain {
                     pinned_timeout_ms: None,
                     reserve_ms: s.reserve_ms,
                     stage: s.stage,
+                    labels: Vec::new(),
                 })
                 .collect(),
         }

@@ -103,6 +103,7 @@ fn build(specs: &[SegSpec], order: &[usize], entry: u64, window: u64, recovery_h
             pinned_timeout_ms: if root { None } else { spec.pinned },
             reserve_ms: spec.reserve_ms,
             stage: if root { None } else { spec.stage },
+            labels: Vec::new(),
         });
     }
     Topology {

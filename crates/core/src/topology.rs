@@ -53,6 +53,9 @@ pub struct Segment {
     pub reserve_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage: Option<u32>,
+    /// Load-tool labels (request names, tags, endpoints) whose measurements are this segment's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -257,6 +260,22 @@ impl Topology {
                             ids.join(", ")
                         ),
                     );
+                }
+            }
+        }
+
+        // A load-tool label names one segment only.
+        let mut label_owner: HashMap<&str, &str> = HashMap::new();
+        for (i, s) in self.segments.iter().enumerate() {
+            for (j, label) in s.labels.iter().enumerate() {
+                match label_owner.get(label.as_str()) {
+                    Some(owner) if *owner != s.id => push(
+                        format!("/segments/{i}/labels/{j}"),
+                        format!("label {label:?} is already a label of {owner:?}; a label names one segment"),
+                    ),
+                    _ => {
+                        label_owner.insert(label, &s.id);
+                    }
                 }
             }
         }

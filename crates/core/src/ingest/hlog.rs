@@ -1,0 +1,12 @@
+//! Placeholder: the hlog parser is being written.
+
+use super::{Ingest, IngestError, Options};
+
+/// Whether the start of an input looks like this format.
+pub fn sniff(_head: &[u8]) -> bool {
+    false
+}
+
+pub fn parser(_options: &Options) -> Result<Box<dyn Ingest>, IngestError> {
+    Err(IngestError::new("the hlog format is not supported yet"))
+}

@@ -1,0 +1,216 @@
+//! Reading load-test results as the tools write them.
+//!
+//! Every format is a push parser: the caller feeds the upload chunk by chunk ([`Ingest::push`])
+//! and asks for the result at the end ([`Ingest::finish`]); nothing here reads files or
+//! sockets, and memory stays flat whatever the input size (raw samples go into HDR histograms).
+//! A parser yields per-*label* statistics in the tool's own names; [`mapping`] turns labels into
+//! the chain's segment ids.
+
+pub mod hdr;
+pub mod hlog;
+pub mod jmeter;
+pub mod k6;
+pub mod lines;
+pub mod locust;
+pub mod mapping;
+pub mod oha;
+pub mod wrk2;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The formats a run upload may come in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// budgetd's own JSON (`schemas/run.json`).
+    Native,
+    /// Locust `*_stats.csv`.
+    Locust,
+    /// oha `--json` output (one endpoint per file).
+    Oha,
+    /// k6 `--summary-export` or `handleSummary()` JSON.
+    K6,
+    /// JMeter JTL CSV (with or without header).
+    Jmeter,
+    /// HdrHistogram interval log (`.hlog`).
+    Hdrhistogram,
+    /// wrk2 `--latency` text output (one endpoint per file).
+    Wrk2,
+}
+
+impl Format {
+    pub const ALL: [Format; 7] = [
+        Format::Native,
+        Format::Locust,
+        Format::Oha,
+        Format::K6,
+        Format::Jmeter,
+        Format::Hdrhistogram,
+        Format::Wrk2,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Native => "native",
+            Self::Locust => "locust",
+            Self::Oha => "oha",
+            Self::K6 => "k6",
+            Self::Jmeter => "jmeter",
+            Self::Hdrhistogram => "hdrhistogram",
+            Self::Wrk2 => "wrk2",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.as_str() == s)
+    }
+
+    /// Whether the format holds one endpoint per file (several files make one run).
+    pub fn single_endpoint(self) -> bool {
+        matches!(self, Self::Oha | Self::Wrk2)
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Unit of raw values where the format does not record it (HdrHistogram logs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeUnit {
+    Ns,
+    Us,
+    Ms,
+    S,
+}
+
+impl TimeUnit {
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "ns" => Self::Ns,
+            "us" => Self::Us,
+            "ms" => Self::Ms,
+            "s" => Self::S,
+            _ => return None,
+        })
+    }
+
+    /// A value in this unit, in microseconds (rounded to nearest).
+    pub fn to_us(self, v: f64) -> f64 {
+        match self {
+            Self::Ns => v / 1000.0,
+            Self::Us => v,
+            Self::Ms => v * 1000.0,
+            Self::S => v * 1_000_000.0,
+        }
+    }
+}
+
+/// How to read one upload.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Options {
+    /// Unit of HdrHistogram values (required for `hdrhistogram`).
+    pub unit: Option<TimeUnit>,
+    /// The label of a single-endpoint file (oha, wrk2): usually the multipart part's name.
+    pub label: Option<String>,
+}
+
+/// Statistics of one tool label (a request name, a tag, an endpoint).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LabelStats {
+    pub label: String,
+    pub samples: u64,
+    pub failures: u64,
+    pub p50_us: Option<u64>,
+    pub p99_us: u64,
+    pub p999_us: u64,
+}
+
+/// What a parser extracted from one file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Extracted {
+    pub format: Format,
+    /// The tool and version when the file says, e.g. `"JMeter 5.6"`.
+    pub tool: Option<String>,
+    pub labels: Vec<LabelStats>,
+}
+
+/// Why an upload could not be read: where, and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{}{}{message}", line.map(|l| format!("line {l}: ")).unwrap_or_default(), field.as_ref().map(|f| format!("{f}: ")).unwrap_or_default())]
+pub struct IngestError {
+    /// 1-based line of the input, where the format has lines.
+    pub line: Option<u64>,
+    /// The field (column, JSON key or pointer) at fault.
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl IngestError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self { line: None, field: None, message: message.into() }
+    }
+
+    pub fn at_line(line: u64, message: impl Into<String>) -> Self {
+        Self { line: Some(line), field: None, message: message.into() }
+    }
+
+    pub fn field(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+}
+
+/// A push parser of one format.
+pub trait Ingest: Send {
+    /// Feeds the next bytes of the input (chunks may split lines and UTF-8 sequences anywhere).
+    fn push(&mut self, chunk: &[u8]) -> Result<(), IngestError>;
+    /// Ends the input and returns what was read.
+    fn finish(self: Box<Self>) -> Result<Extracted, IngestError>;
+}
+
+/// Reads a whole input with `parser`, in chunks of `chunk` bytes (tests, small inputs).
+pub fn read_all(mut parser: Box<dyn Ingest>, input: &[u8], chunk: usize) -> Result<Extracted, IngestError> {
+    for part in input.chunks(chunk.max(1)) {
+        parser.push(part)?;
+    }
+    parser.finish()
+}
+
+/// The parser of `format`. `Native` is not a load-tool format and has no parser here.
+pub fn parser(format: Format, options: &Options) -> Result<Box<dyn Ingest>, IngestError> {
+    match format {
+        Format::Native => Err(IngestError::new("native uploads are JSON documents, not parsed here")),
+        Format::Locust => locust::parser(options),
+        Format::Oha => oha::parser(options),
+        Format::K6 => k6::parser(options),
+        Format::Jmeter => jmeter::parser(options),
+        Format::Hdrhistogram => hlog::parser(options),
+        Format::Wrk2 => wrk2::parser(options),
+    }
+}
+
+/// The format of an input from its first bytes, when exactly one load-tool format matches.
+pub fn detect(head: &[u8]) -> Option<Format> {
+    let candidates: Vec<Format> = [
+        (Format::Locust, locust::sniff as fn(&[u8]) -> bool),
+        (Format::Oha, oha::sniff),
+        (Format::K6, k6::sniff),
+        (Format::Jmeter, jmeter::sniff),
+        (Format::Hdrhistogram, hlog::sniff),
+        (Format::Wrk2, wrk2::sniff),
+    ]
+    .into_iter()
+    .filter(|(_, sniff)| sniff(head))
+    .map(|(f, _)| f)
+    .collect();
+    match candidates.as_slice() {
+        [one] => Some(*one),
+        _ => None,
+    }
+}
