@@ -34,6 +34,8 @@ pub struct Settings {
     pub replica: Option<String>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Largest load-test upload (all files of one run), in bytes; streamed, never buffered.
+    pub max_upload_bytes: u64,
     /// Where baseline documents are archived: `file://PATH` or `s3://BUCKET[/PREFIX]`;
     /// default: `file://{data_dir}/archive`.
     pub archive_url: Option<String>,
@@ -69,6 +71,7 @@ impl Default for Settings {
             grpc: SocketAddr::from(([127, 0, 0, 1], 50051)),
             replica: None,
             max_body_bytes: 8 * 1024 * 1024,
+            max_upload_bytes: 4 * 1024 * 1024 * 1024,
             archive_url: None,
             archive_prefix: crate::store::DEFAULT_ARCHIVE_PREFIX.to_owned(),
             approval: ApprovalSettings {
@@ -81,7 +84,7 @@ impl Default for Settings {
 }
 
 /// Environment keys that belong to the server (others, such as budgetctl's, are ignored).
-const ENV_KEYS: [&str; 11] = [
+const ENV_KEYS: [&str; 12] = [
     "archive_url",
     "archive_prefix",
     "data_dir",
@@ -90,6 +93,7 @@ const ENV_KEYS: [&str; 11] = [
     "grpc",
     "replica",
     "max_body_bytes",
+    "max_upload_bytes",
     "approval",
     "admin_token",
     "log_format",
@@ -217,6 +221,10 @@ archive_prefix = "gov/bench"
 
 # Largest request body accepted, in bytes (larger bodies answer 413).
 max_body_bytes = 8388608
+
+# Largest load-test upload (all files of one run), in bytes. Uploads are streamed to the
+# parsers, never held in memory whole.
+max_upload_bytes = 4294967296
 
 # "text" or "json" log lines. The filter comes from RUST_LOG (default "info").
 log_format = "text"

@@ -6,7 +6,10 @@ use budget_core::checks::Finding;
 use budget_core::diff::BaselineDiff;
 use budget_core::drift::{self, DriftEntry};
 use budget_core::live::LiveChain;
+use budget_core::ingest::mapping::Mapping;
+use budget_core::ingest::{Extracted, Format};
 use budget_core::run::RunUpload;
+use std::collections::BTreeMap;
 use budget_core::{RunData, Topology};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -16,7 +19,7 @@ use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::schemas::Schema;
 use crate::state::AppState;
-use crate::store::{
+use crate::store::{RunSource, 
     Audit, NewRelease, NewRun, Published, Release, StoreError, StoredBaseline, TopologyVersion,
     Verdict,
 };
@@ -118,6 +121,13 @@ pub struct RunOutcome {
     pub baseline_id: Option<String>,
     pub reason: Option<BaselineReason>,
     pub findings: Vec<Finding>,
+    pub format: Format,
+    pub tool: Option<String>,
+    /// The percentiles read, per segment (milliseconds).
+    pub segments: Vec<budget_core::run::SegmentUpload>,
+    /// How load-tool labels were mapped (absent for native uploads).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mapping: Option<Mapping>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -168,7 +178,47 @@ pub async fn upload_run(
     check_chain_name(chain)?;
     let topo = state.store.get_topology(chain, None).await?;
     let upload: RunUpload = parse_with_schema(Schema::Run, body)?;
+    let sources = vec![RunSource {
+        name: None,
+        format: Format::Native.as_str().into(),
+        sha256: hex::encode(sha2::Sha256::digest(raw)),
+        size: raw.len() as i64,
+    }];
+    record_run(state, principal, chain, topo, upload, Format::Native, sources, None).await
+}
+
+/// A run read from load-tool files: labels mapped to segments (`map` first, then the
+/// topology's `labels`), then stored exactly like the equivalent native upload.
+pub async fn upload_tool_run(
+    state: &AppState,
+    principal: &Principal,
+    chain: &str,
+    files: Vec<Extracted>,
+    sources: Vec<RunSource>,
+    map: &BTreeMap<String, String>,
+) -> ApiResult<RunOutcome> {
+    check_chain_name(chain)?;
+    let topo = state.store.get_topology(chain, None).await?;
+    let format = files.first().map_or(Format::Native, |f| f.format);
+    let (upload, mapping) = budget_core::ingest::mapping::to_upload(&files, &topo.topology, map).map_err(|errs| {
+        violations_of(format!("the labels of the upload do not map onto the segments of {chain:?}"), errs)
+    })?;
+    record_run(state, principal, chain, topo, upload, format, sources, Some(mapping)).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn record_run(
+    state: &AppState,
+    principal: &Principal,
+    chain: &str,
+    topo: TopologyVersion,
+    upload: RunUpload,
+    format: Format,
+    sources: Vec<RunSource>,
+    mapping: Option<Mapping>,
+) -> ApiResult<RunOutcome> {
     let (tool, note) = (upload.tool.clone(), upload.note.clone());
+    let segments = upload.segments.clone();
     let run = upload.into_run(&topo.topology).map_err(|errs| {
         violations_of(
             format!(
@@ -178,7 +228,17 @@ pub async fn upload_run(
             errs,
         )
     })?;
-    let source_sha256 = hex::encode(sha2::Sha256::digest(raw));
+    let (source_sha256, source_size) = match sources.as_slice() {
+        [one] => (one.sha256.clone(), one.size),
+        many => {
+            let mut h = sha2::Sha256::new();
+            for s in many {
+                h.update(format!("{}:{}\n", s.name.as_deref().unwrap_or(""), s.sha256));
+            }
+            (hex::encode(h.finalize()), many.iter().map(|s| s.size).sum())
+        }
+    };
+
 
     // The approved baseline may change between comparing and inserting; the store refuses the
     // insert then, and we compare again.
@@ -222,11 +282,13 @@ pub async fn upload_run(
         let new_run = NewRun {
             chain: chain.to_owned(),
             topology_version: topo.version,
-            format: "native".into(),
+            format: format.as_str().into(),
             tool: tool.clone(),
             note: note.clone(),
             source_sha256: source_sha256.clone(),
-            source_size: raw.len() as i64,
+            source_size,
+            sources: sources.clone(),
+            mapping: mapping.clone(),
             data: run.clone(),
             uploaded_by: principal.name.clone(),
             created_at: created_at.clone(),
@@ -254,6 +316,10 @@ pub async fn upload_run(
                     baseline_id: baseline.as_ref().map(|b| b.doc.id.clone()),
                     reason,
                     findings: baseline.map(|b| b.doc.findings).unwrap_or_default(),
+                    format,
+                    tool: tool.clone(),
+                    segments: segments.clone(),
+                    mapping: mapping.clone(),
                 });
             }
             Err(StoreError::Conflict(_)) => continue,

@@ -86,7 +86,10 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
     let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
         return ApiError::new(
             Code::PayloadTooLarge,
-            format!("request body exceeds the limit of {limit} bytes"),
+            format!(
+                "a request with an Idempotency-Key is kept whole to compare repeats, so its body may be \
+                 at most {limit} bytes (max_body_bytes); send larger uploads without the key"
+            ),
         )
         .into_response();
     };

@@ -63,9 +63,23 @@ pub struct ChainSummary {
     pub updated_at: String,
 }
 
+/// One uploaded file of a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct RunSource {
+    /// The multipart part or file name, when known.
+    pub name: Option<String>,
+    pub format: String,
+    pub sha256: String,
+    pub size: i64,
+}
+
 /// A run to insert; the store assigns its id (`run-YYYYMMDD-NNN`).
 #[derive(Debug, Clone)]
 pub struct NewRun {
+    /// Every file the run was read from.
+    pub sources: Vec<RunSource>,
+    /// How tool labels were mapped to segments (load-tool formats).
+    pub mapping: Option<budget_core::ingest::mapping::Mapping>,
     pub chain: String,
     pub topology_version: i64,
     pub format: String,
@@ -90,6 +104,8 @@ pub struct StoredRun {
     pub source_size: i64,
     pub uploaded_by: String,
     pub created_at: String,
+    pub sources: Vec<RunSource>,
+    pub mapping: Option<budget_core::ingest::mapping::Mapping>,
     #[serde(skip)]
     pub data: RunData,
 }

@@ -332,7 +332,7 @@ fn topology_from_row(row: &AnyRow) -> StoreResult<TopologyVersion> {
 }
 
 const RUN_COLUMNS: &str =
-    "id, chain, topology_version, format, tool, note, source_sha256, source_size, data, uploaded_by, created_at";
+    "id, chain, topology_version, format, tool, note, source_sha256, source_size, data, uploaded_by, created_at, sources, mapping";
 
 fn run_from_row(row: &AnyRow) -> StoreResult<StoredRun> {
     let data: String = row.try_get("data")?;
@@ -347,6 +347,12 @@ fn run_from_row(row: &AnyRow) -> StoreResult<StoredRun> {
         source_size: row.try_get("source_size")?,
         uploaded_by: row.try_get("uploaded_by")?,
         created_at: row.try_get("created_at")?,
+        sources: serde_json::from_str(&row.try_get::<String, _>("sources")?).map_err(internal)?,
+        mapping: row
+            .try_get::<Option<String>, _>("mapping")?
+            .map(|m| serde_json::from_str(&m))
+            .transpose()
+            .map_err(internal)?,
         data: serde_json::from_str::<RunData>(&data).map_err(internal)?,
     })
 }
@@ -536,7 +542,7 @@ impl Store for SqlStore {
         let id = format!("run-{day}-{n:03}");
         let data = serde_json::to_string(&run.data).map_err(internal)?;
         sqlx::query(&format!(
-            "INSERT INTO runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+            "INSERT INTO runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
         ))
         .bind(&id)
         .bind(&run.chain)
@@ -549,6 +555,14 @@ impl Store for SqlStore {
         .bind(&data)
         .bind(&run.uploaded_by)
         .bind(&run.created_at)
+        .bind(serde_json::to_string(&run.sources).map_err(internal)?)
+        .bind(
+            run.mapping
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(internal)?,
+        )
         .execute(&mut *tx)
         .await?;
         let baseline = match draft {
@@ -579,6 +593,8 @@ impl Store for SqlStore {
             source_size: run.source_size,
             uploaded_by: run.uploaded_by,
             created_at: run.created_at,
+            sources: run.sources,
+            mapping: run.mapping,
             data: run.data,
         };
         Ok((stored, baseline))

@@ -8,6 +8,7 @@ pub mod chains;
 pub mod releases;
 pub mod runs;
 pub mod tokens;
+pub mod upload;
 
 use std::collections::HashMap;
 

@@ -2,16 +2,18 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use budget_core::ingest::Format;
 use budget_core::us_to_ms;
 use serde_json::{json, Value};
 
 use super::query_int;
 use crate::auth::{Principal, Role};
-use crate::error::{ApiError, ApiResult};
+use super::upload::{self, UploadQuery};
+use crate::error::ApiResult;
 use crate::http::extract::JsonBody;
 use crate::service;
 use crate::state::AppState;
@@ -19,24 +21,38 @@ use crate::store::StoredRun;
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/chains/{chain}/runs", post(upload).get(list))
+        .route(
+            "/chains/{chain}/runs",
+            // Uploads enforce `max_upload_bytes` (files) and `max_body_bytes` (JSON) themselves.
+            post(upload).layer(DefaultBodyLimit::disable()).get(list),
+        )
         .route("/chains/{chain}/runs/{run_id}", get(show))
 }
 
+/// A native JSON run, or load-tool files (`?format=`, detected, or multipart).
 async fn upload(
     State(state): State<AppState>,
     principal: Principal,
     Path(chain): Path<String>,
     Query(query): Query<HashMap<String, String>>,
-    body: JsonBody,
+    req: Request,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     principal.require(&[Role::Uploader])?;
-    if let Some(format) = query.get("format").filter(|f| f.as_str() != "native") {
-        return Err(ApiError::bad_request(format!(
-            "unsupported run format {format:?}; this server accepts the native JSON format (schema /schemas/run.json)"
-        )));
-    }
-    let outcome = service::upload_run(&state, &principal, &chain, body.value, &body.raw).await?;
+    service::check_chain_name(&chain)?;
+    let q = UploadQuery::parse(&query)?;
+    let native = matches!(q.format, Some(Format::Native)) || (q.format.is_none() && upload::is_json(&req));
+    let outcome = if upload::is_multipart(&req) {
+        state.store.get_topology(&chain, None).await?;
+        let (files, sources, map) = upload::read_multipart(&state, req, &q).await?;
+        service::upload_tool_run(&state, &principal, &chain, files, sources, &map).await?
+    } else if native {
+        let body = JsonBody::from_request(req, &state).await?;
+        service::upload_run(&state, &principal, &chain, body.value, &body.raw).await?
+    } else {
+        state.store.get_topology(&chain, None).await?;
+        let (files, sources) = upload::read_raw(&state, req, &q).await?;
+        service::upload_tool_run(&state, &principal, &chain, files, sources, &q.map).await?
+    };
     Ok((StatusCode::CREATED, Json(json!(outcome))))
 }
 
