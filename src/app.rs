@@ -9,7 +9,8 @@ use anyhow::Context as _;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
+use axum::serve::ListenerExt as _;
+use tonic::transport::server::TcpIncoming;
 
 use crate::archive::{self, worker::Archiver, Archive};
 use crate::auth::{generate_token, hash_token, Principal, Role};
@@ -153,13 +154,18 @@ impl App {
             .http2_keepalive_interval(Some(grpc::KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(grpc::KEEPALIVE_TIMEOUT))
             .max_concurrent_streams(Some(grpc::MAX_CONCURRENT_STREAMS))
-            .tcp_nodelay(true)
             .add_routes(grpc::routes(control).await?)
             .serve_with_incoming_shutdown(
-                TcpListenerStream::new(self.grpc_listener),
+                // Publications are small writes that must leave at once: no Nagle delay.
+                TcpIncoming::from(self.grpc_listener).with_nodelay(Some(true)),
                 stopped(stop_rx.clone()),
             );
-        let http_server = axum::serve(self.listener, http::router(state.clone()))
+        let listener = self.listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "failed to set TCP_NODELAY");
+            }
+        });
+        let http_server = axum::serve(listener, http::router(state.clone()))
             .with_graceful_shutdown(stopped(stop_rx.clone()))
             .into_future();
         let (grpc_result, http_result) = tokio::join!(grpc_server, http_server);
