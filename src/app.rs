@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use axum::serve::ListenerExt as _;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use axum::serve::ListenerExt as _;
 use tonic::transport::server::TcpIncoming;
 
 use crate::archive::{self, worker::Archiver, Archive};

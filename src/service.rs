@@ -5,23 +5,23 @@ use budget_core::baseline::{BaselineDocument, BaselineReason, BaselineState};
 use budget_core::checks::Finding;
 use budget_core::diff::BaselineDiff;
 use budget_core::drift::{self, DriftEntry};
-use budget_core::live::LiveChain;
 use budget_core::ingest::mapping::Mapping;
 use budget_core::ingest::{Extracted, Format};
+use budget_core::live::LiveChain;
 use budget_core::run::RunUpload;
-use std::collections::BTreeMap;
 use budget_core::{RunData, Topology};
 use serde::Serialize;
 use serde_json::{json, Value};
 use sha2::Digest;
+use std::collections::BTreeMap;
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::schemas::Schema;
 use crate::state::AppState;
-use crate::store::{RunSource, 
-    Audit, NewRelease, NewRun, Published, Release, StoreError, StoredBaseline, TopologyVersion,
-    Verdict,
+use crate::store::{
+    Audit, NewRelease, NewRun, Published, Release, RunSource, StoreError, StoredBaseline,
+    TopologyVersion, Verdict,
 };
 
 /// Now, as stored and shown: RFC 3339 UTC with milliseconds.
@@ -184,7 +184,17 @@ pub async fn upload_run(
         sha256: hex::encode(sha2::Sha256::digest(raw)),
         size: raw.len() as i64,
     }];
-    record_run(state, principal, chain, topo, upload, Format::Native, sources, None).await
+    record_run(
+        state,
+        principal,
+        chain,
+        topo,
+        upload,
+        Format::Native,
+        sources,
+        None,
+    )
+    .await
 }
 
 /// A run read from load-tool files: labels mapped to segments (`map` first, then the
@@ -200,10 +210,24 @@ pub async fn upload_tool_run(
     check_chain_name(chain)?;
     let topo = state.store.get_topology(chain, None).await?;
     let format = files.first().map_or(Format::Native, |f| f.format);
-    let (upload, mapping) = budget_core::ingest::mapping::to_upload(&files, &topo.topology, map).map_err(|errs| {
-        violations_of(format!("the labels of the upload do not map onto the segments of {chain:?}"), errs)
-    })?;
-    record_run(state, principal, chain, topo, upload, format, sources, Some(mapping)).await
+    let (upload, mapping) = budget_core::ingest::mapping::to_upload(&files, &topo.topology, map)
+        .map_err(|errs| {
+            violations_of(
+                format!("the labels of the upload do not map onto the segments of {chain:?}"),
+                errs,
+            )
+        })?;
+    record_run(
+        state,
+        principal,
+        chain,
+        topo,
+        upload,
+        format,
+        sources,
+        Some(mapping),
+    )
+    .await
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -233,12 +257,15 @@ async fn record_run(
         many => {
             let mut h = sha2::Sha256::new();
             for s in many {
-                h.update(format!("{}:{}\n", s.name.as_deref().unwrap_or(""), s.sha256));
+                h.update(format!(
+                    "{}:{}\n",
+                    s.name.as_deref().unwrap_or(""),
+                    s.sha256
+                ));
             }
             (hex::encode(h.finalize()), many.iter().map(|s| s.size).sum())
         }
     };
-
 
     // The approved baseline may change between comparing and inserting; the store refuses the
     // insert then, and we compare again.

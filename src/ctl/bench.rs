@@ -1,7 +1,7 @@
 //! `budgetctl bench watch`: fan-out latency and memory of Watch streams against a running
 //! budgetd (loopback only: every stream is a real gRPC stream to the server at --grpc).
 
-use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,10 +45,13 @@ fn internal(what: &str, e: impl std::fmt::Display) -> CtlError {
     CtlError::Internal(format!("{what}: {e}"))
 }
 
-/// Arrivals per revision: how many streams have it, and when the last one got it.
+/// One round: the revision every stream must reach, how many have, and when the last did.
+/// Arrivals cost one atomic add, so the client does not slow down what it measures.
 #[derive(Default)]
 struct Arrivals {
-    by_revision: Mutex<HashMap<i64, (u32, Instant)>>,
+    target: AtomicI64,
+    count: AtomicU32,
+    last: Mutex<Option<Instant>>,
     notify: Notify,
 }
 
@@ -128,6 +131,8 @@ pub async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Result<()
         }
     };
     let (first_revision, _) = publish(300).await?;
+    let arrivals = Arc::new(Arrivals::default());
+    arrivals.target.store(first_revision, Ordering::Release);
 
     let rss_before = rss(admin).await;
     eprintln!(
@@ -136,7 +141,8 @@ pub async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Result<()
     );
     let endpoint = Endpoint::from_shared(args.grpc.clone())
         .map_err(|e| CtlError::Input(format!("bad --grpc {}: {e}", args.grpc)))?
-        .http2_adaptive_window(true)
+        .initial_connection_window_size(Some(32 * 1024 * 1024))
+        .initial_stream_window_size(Some(256 * 1024))
         .tcp_nodelay(true);
     let mut channels = Vec::new();
     for _ in 0..connections {
@@ -149,7 +155,6 @@ pub async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Result<()
             })?;
         channels.push(ch);
     }
-    let arrivals = Arc::new(Arrivals::default());
     let auth = MetadataValue::try_from(format!("Bearer {agent_token}"))
         .map_err(|e| internal("token", e))?;
     let opened = Instant::now();
@@ -169,51 +174,43 @@ pub async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Result<()
                 return;
             };
             let mut stream = resp.into_inner();
+            let mut counted = 0;
             while let Ok(Some(update)) = stream.message().await {
-                let now = Instant::now();
-                let mut map = arrivals.by_revision.lock().await;
-                let e = map.entry(update.revision).or_insert((0, now));
-                e.0 += 1;
-                e.1 = now;
-                drop(map);
-                arrivals.notify.notify_waiters();
+                let target = arrivals.target.load(Ordering::Acquire);
+                if update.revision >= target && counted < target {
+                    counted = target;
+                    if arrivals.count.fetch_add(1, Ordering::AcqRel) + 1 == n {
+                        *arrivals.last.lock().await = Some(Instant::now());
+                        arrivals.notify.notify_one();
+                    }
+                }
             }
         });
     }
-    let wait_all = |revision: i64, limit: Duration| {
+    let wait_all = |limit: Duration| {
         let arrivals = arrivals.clone();
         async move {
-            let deadline = Instant::now() + limit;
-            loop {
-                let notified = arrivals.notify.notified();
-                if let Some((count, last)) =
-                    arrivals.by_revision.lock().await.get(&revision).copied()
-                {
-                    if count >= n {
-                        return Ok(last);
-                    }
-                }
-                if tokio::time::timeout_at(deadline.into(), notified)
+            let revision = arrivals.target.load(Ordering::Acquire);
+            match tokio::time::timeout(limit, arrivals.notify.notified()).await {
+                Ok(()) => Ok(arrivals
+                    .last
+                    .lock()
                     .await
-                    .is_err()
-                {
-                    let got = arrivals
-                        .by_revision
-                        .lock()
-                        .await
-                        .get(&revision)
-                        .map_or(0, |e| e.0);
-                    return Err(internal(
+                    .take()
+                    .unwrap_or_else(Instant::now)),
+                Err(_) => {
+                    let got = arrivals.count.load(Ordering::Acquire);
+                    Err(internal(
                         "timeout",
                         format!(
                             "only {got} of {n} streams got revision {revision} within {limit:?}"
                         ),
-                    ));
+                    ))
                 }
             }
         }
     };
-    wait_all(first_revision, Duration::from_secs(120)).await?;
+    wait_all(Duration::from_secs(120)).await?;
     let open_time = opened.elapsed();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let rss_after = rss(admin).await;
@@ -230,8 +227,14 @@ pub async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Result<()
     for round in 0..args.rounds {
         // Alternate payment p999 between 390 and 300 ms: ±30 %, drift every time.
         let p999 = if round % 2 == 0 { 390 } else { 300 };
+        // The next revision is the last one + 1 on a quiet server; arm the round before publishing.
+        arrivals.count.store(0, Ordering::Release);
+        arrivals.target.fetch_add(1, Ordering::AcqRel);
         let (revision, approved_at) = publish(p999).await?;
-        let last = wait_all(revision, Duration::from_secs(60)).await?;
+        if revision != arrivals.target.load(Ordering::Acquire) {
+            return Err(internal("bench", format!("another publication interleaved (got revision {revision}); run the benchmark on a quiet server")));
+        }
+        let last = wait_all(Duration::from_secs(60)).await?;
         times.push(last.saturating_duration_since(approved_at));
     }
     times.sort();

@@ -13,10 +13,11 @@ use tonic::{Request, Response, Status};
 
 use crate::auth::{hash_token, Principal, Role};
 use crate::error::ApiError;
-use crate::fleet::Fleet;
+use crate::fleet::{Fleet, Slot};
 use crate::publish::{ChainEntry, Hub, HubState};
 use crate::service::check_chain_name;
 use crate::state::AppState;
+use std::sync::Arc;
 
 /// Streams per HTTP/2 connection: enough for a benchmark client multiplexing thousands of
 /// Watch streams over a few connections, bounded so one client cannot take the server.
@@ -108,13 +109,13 @@ impl Selection {
 
 /// Marks the agent disconnected when its stream ends, however it ends.
 struct Connection {
-    agent_id: String,
+    slot: Arc<Slot>,
     fleet: Fleet,
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        self.fleet.disconnected(&self.agent_id);
+        self.fleet.disconnected(&self.slot);
     }
 }
 
@@ -134,29 +135,28 @@ impl StreamState {
         let state = self.rx.borrow_and_update().clone();
         let mut revision = self.known;
         let mut chains = Vec::new();
-        let mut names = Vec::new();
+        let mut new_chains = Vec::new();
         for entry in self.selection.pick(&state) {
             revision = revision.max(entry.revision());
-            let have = self
-                .sent
-                .get(&entry.live.chain)
-                .copied()
-                .unwrap_or(self.known);
-            if entry.revision() > have {
-                chains.push(entry.encoded.clone());
-                names.push(entry.live.chain.clone());
+            match self.sent.get_mut(&entry.live.chain) {
+                Some(have) if entry.revision() > *have => {
+                    *have = entry.revision();
+                    chains.push(entry.encoded.clone());
+                }
+                Some(_) => {}
+                None if entry.revision() > self.known => {
+                    self.sent.insert(entry.live.chain.clone(), entry.revision());
+                    new_chains.push(entry.live.chain.clone());
+                    chains.push(entry.encoded.clone());
+                }
+                None => {}
             }
         }
         if chains.is_empty() {
             return None;
         }
-        for name in &names {
-            self.sent.insert(name.clone(), revision);
-        }
         self.known = revision;
-        self.conn
-            .fleet
-            .delivered(&self.conn.agent_id, revision, &names);
+        self.conn.slot.delivered(revision, &new_chains);
         Some(BudgetUpdate { revision, chains })
     }
 }
@@ -197,7 +197,8 @@ impl BudgetControl for Control {
         }
         tracing::info!(agent = %req.agent_id, service = %req.service, token = %principal.name, known = req.known_revision, "watch opened");
         let labels: BTreeMap<String, String> = req.labels.into_iter().collect();
-        self.fleet
+        let slot = self
+            .fleet
             .connected(&req.agent_id, &req.service, labels, req.known_revision);
         let mut rx = self.hub.subscribe();
         rx.mark_changed();
@@ -208,7 +209,7 @@ impl BudgetControl for Control {
             sent: HashMap::new(),
             known: req.known_revision,
             conn: Connection {
-                agent_id: req.agent_id,
+                slot,
                 fleet: self.fleet.clone(),
             },
         };

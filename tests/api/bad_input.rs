@@ -138,9 +138,20 @@ async fn precise_errors(app: &TestApp) {
         .await
         .expect(422);
     assert!(pointers(&n).contains(&"/segments/0/p99_ms".to_owned()));
+    // The wrong format: 422 naming the line and field.
+    let wrong = app
+        .raw(
+            app.http
+                .post(app.url("/api/v1/chains/checkout/runs?format=jmeter"))
+                .bearer_auth(t)
+                .json(&example(CHECKOUT_RUN_A)),
+        )
+        .await
+        .expect(422);
+    assert_eq!(wrong.json()["error"]["details"]["line"], 1);
     app.raw(
         app.http
-            .post(app.url("/api/v1/chains/checkout/runs?format=jmeter"))
+            .post(app.url("/api/v1/chains/checkout/runs?format=gatling"))
             .bearer_auth(t)
             .json(&example(CHECKOUT_RUN_A)),
     )

@@ -517,6 +517,8 @@ async fn two_workers(backend: Backend) {
             note: Some(format!("{i}")),
             source_sha256: "00".into(),
             source_size: 1,
+            sources: vec![],
+            mapping: None,
             data,
             uploaded_by: "uma".into(),
             created_at: budgetd::service::now(),

@@ -41,6 +41,8 @@ fn new_run(by: &str) -> NewRun {
         note: None,
         source_sha256: "00".into(),
         source_size: 1,
+        sources: vec![],
+        mapping: None,
         data,
         uploaded_by: by.into(),
         created_at: budgetd::service::now(),

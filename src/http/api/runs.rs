@@ -11,8 +11,8 @@ use budget_core::us_to_ms;
 use serde_json::{json, Value};
 
 use super::query_int;
-use crate::auth::{Principal, Role};
 use super::upload::{self, UploadQuery};
+use crate::auth::{Principal, Role};
 use crate::error::ApiResult;
 use crate::http::extract::JsonBody;
 use crate::service;
@@ -40,7 +40,8 @@ async fn upload(
     principal.require(&[Role::Uploader])?;
     service::check_chain_name(&chain)?;
     let q = UploadQuery::parse(&query)?;
-    let native = matches!(q.format, Some(Format::Native)) || (q.format.is_none() && upload::is_json(&req));
+    let native =
+        matches!(q.format, Some(Format::Native)) || (q.format.is_none() && upload::is_json(&req));
     let outcome = if upload::is_multipart(&req) {
         state.store.get_topology(&chain, None).await?;
         let (files, sources, map) = upload::read_multipart(&state, req, &q).await?;

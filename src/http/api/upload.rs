@@ -31,7 +31,10 @@ impl UploadQuery {
             None | Some("") => None,
             Some(f) => Some(Format::parse(f).ok_or_else(|| {
                 let known: Vec<&str> = Format::ALL.iter().map(|f| f.as_str()).collect();
-                ApiError::bad_request(format!("unknown format {f:?}; use one of {}", known.join(", ")))
+                ApiError::bad_request(format!(
+                    "unknown format {f:?}; use one of {}",
+                    known.join(", ")
+                ))
             })?),
         };
         let unit = match query.get("unit").map(String::as_str) {
@@ -44,7 +47,12 @@ impl UploadQuery {
             None => BTreeMap::new(),
             Some(raw) => parse_map(raw.as_bytes(), "query parameter map")?,
         };
-        Ok(Self { format, unit, label: query.get("label").filter(|l| !l.is_empty()).cloned(), map })
+        Ok(Self {
+            format,
+            unit,
+            label: query.get("label").filter(|l| !l.is_empty()).cloned(),
+            map,
+        })
     }
 }
 
@@ -59,12 +67,18 @@ fn parse_map(raw: &[u8], what: &str) -> ApiResult<BTreeMap<String, String>> {
 
 fn ingest_error(name: Option<&str>, e: IngestError) -> ApiError {
     let prefix = name.map(|n| format!("{n}: ")).unwrap_or_default();
-    ApiError::validation(format!("{prefix}{e}"), json!({"file": name, "line": e.line, "field": e.field, "message": e.message}))
+    ApiError::validation(
+        format!("{prefix}{e}"),
+        json!({"file": name, "line": e.line, "field": e.field, "message": e.message}),
+    )
 }
 
 fn too_large(limit: u64) -> ApiError {
-    ApiError::new(Code::PayloadTooLarge, format!("the upload exceeds the limit of {limit} bytes (max_upload_bytes)"))
-        .with_details(json!({"limit_bytes": limit}))
+    ApiError::new(
+        Code::PayloadTooLarge,
+        format!("the upload exceeds the limit of {limit} bytes (max_upload_bytes)"),
+    )
+    .with_details(json!({"limit_bytes": limit}))
 }
 
 /// Feeds one file, chunk by chunk, detecting the format from the first bytes when not given.
@@ -82,7 +96,15 @@ const SNIFF_BYTES: usize = 4096;
 
 impl FileReader {
     fn new(name: Option<String>, format: Option<Format>, options: Options) -> Self {
-        Self { name, format, options, parser: None, head: Vec::new(), sha: sha2::Sha256::new(), size: 0 }
+        Self {
+            name,
+            format,
+            options,
+            parser: None,
+            head: Vec::new(),
+            sha: sha2::Sha256::new(),
+            size: 0,
+        }
     }
 
     fn start(&mut self) -> ApiResult<()> {
@@ -99,10 +121,13 @@ impl FileReader {
             })?,
         };
         if format == Format::Native {
-            return Err(ApiError::bad_request("native runs are uploaded as one application/json body, not as a load-tool file"));
+            return Err(ApiError::bad_request(
+                "native runs are uploaded as one application/json body, not as a load-tool file",
+            ));
         }
         self.format = Some(format);
-        let mut parser = ingest::parser(format, &self.options).map_err(|e| ingest_error(self.name.as_deref(), e))?;
+        let mut parser = ingest::parser(format, &self.options)
+            .map_err(|e| ingest_error(self.name.as_deref(), e))?;
         let head = std::mem::take(&mut self.head);
         push(&mut *parser, &head).map_err(|e| ingest_error(self.name.as_deref(), e))?;
         self.parser = Some(parser);
@@ -127,7 +152,13 @@ impl FileReader {
     fn finish(mut self) -> ApiResult<(Extracted, RunSource)> {
         if self.size == 0 {
             return Err(ApiError::validation(
-                format!("{}the file is empty", self.name.as_ref().map(|n| format!("{n}: ")).unwrap_or_default()),
+                format!(
+                    "{}the file is empty",
+                    self.name
+                        .as_ref()
+                        .map(|n| format!("{n}: "))
+                        .unwrap_or_default()
+                ),
                 json!({"file": self.name}),
             ));
         }
@@ -135,7 +166,8 @@ impl FileReader {
             self.start()?;
         }
         let parser = self.parser.take().expect("started above");
-        let extracted = tokio::task::block_in_place(|| parser.finish()).map_err(|e| ingest_error(self.name.as_deref(), e))?;
+        let extracted = tokio::task::block_in_place(|| parser.finish())
+            .map_err(|e| ingest_error(self.name.as_deref(), e))?;
         let source = RunSource {
             name: self.name.clone(),
             format: extracted.format.as_str().into(),
@@ -158,11 +190,15 @@ pub async fn read_raw(
     q: &UploadQuery,
 ) -> ApiResult<(Vec<Extracted>, Vec<RunSource>)> {
     let limit = state.settings.max_upload_bytes;
-    let options = Options { unit: q.unit, label: q.label.clone() };
+    let options = Options {
+        unit: q.unit,
+        label: q.label.clone(),
+    };
     let mut file = FileReader::new(q.label.clone(), q.format, options);
     let mut stream = req.into_body().into_data_stream();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("failed to read the request body: {e}")))?;
+        let chunk = chunk
+            .map_err(|e| ApiError::bad_request(format!("failed to read the request body: {e}")))?;
         if file.size + chunk.len() as u64 > limit {
             return Err(too_large(limit));
         }
@@ -193,12 +229,20 @@ pub async fn read_multipart(
     {
         let name = field.name().map(str::to_owned).filter(|n| !n.is_empty());
         if name.as_deref() == Some("map") {
-            let bytes = field.bytes().await.map_err(|e| ApiError::bad_request(format!("invalid map part: {e}")))?;
+            let bytes = field
+                .bytes()
+                .await
+                .map_err(|e| ApiError::bad_request(format!("invalid map part: {e}")))?;
             map.extend(parse_map(&bytes, "the map part")?);
             continue;
         }
-        let label = name.clone().or_else(|| field.file_name().map(str::to_owned));
-        let options = Options { unit: q.unit, label: label.clone() };
+        let label = name
+            .clone()
+            .or_else(|| field.file_name().map(str::to_owned));
+        let options = Options {
+            unit: q.unit,
+            label: label.clone(),
+        };
         let mut file = FileReader::new(label, q.format, options);
         while let Some(chunk) = field
             .chunk()
@@ -223,7 +267,9 @@ pub async fn read_multipart(
     }
     if let Some(first) = files.first().map(|f| f.format) {
         if files.iter().any(|f| f.format != first) {
-            return Err(ApiError::bad_request("all files of one run must be in the same format"));
+            return Err(ApiError::bad_request(
+                "all files of one run must be in the same format",
+            ));
         }
     }
     Ok((files, sources, map))
@@ -233,7 +279,11 @@ pub fn is_multipart(req: &Request<Body>) -> bool {
     req.headers()
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.trim().to_ascii_lowercase().starts_with("multipart/form-data"))
+        .is_some_and(|ct| {
+            ct.trim()
+                .to_ascii_lowercase()
+                .starts_with("multipart/form-data")
+        })
 }
 
 pub fn is_json(req: &Request<Body>) -> bool {

@@ -11,7 +11,11 @@ pub struct LineBuffer {
 impl LineBuffer {
     /// `max_line`: longest line accepted, in bytes (a guard against binary input).
     pub fn new(max_line: usize) -> Self {
-        Self { partial: Vec::new(), line_no: 0, max_line }
+        Self {
+            partial: Vec::new(),
+            line_no: 0,
+            max_line,
+        }
     }
 
     /// The number of the last line handed out (1-based).
@@ -71,10 +75,30 @@ mod tests {
             let mut buf = LineBuffer::new(100);
             let mut got = Vec::new();
             for c in input.chunks(size) {
-                buf.push(c, |n, l| { got.push((n, l.to_vec())); Ok::<_, ()>(()) }, |_| ()).unwrap();
+                buf.push(
+                    c,
+                    |n, l| {
+                        got.push((n, l.to_vec()));
+                        Ok::<_, ()>(())
+                    },
+                    |_| (),
+                )
+                .unwrap();
             }
-            buf.finish(|n, l| { got.push((n, l.to_vec())); Ok::<_, ()>(()) }).unwrap();
-            assert_eq!(got, vec![(1, b"a,b".to_vec()), (2, b"ccc".to_vec()), (3, vec![]), (4, b"last".to_vec())]);
+            buf.finish(|n, l| {
+                got.push((n, l.to_vec()));
+                Ok::<_, ()>(())
+            })
+            .unwrap();
+            assert_eq!(
+                got,
+                vec![
+                    (1, b"a,b".to_vec()),
+                    (2, b"ccc".to_vec()),
+                    (3, vec![]),
+                    (4, b"last".to_vec())
+                ]
+            );
         }
         let mut buf = LineBuffer::new(3);
         assert_eq!(buf.push(b"abcdef", |_, _| Ok(()), |n| n), Err(1));

@@ -43,13 +43,20 @@ pub fn to_upload(
             .or_else(|| topology.segment(label))
             .map(|s| s.id.clone())
     };
-    let mut mapping = Mapping { mapped: BTreeMap::new(), unmapped: Vec::new(), ignored: Vec::new() };
+    let mut mapping = Mapping {
+        mapped: BTreeMap::new(),
+        unmapped: Vec::new(),
+        ignored: Vec::new(),
+    };
     let mut chosen: BTreeMap<String, (&LabelStats, String)> = BTreeMap::new();
     let mut tool = None;
     for file in files {
         tool = tool.or_else(|| file.tool.clone());
         for stats in &file.labels {
-            let target = map.get(&stats.label).cloned().or_else(|| by_topology(&stats.label));
+            let target = map
+                .get(&stats.label)
+                .cloned()
+                .or_else(|| by_topology(&stats.label));
             let Some(segment) = target else {
                 if file.format == Format::Locust && stats.label == "Aggregated" {
                     mapping.ignored.push(stats.label.clone());
@@ -89,5 +96,12 @@ pub fn to_upload(
         })
         .collect();
     let format = files.first().map(|f| f.format.as_str()).unwrap_or("native");
-    Ok((RunUpload { tool: tool.or_else(|| Some(format.to_owned())), note: None, segments }, mapping))
+    Ok((
+        RunUpload {
+            tool: tool.or_else(|| Some(format.to_owned())),
+            note: None,
+            segments,
+        },
+        mapping,
+    ))
 }

@@ -153,11 +153,19 @@ pub struct IngestError {
 
 impl IngestError {
     pub fn new(message: impl Into<String>) -> Self {
-        Self { line: None, field: None, message: message.into() }
+        Self {
+            line: None,
+            field: None,
+            message: message.into(),
+        }
     }
 
     pub fn at_line(line: u64, message: impl Into<String>) -> Self {
-        Self { line: Some(line), field: None, message: message.into() }
+        Self {
+            line: Some(line),
+            field: None,
+            message: message.into(),
+        }
     }
 
     pub fn field(mut self, field: impl Into<String>) -> Self {
@@ -175,7 +183,11 @@ pub trait Ingest: Send {
 }
 
 /// Reads a whole input with `parser`, in chunks of `chunk` bytes (tests, small inputs).
-pub fn read_all(mut parser: Box<dyn Ingest>, input: &[u8], chunk: usize) -> Result<Extracted, IngestError> {
+pub fn read_all(
+    mut parser: Box<dyn Ingest>,
+    input: &[u8],
+    chunk: usize,
+) -> Result<Extracted, IngestError> {
     for part in input.chunks(chunk.max(1)) {
         parser.push(part)?;
     }
@@ -185,7 +197,9 @@ pub fn read_all(mut parser: Box<dyn Ingest>, input: &[u8], chunk: usize) -> Resu
 /// The parser of `format`. `Native` is not a load-tool format and has no parser here.
 pub fn parser(format: Format, options: &Options) -> Result<Box<dyn Ingest>, IngestError> {
     match format {
-        Format::Native => Err(IngestError::new("native uploads are JSON documents, not parsed here")),
+        Format::Native => Err(IngestError::new(
+            "native uploads are JSON documents, not parsed here",
+        )),
         Format::Locust => locust::parser(options),
         Format::Oha => oha::parser(options),
         Format::K6 => k6::parser(options),
