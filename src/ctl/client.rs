@@ -168,6 +168,8 @@ impl CtlError {
 
 /// How long one request may take, connection included.
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// Large load-test files take longer than an API call.
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(3600);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Talks to one budgetd: base URL, bearer token, optional `Idempotency-Key` for writes.
@@ -265,6 +267,46 @@ impl Client {
         self.send(Method::DELETE, url, None).await
     }
 
+    /// POST a streamed body with its content type (large uploads).
+    pub async fn post_body(
+        &self,
+        url: Url,
+        body: reqwest::Body,
+        content_type: &str,
+    ) -> Result<Value, CtlError> {
+        let req = self
+            .request(Method::POST, url.clone())
+            .timeout(UPLOAD_TIMEOUT)
+            .header(CONTENT_TYPE, content_type)
+            .body(body);
+        self.finish(req, &url).await
+    }
+
+    /// POST a multipart form (several load-tool files).
+    pub async fn post_form(
+        &self,
+        url: Url,
+        form: reqwest::multipart::Form,
+    ) -> Result<Value, CtlError> {
+        let req = self
+            .request(Method::POST, url.clone())
+            .timeout(UPLOAD_TIMEOUT)
+            .multipart(form);
+        self.finish(req, &url).await
+    }
+
+    fn request(&self, method: Method, url: Url) -> reqwest::RequestBuilder {
+        let write = method != Method::GET;
+        let mut req = self.http.request(method, url);
+        if let Some(token) = &self.token {
+            req = req.header(AUTHORIZATION, format!("Bearer {token}"));
+        }
+        if let (true, Some(key)) = (write, &self.idempotency_key) {
+            req = req.header("Idempotency-Key", key);
+        }
+        req
+    }
+
     /// Sends one request; a success answers its JSON body (`null` when empty).
     async fn send(
         &self,
@@ -272,26 +314,23 @@ impl Client {
         url: Url,
         body: Option<Vec<u8>>,
     ) -> Result<Value, CtlError> {
-        let write = method != Method::GET;
-        let mut req = self.http.request(method, url.clone());
-        if let Some(token) = &self.token {
-            req = req.header(AUTHORIZATION, format!("Bearer {token}"));
-        }
-        if let (true, Some(key)) = (write, &self.idempotency_key) {
-            req = req.header("Idempotency-Key", key);
-        }
+        let mut req = self.request(method, url.clone());
         if let Some(body) = body {
             req = req.header(CONTENT_TYPE, "application/json").body(body);
         }
+        self.finish(req, &url).await
+    }
+
+    async fn finish(&self, req: reqwest::RequestBuilder, url: &Url) -> Result<Value, CtlError> {
         let resp = req
             .send()
             .await
-            .map_err(|e| CtlError::from_reqwest(&url, e))?;
+            .map_err(|e| CtlError::from_reqwest(url, e))?;
         let status = resp.status().as_u16();
         let text = resp
             .text()
             .await
-            .map_err(|e| CtlError::from_reqwest(&url, e))?;
+            .map_err(|e| CtlError::from_reqwest(url, e))?;
         if !(200..300).contains(&status) {
             return Err(CtlError::from_response(status, &text));
         }

@@ -7,6 +7,7 @@
 pub mod bench;
 mod client;
 pub mod render;
+mod upload;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -56,7 +57,12 @@ Each change makes a new version; applying the same document again changes nothin
 Schema violations and call-tree errors are listed with their JSON pointers (exit 4).";
 
 const RUN_UPLOAD_ABOUT: &str = "\
-Upload a load-test run in the native JSON format (schema: /schemas/run.json).
+Upload a load-test run: budgetd's native JSON (schema: /schemas/run.json), or the files a load
+tool wrote — Locust *_stats.csv, oha JSON, k6 summary JSON, JMeter JTL, HdrHistogram .hlog
+(with --unit), wrk2 --latency text. The format is detected when unambiguous; --format
+names it. Several files make one run (e.g. one oha file per endpoint: inventory=inv.json …).
+Tool labels map to segments through the topology's `labels`, or --map LABEL=SEGMENT. Large
+files are streamed, with a progress bar on a terminal.
 
 The run is compared with the chain's approved baseline: a p999 (or, for stable segments, a p99)
 that moved more than 20 % is drift and opens a draft baseline; the chain's first run always
@@ -237,8 +243,20 @@ pub enum RunCommand {
         /// The chain, e.g. checkout
         #[arg(long)]
         chain: String,
-        /// The run JSON document; `-` reads stdin
-        file: PathBuf,
+        /// The run: a native JSON document (`-` reads stdin), or load-tool output files.
+        /// `LABEL=PATH` names a single-endpoint file's label (oha, wrk2), e.g.
+        /// `inventory=oha-inventory.json`; without it the file name's stem is the label.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<String>,
+        /// native, locust, oha, k6, jmeter, hdrhistogram or wrk2 [default: detected]
+        #[arg(long)]
+        format: Option<String>,
+        /// Unit of HdrHistogram values (ns, us, ms, s): the .hlog format does not record it
+        #[arg(long)]
+        unit: Option<String>,
+        /// Map a tool label to a segment, overriding the topology's labels (repeatable)
+        #[arg(long = "map", value_name = "LABEL=SEGMENT")]
+        map: Vec<String>,
     },
     /// Show one run's percentiles
     Show {
@@ -551,11 +569,23 @@ async fn execute(command: Command, client: &Client, json: bool) -> Result<(), Ct
             }
             show(json, &client.get(url).await?, render::topology);
         }
-        Command::Run(RunCommand::Upload { chain, file }) => {
-            let bytes = read_input(&file)?;
-            let v = client
-                .post(client.url(&["chains", &chain, "runs"]), Some(bytes))
-                .await?;
+        Command::Run(RunCommand::Upload {
+            chain,
+            files,
+            format,
+            unit,
+            map,
+        }) => {
+            let v = upload::run(
+                client,
+                &chain,
+                &files,
+                format.as_deref(),
+                unit.as_deref(),
+                &map,
+                json,
+            )
+            .await?;
             show(json, &v, render::run_outcome);
         }
         Command::Run(RunCommand::Show { chain, run_id }) => {

@@ -121,6 +121,7 @@ pub fn run_outcome(v: &Value) -> String {
         ("run", s(&v["run_id"])),
         ("chain", s(&v["chain"])),
         ("topology", format!("v{}", s(&v["topology_version"]))),
+        ("format", format!("{} ({})", s(&v["format"]), s(&v["tool"]))),
         (
             "compared with",
             match v["compared_to"].as_str() {
@@ -129,6 +130,10 @@ pub fn run_outcome(v: &Value) -> String {
             },
         ),
     ])];
+    if !arr(&v["segments"]).is_empty() {
+        out.push(percentiles(&v["segments"]));
+    }
+    out.extend(mapping(&v["mapping"]));
     if !arr(&v["comparison"]).is_empty() {
         out.push(drift_table(&v["comparison"]));
         let drifted = arr(&v["drift"]).len();
@@ -240,11 +245,31 @@ pub fn run(v: &Value) -> String {
             ),
         ),
     ]);
+    let mut out = vec![head, percentiles(&v["segments"])];
+    let sources = arr(&v["sources"]);
+    if !sources.is_empty() {
+        let mut t = table(&["file", "format", "bytes", "sha256"], &[2]);
+        for f in sources {
+            t.add_row(vec![
+                s(&f["name"]),
+                s(&f["format"]),
+                s(&f["size"]),
+                s(&f["sha256"]),
+            ]);
+        }
+        out.push(format!("evidence:\n{t}"));
+    }
+    out.extend(mapping(&v["mapping"]));
+    out.join("\n")
+}
+
+/// Per-segment percentiles read from a run.
+pub fn percentiles(segments: &Value) -> String {
     let mut t = table(
         &["segment", "samples", "failures", "p50", "p99", "p999"],
         &[1, 2, 3, 4, 5],
     );
-    for seg in arr(&v["segments"]) {
+    for seg in arr(segments) {
         t.add_row(vec![
             s(&seg["id"]),
             s(&seg["samples"]),
@@ -254,7 +279,28 @@ pub fn run(v: &Value) -> String {
             ms(&seg["p999_ms"]),
         ]);
     }
-    format!("{head}\n{t}")
+    t.to_string()
+}
+
+/// How load-tool labels were mapped: `label → segment`, and the labels left unmapped.
+pub fn mapping(m: &Value) -> Option<String> {
+    let mapped = m["mapped"].as_object()?;
+    let mut lines = vec!["labels:".to_owned()];
+    for (label, seg) in mapped {
+        lines.push(format!("  {label} → {}", s(seg)));
+    }
+    let unmapped: Vec<String> = arr(&m["unmapped"]).iter().map(s).collect();
+    if !unmapped.is_empty() {
+        lines.push(format!(
+            "  unmapped (not used; map them with --map LABEL=SEGMENT or the topology's labels): {}",
+            unmapped.join(", ")
+        ));
+    }
+    let ignored: Vec<String> = arr(&m["ignored"]).iter().map(s).collect();
+    if !ignored.is_empty() {
+        lines.push(format!("  ignored: {}", ignored.join(", ")));
+    }
+    Some(lines.join("\n"))
 }
 
 /// `GET /chains/{chain}/runs`.

@@ -302,7 +302,9 @@ impl Hlog {
                     .with_max_value_divisor(1000.0)
                     .begin_log_with(&mut text, &mut serializer)
                     .expect("log writer");
-                let tag = Tag::new(label).expect("tag");
+                // hlog tags cannot hold spaces.
+                let label = label.replace(' ', "_");
+                let tag = Tag::new(&label).expect("tag");
                 log.write_histogram(&h, Duration::ZERO, Duration::from_secs(1), Some(tag))
                     .expect("encode");
                 drop(log);
@@ -312,7 +314,7 @@ impl Hlog {
                     .find(|l| l.starts_with("Tag="))
                     .expect("an interval line");
                 let encoded = line.rsplit(',').next().expect("histogram field").to_owned();
-                pool.push((label.to_owned(), h.max() as f64 / 1000.0, encoded));
+                pool.push((label, h.max() as f64 / 1000.0, encoded));
             }
         }
         Self {

@@ -175,7 +175,10 @@ impl Body {
 
     /// The first record: a header, or the first sample of a header-less file.
     fn first(&mut self, rec: &Record<'_>) -> Result<(), IngestError> {
-        if (0..rec.len()).any(|i| HEADER_NAMES.iter().any(|n| rec.field(i) == n.as_bytes())) {
+        // A header-less row has its `elapsed` in field 1 (a sampler may be named "label").
+        let header = parse_u64(rec.field(1)).is_none()
+            && (0..rec.len()).any(|i| HEADER_NAMES.iter().any(|n| rec.field(i) == n.as_bytes()));
+        if header {
             let find = |name: &str| {
                 (0..rec.len())
                     .find(|&i| rec.field(i) == name.as_bytes())
@@ -636,7 +639,7 @@ pub(super) mod tests {
                 &[("inventory", 1, 0, 7, 7, 7), ("payment", 1, 1, 50, 50, 50)],
             ),
             // JMeter 3.x+ defaults without a header: 17 columns, the same first eight.
-            ("1700000000000,8,x,200,OK,t,text,true,,1,1,1,1,http://x,8,0,1\n".to_owned(), &[("x", 1, 0, 8, 8, 8)]),
+            ("1700000000000,8,label,200,OK,t,text,true,,1,1,1,1,http://x,8,0,1\n".to_owned(), &[("label", 1, 0, 8, 8, 8)]),
             // Quoted fields with commas, doubled quotes and newlines; CRLF; no final newline.
             (
                 "timeStamp,elapsed,label,responseMessage,success\r\n\

@@ -25,7 +25,7 @@
 //! `p(99.90)` works too), `med` or `p(50)` is taken when present. k6 exports only the stats listed in
 //! `--summary-trend-stats` / `summaryTrendStats` (default `avg,min,med,max,p(90),p(95)`): a missing
 //! one is an IngestError saying so. A value over one hour (3 600 000 ms) is rejected as implausible
-//! (a file written in seconds or microseconds is not k6's).
+//! (k6 writes milliseconds: such a value means other units or a broken file).
 //!
 //! **Samples** of a label, first found of: the `count` of `http_reqs` with the same tags (a
 //! sub-metric exists only when a threshold names it, e.g. `'http_reqs{name:inventory}': ['count>0']`);
@@ -37,6 +37,10 @@
 //! where every label has 0 is an error.
 //!
 //! **Tool.** The summary carries no k6 version: `tool` is `"k6"`. [`Options`] are not used.
+//!
+//! The input is buffered (up to [`super::oha::MAX_JSON_BYTES`]) and parsed in `finish`. Errors
+//! carry the line (and column) of a syntax error, or the JSON pointer of the field at fault (e.g.
+//! `/metrics/http_req_duration{name:inventory}/values/p(99.9)`) and the line of that key.
 
 use std::collections::BTreeMap;
 

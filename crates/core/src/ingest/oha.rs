@@ -33,9 +33,10 @@
 //! **Tool.** oha's JSON carries no version: `tool` is `"oha"`.
 //!
 //! The whole input is buffered (JSON inputs are small) up to [`MAX_JSON_BYTES`] and parsed in
-//! `finish`; a syntax error answers with its line and column, a semantic one with the JSON pointer
-//! of the field at fault (e.g. `/latencyPercentiles/p99.9`). The buffering and JSON helpers here are
-//! shared with the k6 parser.
+//! `finish`; a syntax error answers with its line and column (and the last key before it), a
+//! semantic one with the JSON pointer of the field at fault (e.g. `/latencyPercentiles/p99.9`) and
+//! the line of that key in the text (of its parent when the key is missing). The buffering and
+//! JSON helpers here are shared with the k6 parser.
 
 use serde_json::{Map, Value};
 
