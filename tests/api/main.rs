@@ -7,6 +7,7 @@ mod agent;
 mod auth;
 mod bad_input;
 mod examples;
+mod formats;
 mod grpc;
 mod idempotency;
 mod lifecycle;

@@ -538,37 +538,63 @@ fn base64_decode(input: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
             data.len()
         ));
     }
+    let bad = |i: usize| {
+        format!(
+            "bad base64: {:?} at character {}",
+            char::from(data[i]).escape_default().to_string(),
+            i + 1
+        )
+    };
     out.reserve(data.len() / 4 * 3 + 2);
-    let mut acc: u32 = 0;
-    let mut bits = 0u32;
-    for (i, &c) in data.iter().enumerate() {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => {
-                return Err(format!(
-                    "bad base64: {:?} at character {}",
-                    char::from(c).escape_default().to_string(),
-                    i + 1
-                ))
-            }
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
+    let mut quads = data.chunks_exact(4);
+    for (q, c) in quads.by_ref().enumerate() {
+        let v = [
+            B64[usize::from(c[0])],
+            B64[usize::from(c[1])],
+            B64[usize::from(c[2])],
+            B64[usize::from(c[3])],
+        ];
+        if (v[0] | v[1] | v[2] | v[3]) & 0xc0 != 0 {
+            let i = v.iter().position(|&x| x & 0xc0 != 0).expect("one is bad");
+            return Err(bad(q * 4 + i));
         }
+        let n =
+            u32::from(v[0]) << 18 | u32::from(v[1]) << 12 | u32::from(v[2]) << 6 | u32::from(v[3]);
+        out.extend_from_slice(&[(n >> 16) as u8, (n >> 8) as u8, n as u8]);
+    }
+    let tail = quads.remainder();
+    let start = data.len() - tail.len();
+    let mut n: u32 = 0;
+    for (i, &c) in tail.iter().enumerate() {
+        let v = B64[usize::from(c)];
+        if v & 0xc0 != 0 {
+            return Err(bad(start + i));
+        }
+        n = n << 6 | u32::from(v);
+    }
+    match tail.len() {
+        2 => out.push((n >> 4) as u8),
+        3 => out.extend_from_slice(&[(n >> 10) as u8, (n >> 2) as u8]),
+        _ => {}
     }
     Ok(())
 }
 
+/// The value of each base64 character, 0xff for the others.
+const B64: [u8; 256] = {
+    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut table = [0xffu8; 256];
+    let mut i = 0;
+    while i < 64 {
+        table[alphabet[i] as usize] = i as u8;
+        i += 1;
+    }
+    table
+};
+
 /// A small zlib (RFC 1950) / DEFLATE (RFC 1951) decoder with an output cap, after Mark Adler's
-/// `puff.c`: canonical Huffman decoding bit by bit, every length and distance checked.
+/// `puff.c` (canonical Huffman codes, every length and distance checked), with a lookup table for
+/// the codes of up to 9 bits and puff's bit-by-bit decoding for the longer ones.
 mod inflate {
     const MAXBITS: usize = 15;
     const MAXLCODES: usize = 286;
@@ -595,9 +621,14 @@ mod inflate {
         16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15,
     ];
 
+    /// Codes of up to this many bits are decoded with one lookup.
+    const FAST_BITS: u32 = 9;
+
     struct Huffman {
         count: [u16; MAXBITS + 1],
         symbol: [u16; FIXLCODES],
+        /// By the next `FAST_BITS` input bits: `symbol << 4 | code length`, 0 for a longer code.
+        fast: [u16; 1 << FAST_BITS],
     }
 
     impl Huffman {
@@ -605,6 +636,7 @@ mod inflate {
             Self {
                 count: [0; MAXBITS + 1],
                 symbol: [0; FIXLCODES],
+                fast: [0; 1 << FAST_BITS],
             }
         }
 
@@ -612,6 +644,7 @@ mod inflate {
         /// incomplete one, < 0 for an over-subscribed one.
         fn construct(&mut self, lengths: &[u8]) -> i32 {
             self.count = [0; MAXBITS + 1];
+            self.fast = [0; 1 << FAST_BITS];
             for &l in lengths {
                 self.count[usize::from(l)] += 1;
             }
@@ -636,6 +669,24 @@ mod inflate {
                     self.symbol[usize::from(*slot)] = sym as u16;
                     *slot += 1;
                 }
+            }
+            // canonical codes, in the order of `symbol`; stored bit-reversed, as read
+            let mut code = 0u32;
+            let mut index = 0;
+            for len in 1..=MAXBITS as u32 {
+                for _ in 0..self.count[len as usize] {
+                    if len <= FAST_BITS {
+                        let entry = self.symbol[index] << 4 | len as u16;
+                        let mut at = (code.reverse_bits() >> (32 - len)) as usize;
+                        while at < self.fast.len() {
+                            self.fast[at] = entry;
+                            at += 1 << len;
+                        }
+                    }
+                    code += 1;
+                    index += 1;
+                }
+                code <<= 1;
             }
             left
         }
@@ -667,6 +718,21 @@ mod inflate {
         }
 
         fn decode(&mut self, h: &Huffman) -> Result<u16, &'static str> {
+            while self.bitcnt < FAST_BITS {
+                let Some(&b) = self.input.get(self.pos) else {
+                    break;
+                };
+                self.pos += 1;
+                self.bitbuf |= u64::from(b) << self.bitcnt;
+                self.bitcnt += 8;
+            }
+            let entry = h.fast[(self.bitbuf & ((1 << FAST_BITS) - 1)) as usize];
+            let len = u32::from(entry & 15);
+            if len != 0 && len <= self.bitcnt {
+                self.bitbuf >>= len;
+                self.bitcnt -= len;
+                return Ok(entry >> 4);
+            }
             let (mut code, mut first, mut index) = (0i32, 0i32, 0i32);
             for len in 1..=MAXBITS {
                 code |= self.bits(1)? as i32;
@@ -690,9 +756,15 @@ mod inflate {
             }
         }
 
-        fn stored(&mut self) -> Result<(), &'static str> {
+        /// Drops the bits left of the current byte; whole bytes read ahead go back to the input.
+        fn align(&mut self) {
+            self.pos -= (self.bitcnt / 8) as usize;
             self.bitbuf = 0;
             self.bitcnt = 0;
+        }
+
+        fn stored(&mut self) -> Result<(), &'static str> {
+            self.align();
             let header = self.input.get(self.pos..self.pos + 4).ok_or(TRUNCATED)?;
             let len = u16::from_le_bytes([header[0], header[1]]);
             let nlen = u16::from_le_bytes([header[2], header[3]]);
@@ -843,6 +915,7 @@ mod inflate {
                 break;
             }
         }
+        s.align();
         let pos = s.pos;
         let sum = input.get(pos..pos + 4).ok_or("zlib checksum missing")?;
         if u32::from_be_bytes([sum[0], sum[1], sum[2], sum[3]]) != adler32(out) {
