@@ -1002,7 +1002,9 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
-    use hdrhistogram::serialization::{Serializer, V2DeflateSerializer, V2Serializer};
+    use hdrhistogram::serialization::{
+        Deserializer, Serializer, V2DeflateSerializer, V2Serializer,
+    };
     use proptest::prelude::*;
 
     use super::super::read_all;
@@ -1495,62 +1497,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore]
-    fn tmp_speed() {
-        let mut chunks = Vec::new();
-        hlog_stream(30_000, 1000, |c| chunks.push(c.to_vec()));
-        let bytes: usize = chunks.iter().map(|c| c.len()).sum();
-        let t = std::time::Instant::now();
-        let mut p = parser(&opts(Some(TimeUnit::Ns), None)).unwrap();
-        for c in &chunks {
-            p.push(c).unwrap();
-        }
-        let got = p.finish().unwrap();
-        let dt = t.elapsed();
-        let text: Vec<u8> = chunks.concat();
-        let lines: Vec<&[u8]> = text
-            .split(|&b| b == b'\n')
-            .filter(|l| l.starts_with(b"Tag="))
-            .collect();
-        let b64s: Vec<&[u8]> = lines
-            .iter()
-            .map(|l| l.rsplit(|&b| b == b',').next().unwrap())
-            .collect();
-        let mut raw = Vec::new();
-        let t1 = std::time::Instant::now();
-        for b in &b64s {
-            base64_decode(b, &mut raw).unwrap();
-        }
-        let d_b64 = t1.elapsed();
-        let mut infl = Vec::new();
-        let t1 = std::time::Instant::now();
-        for b in &b64s {
-            base64_decode(b, &mut raw).unwrap();
-            inflate::zlib(&raw[8..], MAX_DECODED, &mut infl).unwrap();
-        }
-        let d_infl = t1.elapsed();
-        let mut out = Vec::new();
-        let t1 = std::time::Instant::now();
-        for b in &b64s {
-            base64_decode(b, &mut raw).unwrap();
-            inflate::zlib(&raw[8..], MAX_DECODED, &mut infl).unwrap();
-            out.clear();
-            decode_v2(&infl, &mut out).unwrap();
-        }
-        let d_dec = t1.elapsed();
-        eprintln!("b64 {d_b64:?} +inflate {d_infl:?} +decode {d_dec:?}");
-        eprintln!(
-            "{} bytes, {} lines, {:?}, {:.1} MB/s, {:.0} lines/s {:?}",
-            bytes,
-            30_000,
-            dt,
-            bytes as f64 / dt.as_secs_f64() / 1e6,
-            30_000.0 / dt.as_secs_f64(),
-            got.labels[0]
-        );
-    }
-
-    #[test]
     fn sniffs_only_hlogs() {
         let rust_log = write_log(&mut V2Serializer::new(), &[(None, &hist(1, 1000, 3, [5]))]);
         let yes: Vec<(&str, Vec<u8>)> = vec![
@@ -1661,8 +1607,9 @@ mod tests {
             prop_assert_eq!(layout.counts_len, h.distinct_values() as u64);
             let mut decoder = Decoder::default();
             let ours = decoder.decode(b64(&bytes).as_bytes()).unwrap().to_vec();
+            let theirs: Histogram<u64> = Deserializer::new().deserialize(&mut &bytes[..]).unwrap();
             let theirs: Vec<(u64, u64)> =
-                h.iter_recorded().map(|v| (v.value_iterated_to(), v.count_at_value())).collect();
+                theirs.iter_recorded().map(|v| (v.value_iterated_to(), v.count_at_value())).collect();
             prop_assert_eq!(ours, theirs);
         }
 
