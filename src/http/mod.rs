@@ -1,6 +1,7 @@
 //! HTTP transport: `/api/v1` (authenticated), schemas, health and metrics.
 
 pub mod api;
+pub mod console;
 pub mod extract;
 pub mod metrics;
 pub mod middleware;
@@ -30,6 +31,7 @@ pub fn router(state: AppState) -> Router {
         ));
     Router::new()
         .nest("/api/v1", api)
+        .merge(console::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::render))
