@@ -18,7 +18,7 @@
 //! Not read: `SampleCount`/`ErrorCount` (every row counts as one sample), timestamps, and XML
 //! JTL files.
 //!
-//! [`CsvRecords`] (records of pushed chunks through `csv-core`) is shared with the Locust parser.
+//! `CsvRecords` (records of pushed chunks through `csv-core`) is shared with the Locust parser.
 
 use std::collections::HashMap;
 
