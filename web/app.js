@@ -248,9 +248,6 @@
     state(state) {
       return h('span', { class: 'badge state-' + state }, state);
     },
-    link(href, text) {
-      return h('a', { href }, text);
-    },
     baselineLink(id) {
       return id ? h('a', { href: '#/baselines/' + enc(id), class: 'mono' }, id) : '—';
     },
@@ -431,6 +428,8 @@
       svg.appendChild(s('defs', null,
         s('pattern', { id: 'hatch', width: 6, height: 6, patternUnits: 'userSpaceOnUse', patternTransform: 'rotate(45)' },
           s('rect', { width: 6, height: 6, class: 'hatch-bg' }), s('line', { x1: 0, y1: 0, x2: 0, y2: 6, class: 'hatch-line' })),
+        s('pattern', { id: 'hatch-reserve', width: 6, height: 6, patternUnits: 'userSpaceOnUse', patternTransform: 'rotate(-45)' },
+          s('rect', { width: 6, height: 6, class: 'reserve-bg' }), s('line', { x1: 0, y1: 0, x2: 0, y2: 6, class: 'reserve-line' })),
         s('pattern', { id: 'hatch-over', width: 6, height: 6, patternUnits: 'userSpaceOnUse', patternTransform: 'rotate(45)' },
           s('rect', { width: 6, height: 6, class: 'over-bg' }), s('line', { x1: 0, y1: 0, x2: 0, y2: 6, class: 'over-line' }))));
 
@@ -476,7 +475,7 @@
           }
           if (seg.reserve_ms) {
             const rs = x(r.start + seg.timeout_ms - seg.reserve_ms);
-            g.appendChild(s('rect', { x: rs, y: y + 5, width: Math.max(1, firstEnd - rs), height: barH, class: 'bar bar-reserve', fill: 'url(#hatch)' },
+            g.appendChild(s('rect', { x: rs, y: y + 5, width: Math.max(1, firstEnd - rs), height: barH, class: 'bar bar-reserve', fill: 'url(#hatch-reserve)' },
               s('title', null, 'reserve ' + seg.reserve_ms + ' ms (the handler\'s own work)')));
           }
           const text = seg.parent
@@ -524,6 +523,7 @@
         h('li', null, h('span', { class: 'swatch sw-volatile' }), 'volatile (p999 + 30 %)'),
         h('li', null, h('span', { class: 'swatch sw-stable' }), 'stable (p99 + 10 %)'),
         h('li', null, h('span', { class: 'swatch sw-retry' }), 'deadline retry (2 × timeout + 120 ms)'),
+        doc.segments.some((x) => x.reserve_ms) ? h('li', null, h('span', { class: 'swatch sw-reserve' }), 'reserve (the handler\'s own work, not available to children)') : null,
         h('li', null, h('span', { class: 'swatch sw-band' }), 'stage: children side by side run in parallel; stages run one after another'),
         h('li', null, h('span', { class: 'swatch sw-over' }), 'over the parent\'s available time (INVERTED)'));
 
@@ -653,7 +653,7 @@
   };
 
   // ---- baseline --------------------------------------------------------------------------
-  views.baseline = async function (root, [id], ctx) {
+  views.baseline = async function (root, [id]) {
     const idQ = enc(id);
     const doc = await api.get('/baselines/' + idQ);
     const c = caps.current();
@@ -684,7 +684,7 @@
         ['Comment', doc.decision.comment || '—'],
       ])));
     }
-    if (c.approve) decision.appendChild(approvePanel(doc, errors, run, ctx));
+    if (c.approve) decision.appendChild(approvePanel(doc, errors, run));
 
     // findings in plain words
     grid.appendChild(h('div', { class: 'area-findings' }, ui.section('Findings',
@@ -769,7 +769,7 @@
   };
 
   /** Approve / reject form. Disabled up front when the server would refuse for sure. */
-  function approvePanel(doc, errors, run, ctx) {
+  function approvePanel(doc, errors, run) {
     const reasons = [];
     let rejectBlocked = false;
     if (doc.state !== 'draft') {
@@ -1034,7 +1034,7 @@
   };
 
   // ---- history ---------------------------------------------------------------------------
-  views.history = async function (root, [chain], ctx) {
+  views.history = async function (root, [chain]) {
     const chainQ = enc(chain);
     root.appendChild(pageHead('History of ' + chain, chainTabs(chain, 'history'), [h('a', { href: '#/' }, 'Chains'), ' / ', chain]));
     const c = caps.current();

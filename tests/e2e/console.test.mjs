@@ -289,6 +289,27 @@ describe('budgetd console', { timeout: 10 * 60_000 }, () => {
     await page.close();
   });
 
+  it('a load-tool file (Locust CSV) uploads with label-mapping rows', { timeout: STEP_TIMEOUT }, async () => {
+    const page = tabs.uploader;
+    await open(page, '#/chains/checkout-eu/runs');
+    await page.locator('#run-file').setInputFiles(path.join(REPO, 'tests', 'fixtures', 'locust', 'shop_stats.csv'));
+    await page.locator('#run-format').selectOption('locust');
+    for (const label of ['inventory', 'payment', 'user']) {
+      await page.locator('#map-add').click();
+      const row = page.locator('#map-rows .map-row').last();
+      await row.locator('.map-label').fill(label);
+      await row.locator('.map-segment').selectOption('order->' + label);
+    }
+    await page.locator('#upload').click();
+    await page.locator('#result-run-id').waitFor();
+    const result = await page.locator('#upload-result').innerText();
+    assert.match(result, /locust/);
+    assert.match(result, /inventory\s*→\s*order->inventory/);
+    assert.match(result, /Ignored\s*Aggregated/);
+    assert.match(result, /order->payment\s*419\s*18/); // samples and failures as Locust counted them
+    await shot(page, 'runs-locust');
+  });
+
   it('the Agents page shows the fleet and updates live', { timeout: STEP_TIMEOUT }, async () => {
     const page = tabs.approver;
     await open(page, '#/agents');
