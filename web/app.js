@@ -188,31 +188,18 @@
   };
 
   // ---------------------------------------------------------------------------------------
-  // caps — what this token may do, learned without changing anything:
-  //   GET  /tokens                        200 only for admin
-  //   POST /baselines/__probe__/approve   403 unless approver/admin (others: 404, no such baseline)
-  //   POST /chains/__probe__/runs  {}     403 unless uploader/admin (others: 400/404, nothing stored)
-  // Any answer but 403 means the role check passed. Cached in sessionStorage for the session.
+  // caps — what this token may do, from GET /whoami (the server enforces it regardless).
+  // Cached in sessionStorage for the session.
   // ---------------------------------------------------------------------------------------
   const caps = {
-    async probe(token, method, path, json) {
-      try {
-        await api.request(method, path, { token, json });
-        return true;
-      } catch (e) {
-        if (e.status === 403) return false;
-        if (e.status === 401 || e.status === 0) throw e;
-        return true;
-      }
-    },
     async detect(token) {
-      const [admin, approve, upload] = await Promise.all([
-        this.probe(token, 'GET', '/tokens'),
-        this.probe(token, 'POST', '/baselines/__probe__/approve'),
-        this.probe(token, 'POST', '/chains/__probe__/runs', {}),
-      ]);
+      const me = await api.request('GET', '/whoami', { token });
+      const may = me.may || {};
+      const admin = !!may.admin;
+      const approve = !!may.approve;
+      const upload = !!may.upload;
       const role = admin ? 'admin' : approve ? 'approver' : upload ? 'uploader' : 'read-only';
-      return { admin, approve, upload, role };
+      return { admin, approve, upload, role, name: me.name };
     },
     current() {
       return session.caps() || { admin: false, approve: false, upload: false, role: 'read-only' };

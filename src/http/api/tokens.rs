@@ -17,6 +17,22 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/tokens", get(list).post(create))
         .route("/tokens/{name}", delete(revoke))
+        .route("/whoami", get(whoami))
+}
+
+/// The caller's token name and role, and what the role may do (for clients such as the console
+/// to offer only what is allowed; the server enforces it regardless).
+async fn whoami(principal: Principal) -> Json<Value> {
+    Json(json!({
+        "name": principal.name,
+        "role": principal.role,
+        "may": {
+            "read": true,
+            "upload": principal.has_any(&[Role::Uploader]),
+            "approve": principal.has_any(&[Role::Approver]),
+            "admin": principal.role == Role::Admin,
+        },
+    }))
 }
 
 async fn list(State(state): State<AppState>, principal: Principal) -> ApiResult<Json<Value>> {
