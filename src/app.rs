@@ -2,6 +2,7 @@
 
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use crate::fleet::Fleet;
 use crate::publish::Hub;
 use crate::state::AppState;
 use crate::store::{self, Audit};
+use crate::tls::Tls;
 use crate::{grpc, http, service};
 
 pub struct App {
@@ -28,7 +30,10 @@ pub struct App {
     http_addr: SocketAddr,
     grpc_addr: SocketAddr,
     generated_admin_token: Option<String>,
+    tls: Option<Arc<Tls>>,
 }
+
+type Serving<E> = Pin<Box<dyn Future<Output = Result<(), E>> + Send>>;
 
 impl App {
     /// Opens the store (applying migrations), installs the admin token and binds the listener.
@@ -46,6 +51,8 @@ impl App {
         archive: Arc<dyn Archive>,
         archive_prefix: String,
     ) -> anyhow::Result<Self> {
+        // Unusable certificate files stop the start before anything else, naming the file.
+        let tls = Tls::from_settings(&settings.tls)?;
         let url = settings.database_url();
         if url.starts_with("sqlite:") && settings.database_url.is_none() {
             std::fs::create_dir_all(&settings.data_dir).with_context(|| {
@@ -93,7 +100,13 @@ impl App {
             http_addr,
             grpc_addr,
             generated_admin_token,
+            tls,
         })
+    }
+
+    /// The TLS in effect on both listeners, when configured.
+    pub fn tls(&self) -> Option<&Arc<Tls>> {
+        self.tls.as_ref()
     }
 
     pub fn grpc_addr(&self) -> SocketAddr {
@@ -135,6 +148,9 @@ impl App {
         if state.store.backend() == "postgres" {
             background.push(state.hub.spawn_pg_listener(url));
         }
+        if let Some(reloader) = self.tls.as_ref().and_then(|tls| tls.spawn_reloader()) {
+            background.push(reloader);
+        }
         let (stop_tx, stop_rx) = watch::channel(false);
         tokio::spawn(async move {
             shutdown.await;
@@ -150,24 +166,48 @@ impl App {
             state.fleet.clone(),
             stop_rx.clone(),
         );
-        let grpc_server = tonic::transport::Server::builder()
+        let grpc_router = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(grpc::KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(grpc::KEEPALIVE_TIMEOUT))
             .max_concurrent_streams(Some(grpc::MAX_CONCURRENT_STREAMS))
-            .add_routes(grpc::routes(control).await?)
-            .serve_with_incoming_shutdown(
-                // Publications are small writes that must leave at once: no Nagle delay.
-                TcpIncoming::from(self.grpc_listener).with_nodelay(Some(true)),
-                stopped(stop_rx.clone()),
-            );
-        let listener = self.listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "failed to set TCP_NODELAY");
+            .add_routes(grpc::routes(control).await?);
+        let http_router = http::router(state.clone());
+        let (grpc_server, http_server): (
+            Serving<tonic::transport::Error>,
+            Serving<std::io::Error>,
+        ) = match &self.tls {
+            // One reloadable acceptor per listener, both on the same certificate.
+            Some(tls) => (
+                Box::pin(grpc_router.serve_with_incoming_shutdown(
+                    tls.grpc_incoming(self.grpc_listener),
+                    stopped(stop_rx.clone()),
+                )),
+                Box::pin(
+                    axum::serve(tls.http_listener(self.listener)?, http_router)
+                        .with_graceful_shutdown(stopped(stop_rx.clone()))
+                        .into_future(),
+                ),
+            ),
+            None => {
+                let listener = self.listener.tap_io(|tcp| {
+                    if let Err(e) = tcp.set_nodelay(true) {
+                        tracing::debug!(error = %e, "failed to set TCP_NODELAY");
+                    }
+                });
+                (
+                    Box::pin(grpc_router.serve_with_incoming_shutdown(
+                        // Publications are small writes that must leave at once: no Nagle delay.
+                        TcpIncoming::from(self.grpc_listener).with_nodelay(Some(true)),
+                        stopped(stop_rx.clone()),
+                    )),
+                    Box::pin(
+                        axum::serve(listener, http_router)
+                            .with_graceful_shutdown(stopped(stop_rx.clone()))
+                            .into_future(),
+                    ),
+                )
             }
-        });
-        let http_server = axum::serve(listener, http::router(state.clone()))
-            .with_graceful_shutdown(stopped(stop_rx.clone()))
-            .into_future();
+        };
         let (grpc_result, http_result) = tokio::join!(grpc_server, http_server);
         for task in background {
             task.abort();

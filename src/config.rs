@@ -46,6 +46,30 @@ pub struct Settings {
     pub admin_token: Option<Secret>,
     /// `text` or `json` log lines.
     pub log_format: LogFormat,
+    /// TLS for both listeners (off unless both files are set).
+    pub tls: TlsSettings,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSettings {
+    /// PEM certificate chain (leaf first) served on HTTP and gRPC.
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of the leaf certificate.
+    pub key_file: Option<PathBuf>,
+    /// Seconds between checks of the files' modification time; a change is loaded for new
+    /// connections without a restart. 0: never reload.
+    pub reload_interval_secs: u64,
+}
+
+impl Default for TlsSettings {
+    fn default() -> Self {
+        Self {
+            cert_file: None,
+            key_file: None,
+            reload_interval_secs: 5,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -79,12 +103,13 @@ impl Default for Settings {
             },
             admin_token: None,
             log_format: LogFormat::Text,
+            tls: TlsSettings::default(),
         }
     }
 }
 
 /// Environment keys that belong to the server (others, such as budgetctl's, are ignored).
-const ENV_KEYS: [&str; 12] = [
+const ENV_KEYS: [&str; 13] = [
     "archive_url",
     "archive_prefix",
     "data_dir",
@@ -97,6 +122,7 @@ const ENV_KEYS: [&str; 12] = [
     "approval",
     "admin_token",
     "log_format",
+    "tls",
 ];
 
 fn insert_nested(dict: &mut Dict, path: &[&str], value: Value) {
@@ -235,6 +261,17 @@ log_format = "text"
 [approval]
 # Four eyes: the approver of a draft must not be the uploader of its run.
 require_distinct_approver = true
+
+[tls]
+# TLS for both listeners (HTTP and gRPC), off unless both files are set. PEM files: the
+# certificate chain, leaf first, and its private key (PKCS#8, PKCS#1 or SEC1). A bad file stops
+# the start with an error naming it. Environment: BUDGETD_TLS__CERT_FILE, BUDGETD_TLS__KEY_FILE.
+# cert_file = "/etc/budgetd/tls/tls.crt"
+# key_file = "/etc/budgetd/tls/tls.key"
+# Seconds between checks of the files' modification time: changed files are loaded for new
+# connections without a restart (open connections keep their certificate); a pair that does
+# not load is logged and the previous certificate kept. 0 never reloads.
+reload_interval_secs = 5
 "#;
 
 #[cfg(test)]
@@ -264,6 +301,24 @@ mod tests {
         assert!(!s.approval.require_distinct_approver);
         assert_eq!(s.admin_token, Some(Secret("s3cret".into())));
         assert!(!format!("{s:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn tls_from_the_environment() {
+        let s = Settings::load(None, &[]).unwrap();
+        assert_eq!(s.tls, TlsSettings::default());
+        let s = Settings::load(
+            None,
+            &env(&[
+                ("BUDGETD_TLS__CERT_FILE", "/tls/tls.crt"),
+                ("BUDGETD_TLS__KEY_FILE", "/tls/tls.key"),
+                ("BUDGETD_TLS__RELOAD_INTERVAL_SECS", "2"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.tls.cert_file, Some(PathBuf::from("/tls/tls.crt")));
+        assert_eq!(s.tls.key_file, Some(PathBuf::from("/tls/tls.key")));
+        assert_eq!(s.tls.reload_interval_secs, 2);
     }
 
     #[test]

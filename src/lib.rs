@@ -13,11 +13,13 @@ pub mod error;
 pub mod fleet;
 pub mod grpc;
 pub mod http;
+pub mod observe;
 pub mod publish;
 pub mod schemas;
 pub mod service;
 pub mod state;
 pub mod store;
+pub mod tls;
 
 pub use app::App;
 pub use config::Settings;

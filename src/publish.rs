@@ -22,6 +22,8 @@ use crate::store::{Store, StoreResult};
 pub struct ChainEntry {
     pub live: LiveChain,
     pub encoded: bytes::Bytes,
+    /// When it was published (its `published_at`), for the delivery latency metric.
+    pub published: std::time::SystemTime,
 }
 
 impl ChainEntry {
@@ -88,9 +90,14 @@ impl Hub {
                 &publication.created_at,
             );
             let encoded = budget_proto::convert::encode_chain(&live).into();
+            let published = crate::observe::parse_time(&publication.created_at);
             next.insert(
                 publication.chain.clone(),
-                Arc::new(ChainEntry { live, encoded }),
+                Arc::new(ChainEntry {
+                    live,
+                    encoded,
+                    published,
+                }),
             );
         }
         tracing::info!(

@@ -87,6 +87,7 @@ fn violations_of<E: Serialize>(message: String, errors: Vec<E>) -> ApiError {
     ApiError::validation(message, json!({ "violations": errors }))
 }
 
+#[tracing::instrument(skip_all, fields(chain = %chain))]
 pub async fn put_topology(
     state: &AppState,
     principal: &Principal,
@@ -168,6 +169,7 @@ fn draft_document(
     })
 }
 
+#[tracing::instrument(skip_all, fields(chain = %chain))]
 pub async fn upload_run(
     state: &AppState,
     principal: &Principal,
@@ -199,6 +201,7 @@ pub async fn upload_run(
 
 /// A run read from load-tool files: labels mapped to segments (`map` first, then the
 /// topology's `labels`), then stored exactly like the equivalent native upload.
+#[tracing::instrument(skip_all, fields(chain = %chain))]
 pub async fn upload_tool_run(
     state: &AppState,
     principal: &Principal,
@@ -332,6 +335,9 @@ async fn record_run(
             .await
         {
             Ok((stored, baseline)) => {
+                if reason == Some(BaselineReason::Drift) && baseline.is_some() {
+                    crate::observe::drift_event();
+                }
                 state.archiver.kick();
                 return Ok(RunOutcome {
                     run_id: stored.id,
@@ -358,6 +364,7 @@ async fn record_run(
     )))
 }
 
+#[tracing::instrument(skip_all, fields(chain = %chain, run = %run_id))]
 pub async fn recompute(
     state: &AppState,
     principal: &Principal,
@@ -390,6 +397,7 @@ pub async fn recompute(
     Ok(stored)
 }
 
+#[tracing::instrument(skip_all, fields(baseline = %id))]
 pub async fn approve(
     state: &AppState,
     principal: &Principal,
@@ -448,6 +456,7 @@ async fn republish(state: &AppState) {
     }
 }
 
+#[tracing::instrument(skip_all, fields(baseline = %id))]
 pub async fn reject(
     state: &AppState,
     principal: &Principal,
@@ -481,6 +490,7 @@ pub async fn reject(
     Ok(rejected)
 }
 
+#[tracing::instrument(skip_all, fields(chain = %chain, baseline = %id))]
 pub async fn rollback(
     state: &AppState,
     principal: &Principal,
@@ -508,6 +518,7 @@ pub async fn rollback(
 }
 
 /// The live config of a chain: its latest publication.
+#[tracing::instrument(skip_all, fields(chain = %chain))]
 pub async fn budgets(state: &AppState, chain: &str) -> ApiResult<LiveChain> {
     check_chain_name(chain)?;
     let publication = state
@@ -527,6 +538,7 @@ pub async fn budgets(state: &AppState, chain: &str) -> ApiResult<LiveChain> {
     ))
 }
 
+#[tracing::instrument(skip_all, fields(baseline = %id, against = %against))]
 pub async fn diff(state: &AppState, id: &str, against: &str) -> ApiResult<BaselineDiff> {
     let to = state.store.get_baseline(id).await?;
     let from = if against == "current" {
@@ -548,6 +560,7 @@ pub async fn diff(state: &AppState, id: &str, against: &str) -> ApiResult<Baseli
 
 /// Records a release citing a baseline: the baseline must exist and have been approved
 /// (approved or superseded); its document's SHA-256 is kept with the release.
+#[tracing::instrument(skip_all)]
 pub async fn record_release(
     state: &AppState,
     principal: &Principal,

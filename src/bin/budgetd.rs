@@ -44,6 +44,25 @@ enum Command {
         #[command(subcommand)]
         command: ArchiveCommand,
     },
+    /// Write the whole store (every table but idempotency keys; token hashes, never secrets)
+    /// as one JSON document, for backup or to move between SQLite and PostgreSQL.
+    Export {
+        #[command(flatten)]
+        common: Common,
+        /// Where to write the document; `-` is standard output.
+        #[arg(long, short, value_name = "FILE", default_value = "-")]
+        output: PathBuf,
+    },
+    /// Load a `budgetd export` document into an empty store (creating its schema), in one
+    /// transaction, keeping ids, revisions and counters. Run it before any server starts on
+    /// that database.
+    Import {
+        #[command(flatten)]
+        common: Common,
+        /// The export document; `-` is standard input.
+        #[arg(long, short, value_name = "FILE")]
+        input: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -93,6 +112,12 @@ struct Listen {
     /// [default: file://{data-dir}/archive]
     #[arg(long, value_name = "URL")]
     archive_url: Option<String>,
+    /// PEM certificate chain: serve HTTP and gRPC over TLS (with --tls-key) [tls.cert_file]
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert [tls.key_file]
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -165,6 +190,10 @@ async fn serve(common: Common, listen: Listen, demo: bool) -> anyhow::Result<()>
     if let Some(url) = listen.archive_url {
         settings.archive_url = Some(url);
     }
+    if let (Some(cert), Some(key)) = (listen.tls_cert, listen.tls_key) {
+        settings.tls.cert_file = Some(cert);
+        settings.tls.key_file = Some(key);
+    }
     init_logging(settings.log_format);
     let app = budgetd::App::build(settings).await?;
     if let Some(token) = app.generated_admin_token() {
@@ -175,7 +204,8 @@ async fn serve(common: Common, listen: Listen, demo: bool) -> anyhow::Result<()>
     if demo && app.load_demo().await? {
         println!("budgetd: loaded the demo chain `checkout` (SPEC example A, approved)");
     }
-    println!("budgetd: HTTP API on http://{}/api/v1", app.http_addr());
+    let scheme = if app.tls().is_some() { "https" } else { "http" };
+    println!("budgetd: HTTP API on {scheme}://{}/api/v1", app.http_addr());
     println!(
         "budgetd: gRPC (budget.v1.BudgetControl) on {}",
         app.grpc_addr()
@@ -267,6 +297,65 @@ async fn backfill(common: Common, date: Option<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Progress of export/import on standard error (the store reports every 10 000 rows of a
+/// table and once at its end).
+fn report_progress(verb: &'static str) -> impl Fn(&str, u64) + Send + Sync {
+    move |table: &str, rows: u64| eprintln!("budgetd: {verb} {table}: {rows} row(s)")
+}
+
+async fn export(common: Common, output: PathBuf) -> anyhow::Result<()> {
+    let store = store::connect(&common.settings()?.database_url()).await?;
+    let mut out: Box<dyn std::io::Write + Send> = if output.as_os_str() == "-" {
+        Box::new(std::io::BufWriter::new(std::io::stdout()))
+    } else {
+        let file = std::fs::File::create(&output)
+            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", output.display()))?;
+        Box::new(std::io::BufWriter::new(file))
+    };
+    let progress = report_progress("exported");
+    let counts = store
+        .export_all(&mut *out, &progress)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let total: u64 = counts.iter().map(|(_, n)| n).sum();
+    eprintln!(
+        "budgetd: exported {total} row(s) from {} tables of the {} store",
+        counts.len(),
+        store.backend()
+    );
+    Ok(())
+}
+
+async fn import(common: Common, input: PathBuf) -> anyhow::Result<()> {
+    let reader: Box<dyn std::io::Read + Send> = if input.as_os_str() == "-" {
+        Box::new(std::io::stdin())
+    } else {
+        Box::new(
+            std::fs::File::open(&input)
+                .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", input.display()))?,
+        )
+    };
+    let export: store::Export = tokio::task::spawn_blocking(move || {
+        serde_json::from_reader(std::io::BufReader::new(reader))
+    })
+    .await?
+    .map_err(|e| anyhow::anyhow!("{} is not a budgetd export: {e}", input.display()))?;
+    let store = store::connect(&common.settings()?.database_url()).await?;
+    let progress = report_progress("imported");
+    let counts = store
+        .import_all(&export, &progress)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let total: u64 = counts.iter().map(|(_, n)| n).sum();
+    eprintln!(
+        "budgetd: imported {total} row(s) (exported {} from {}) into the {} store",
+        export.exported_at,
+        export.backend,
+        store.backend()
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -280,6 +369,8 @@ async fn main() -> ExitCode {
         Command::Archive {
             command: ArchiveCommand::Backfill { common, date },
         } => backfill(common, date).await,
+        Command::Export { common, output } => export(common, output).await,
+        Command::Import { common, input } => import(common, input).await,
         Command::PrintConfig => {
             print!("{EXAMPLE}");
             Ok(())

@@ -12,7 +12,7 @@ use clap::Args;
 use serde_json::{json, Value};
 use tokio::sync::{Mutex, Notify};
 use tonic::metadata::MetadataValue;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use super::{print, Client, CtlError};
 
@@ -36,9 +36,29 @@ pub struct WatchArgs {
     /// Publications to time
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub rounds: u32,
-    /// The server's gRPC address
+    /// The server's gRPC address; https://… is verified against --ca-cert (only it), or the
+    /// system's roots without one
     #[arg(long, default_value = "http://127.0.0.1:50051")]
     pub grpc: String,
+}
+
+/// TLS for an `https://` --grpc: the --ca-cert file's CAs, or the system's roots.
+fn grpc_tls(endpoint: Endpoint, admin: &Client) -> Result<Endpoint, CtlError> {
+    if endpoint.uri().scheme_str() != Some("https") {
+        return Ok(endpoint);
+    }
+    let tls = match admin.ca_cert() {
+        Some(path) => {
+            let pem = std::fs::read(path).map_err(|e| {
+                CtlError::Input(format!("cannot read --ca-cert {}: {e}", path.display()))
+            })?;
+            ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))
+        }
+        None => ClientTlsConfig::new().with_native_roots(),
+    };
+    endpoint
+        .tls_config(tls)
+        .map_err(|e| CtlError::Input(format!("TLS for --grpc: {e}")))
 }
 
 fn internal(what: &str, e: impl std::fmt::Display) -> CtlError {
@@ -144,6 +164,7 @@ pub async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Result<()
         .initial_connection_window_size(Some(32 * 1024 * 1024))
         .initial_stream_window_size(Some(256 * 1024))
         .tcp_nodelay(true);
+    let endpoint = grpc_tls(endpoint, admin)?;
     let mut channels = Vec::new();
     for _ in 0..connections {
         let ch: Channel = endpoint

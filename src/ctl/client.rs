@@ -1,5 +1,6 @@
 //! A small HTTP client for `/api/v1` and the error every command can end with.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
@@ -178,28 +179,43 @@ pub struct Client {
     base: Url,
     token: Option<String>,
     idempotency_key: Option<String>,
+    ca_cert: Option<PathBuf>,
     http: reqwest::Client,
 }
 
 impl Client {
     /// `base` is the server's root (e.g. `http://127.0.0.1:8080`); requests go under `/api/v1`.
+    /// `https://` servers are verified against the system's roots and, when given, the CA
+    /// certificates of the PEM file `ca_cert`.
     pub fn new(
         base: Url,
         token: Option<String>,
         idempotency_key: Option<String>,
+        ca_cert: Option<&Path>,
     ) -> Result<Self, CtlError> {
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .user_agent(concat!("budgetctl/", env!("CARGO_PKG_VERSION")))
             .timeout(TIMEOUT)
             .connect_timeout(CONNECT_TIMEOUT)
+            .use_rustls_tls();
+        for cert in ca_certificates(ca_cert)? {
+            builder = builder.add_root_certificate(cert);
+        }
+        let http = builder
             .build()
             .map_err(|e| CtlError::Internal(format!("cannot build the HTTP client: {e}")))?;
         Ok(Self {
             base,
             token: token.filter(|t| !t.is_empty()),
             idempotency_key,
+            ca_cert: ca_cert.map(Path::to_owned),
             http,
         })
+    }
+
+    /// The `--ca-cert` file, for other connections to the same server (gRPC).
+    pub fn ca_cert(&self) -> Option<&Path> {
+        self.ca_cert.as_deref()
     }
 
     /// The server's root URL.
@@ -346,6 +362,28 @@ impl Client {
     }
 }
 
+/// The certificates of a `--ca-cert` PEM file (none without one).
+fn ca_certificates(path: Option<&Path>) -> Result<Vec<reqwest::Certificate>, CtlError> {
+    let Some(path) = path else {
+        return Ok(Vec::new());
+    };
+    let pem = std::fs::read(path)
+        .map_err(|e| CtlError::Input(format!("cannot read --ca-cert {}: {e}", path.display())))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+        CtlError::Input(format!(
+            "--ca-cert {} is not a PEM certificate file: {e}",
+            path.display()
+        ))
+    })?;
+    if certs.is_empty() {
+        return Err(CtlError::Input(format!(
+            "--ca-cert {} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+            path.display()
+        )));
+    }
+    Ok(certs)
+}
+
 /// `{base}/api/v1/{segments…}`; keeps a path prefix of `base` (e.g. behind a proxy).
 pub fn api_url(base: &Url, segments: &[&str]) -> Url {
     let mut url = base.clone();
@@ -357,18 +395,14 @@ pub fn api_url(base: &Url, segments: &[&str]) -> Url {
     url
 }
 
-/// Parses `--url`: an `http://` URL with a host.
+/// Parses `--url`: an `http://` or `https://` URL with a host.
 pub fn parse_base_url(raw: &str) -> Result<Url, String> {
     let url = Url::parse(raw).map_err(|e| format!("{raw:?} is not a URL: {e}"))?;
     match url.scheme() {
-        "http" if url.host().is_some() => Ok(url),
-        "http" => Err(format!("{raw:?} has no host")),
-        "https" => Err(
-            "this budgetctl is built without TLS: use http:// (e.g. through a local TLS proxy)"
-                .into(),
-        ),
+        "http" | "https" if url.host().is_some() => Ok(url),
+        "http" | "https" => Err(format!("{raw:?} has no host")),
         other => Err(format!(
-            "unsupported scheme {other:?}: use http://HOST:PORT"
+            "unsupported scheme {other:?}: use http://HOST:PORT or https://HOST:PORT"
         )),
     }
 }
@@ -478,7 +512,11 @@ mod tests {
             api_url(&prefixed, &["tokens", "a/b?c"]).as_str(),
             "http://lb.local/budgetd/api/v1/tokens/a%2Fb%3Fc"
         );
-        assert!(parse_base_url("https://x").is_err());
+        assert_eq!(
+            parse_base_url("https://budgetd.internal").unwrap().as_str(),
+            "https://budgetd.internal/"
+        );
+        assert!(parse_base_url("ftp://x").is_err());
         assert!(parse_base_url("localhost:8080").is_err());
         assert!(parse_base_url("not a url").is_err());
     }

@@ -152,6 +152,10 @@ pub struct Global {
     /// without acting twice
     #[arg(long, value_name = "KEY", global = true)]
     pub idempotency_key: Option<String>,
+    /// PEM file of a CA to trust for https:// servers (HTTP API and `bench watch --grpc`),
+    /// in addition to the system's roots
+    #[arg(long, env = "BUDGETD_CA_CERT", value_name = "FILE", global = true)]
+    pub ca_cert: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -448,7 +452,12 @@ pub fn run(cli: Cli) -> ExitCode {
             return Exit::Internal.into();
         }
     };
-    let client = match Client::new(cli.global.url, cli.global.token, cli.global.idempotency_key) {
+    let client = match Client::new(
+        cli.global.url,
+        cli.global.token,
+        cli.global.idempotency_key,
+        cli.global.ca_cert.as_deref(),
+    ) {
         Ok(client) => client,
         Err(e) => {
             report(&e, json, false);
@@ -501,6 +510,12 @@ fn report(e: &CtlError, json: bool, has_token: bool) {
             for line in render::error_details(details) {
                 let _ = writeln!(err, "{line}");
             }
+        }
+        CtlError::Unreachable { reason, .. } if reason.contains("certificate") => {
+            let _ = writeln!(
+                err,
+                "hint: trust the CA of budgetd's certificate with --ca-cert FILE or BUDGETD_CA_CERT"
+            );
         }
         CtlError::Unreachable { .. } => {
             let _ = writeln!(
@@ -997,7 +1012,7 @@ mod tests {
                 "x",
             ],
             &["budgetctl", "audit", "--limit", "0"],
-            &["budgetctl", "--url", "https://x", "chains"],
+            &["budgetctl", "--url", "ftp://x", "chains"],
         ] {
             let err = Cli::try_parse_from(args).unwrap_err();
             assert_eq!(err.exit_code(), Exit::Usage as i32, "{args:?}");

@@ -142,6 +142,7 @@ impl StreamState {
                 Some(have) if entry.revision() > *have => {
                     *have = entry.revision();
                     chains.push(entry.encoded.clone());
+                    crate::observe::delivered(entry.published);
                 }
                 Some(_) => {}
                 None if entry.revision() > self.known => {
@@ -259,6 +260,7 @@ impl BudgetControl for Control {
                 req.agent_id
             )));
         }
+        crate::observe::acked(req.accepted);
         Ok(Response::new(AckResponse {}))
     }
 }

@@ -17,13 +17,33 @@ const STYLE: &str = include_str!("../../web/style.css");
 const CSP: &str = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'";
 
 fn file(content_type: &'static str, body: &'static str) -> Response {
-    ([(CONTENT_TYPE, content_type), (CACHE_CONTROL, "no-cache"), (CONTENT_SECURITY_POLICY, CSP)], body).into_response()
+    (
+        [
+            (CONTENT_TYPE, content_type),
+            (CACHE_CONTROL, "no-cache"),
+            (CONTENT_SECURITY_POLICY, CSP),
+        ],
+        body,
+    )
+        .into_response()
 }
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/", get(|| async { file("text/html; charset=utf-8", INDEX) }))
-        .route("/console", get(|| async { file("text/html; charset=utf-8", INDEX) }))
-        .route("/assets/app.js", get(|| async { file("text/javascript; charset=utf-8", APP_JS) }))
-        .route("/assets/style.css", get(|| async { file("text/css; charset=utf-8", STYLE) }))
+        .route(
+            "/",
+            get(|| async { file("text/html; charset=utf-8", INDEX) }),
+        )
+        .route(
+            "/console",
+            get(|| async { file("text/html; charset=utf-8", INDEX) }),
+        )
+        .route(
+            "/assets/app.js",
+            get(|| async { file("text/javascript; charset=utf-8", APP_JS) }),
+        )
+        .route(
+            "/assets/style.css",
+            get(|| async { file("text/css; charset=utf-8", STYLE) }),
+        )
 }

@@ -10,6 +10,8 @@ use axum::http::header::CONTENT_TYPE;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use tracing::Instrument as _;
+
 use crate::state::AppState;
 
 /// `(method, route, status)`.
@@ -27,10 +29,16 @@ pub async fn track(req: Request, next: Next) -> Response {
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let path = req.uri().path().to_owned();
     let start = Instant::now();
-    let response = next.run(req).await;
-    let elapsed = start.elapsed().as_secs_f64();
+    // The span links this request's logs with the service and store work it causes.
+    let span = tracing::info_span!("http", %method, route = %route);
+    let response = next.run(req).instrument(span.clone()).await;
+    let took = start.elapsed();
+    let elapsed = took.as_secs_f64();
     let status = response.status().as_u16();
-    tracing::info!(%method, %path, status, ms = (elapsed * 1000.0).round(), "request");
+    crate::observe::http_request(&method, &route, took);
+    span.in_scope(
+        || tracing::info!(%method, %path, status, ms = (elapsed * 1000.0).round(), "request"),
+    );
     if let Ok(mut map) = REQUESTS.lock() {
         let e = map.entry((method, route, status)).or_insert((0, 0.0));
         e.0 += 1;
@@ -54,6 +62,19 @@ pub async fn render(State(state): State<AppState>) -> Response {
     }
     out.push_str("# HELP budgetd_watch_streams Open Watch streams on this replica.\n# TYPE budgetd_watch_streams gauge\n");
     let _ = writeln!(out, "budgetd_watch_streams {}", state.hub.subscribers());
+    crate::observe::render(&mut out);
+    let pool = state.store.pool_status();
+    out.push_str("# HELP budgetd_db_pool_connections Database pool connections by state.\n# TYPE budgetd_db_pool_connections gauge\n");
+    let _ = writeln!(
+        out,
+        "budgetd_db_pool_connections{{state=\"idle\"}} {}",
+        pool.idle
+    );
+    let _ = writeln!(
+        out,
+        "budgetd_db_pool_connections{{state=\"in_use\"}} {}",
+        pool.size.saturating_sub(pool.idle)
+    );
     if let Some(rss) = resident_memory_bytes() {
         out.push_str("# HELP process_resident_memory_bytes Resident memory of this process.\n# TYPE process_resident_memory_bytes gauge\n");
         let _ = writeln!(out, "process_resident_memory_bytes {rss}");

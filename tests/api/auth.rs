@@ -19,10 +19,23 @@ async fn tokens_and_roles(app: &TestApp) {
     let reader = app.token("reader", "rita").await;
     assert!(reader.starts_with("bgt_"));
     let me = app.get("/api/v1/whoami", &reader).await.expect(200).json();
-    assert_eq!((me["name"].as_str(), me["role"].as_str()), (Some("rita"), Some("reader")));
-    assert_eq!(me["may"], json!({"read": true, "upload": false, "approve": false, "admin": false}));
-    let me = app.get("/api/v1/whoami", ADMIN_TOKEN).await.expect(200).json();
-    assert_eq!(me["may"], json!({"read": true, "upload": true, "approve": true, "admin": true}));
+    assert_eq!(
+        (me["name"].as_str(), me["role"].as_str()),
+        (Some("rita"), Some("reader"))
+    );
+    assert_eq!(
+        me["may"],
+        json!({"read": true, "upload": false, "approve": false, "admin": false})
+    );
+    let me = app
+        .get("/api/v1/whoami", ADMIN_TOKEN)
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(
+        me["may"],
+        json!({"read": true, "upload": true, "approve": true, "admin": true})
+    );
     app.get("/api/v1/chains", &reader).await.expect(200);
     // A reader may not write, nor manage tokens.
     assert_eq!(

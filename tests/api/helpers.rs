@@ -110,6 +110,8 @@ pub struct TestApp {
     _db: Option<TestDb>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
+    /// `https` when the app serves TLS (then `http` must trust its CA).
+    scheme: &'static str,
 }
 
 pub fn init_logs() {
@@ -182,6 +184,11 @@ async fn spawn_inner(
         settings.archive_url = Some(format!("file://{}", archive_dir.path().display()));
     }
     let db_url = settings.database_url();
+    let scheme = if settings.tls.cert_file.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let app = match archive {
         Some(archive) => App::build_with_archive(settings, archive, "gov/bench".into()).await,
         None => App::build(settings).await,
@@ -206,6 +213,7 @@ async fn spawn_inner(
         _db: db,
         shutdown: Some(tx),
         task: Some(task),
+        scheme,
     }
 }
 
@@ -244,11 +252,11 @@ impl Answer {
 
 impl TestApp {
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.addr, path)
+        format!("{}://{}{}", self.scheme, self.addr, path)
     }
 
     pub fn grpc_url(&self) -> String {
-        format!("http://{}", self.grpc_addr)
+        format!("{}://{}", self.scheme, self.grpc_addr)
     }
 
     /// Stops this app, keeping its database and ports for [`Stopped::start`].

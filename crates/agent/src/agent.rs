@@ -20,7 +20,8 @@ use crate::watch::Conn;
 /// How an agent reaches the control plane and what it watches.
 #[derive(Clone)]
 pub struct AgentConfig {
-    /// gRPC endpoint of budgetd, e.g. `http://127.0.0.1:50051` (plaintext HTTP/2).
+    /// gRPC endpoint of budgetd: `http://127.0.0.1:50051` (plaintext HTTP/2) or
+    /// `https://budgetd.internal:50051` (TLS; the server's certificate is verified).
     pub endpoint: String,
     /// Bearer token with role `agent`, sent as `authorization: Bearer <token>`. Never logged.
     pub token: String,
@@ -38,6 +39,13 @@ pub struct AgentConfig {
     pub connect_timeout: Duration,
     /// Longest wait, once connected, for the first config at start; then the cache is used.
     pub first_config_timeout: Duration,
+    /// PEM file of the CA (one or more certificates) that signed budgetd's certificate; with
+    /// it only these CAs are trusted, without it the system's roots. Needs an `https://`
+    /// endpoint; read once at start.
+    pub ca_cert: Option<PathBuf>,
+    /// The name the server's certificate must carry, when it differs from the endpoint's
+    /// host (e.g. connecting by IP address to a certificate for `budgetd.internal`).
+    pub tls_domain: Option<String>,
 }
 
 impl AgentConfig {
@@ -59,6 +67,8 @@ impl AgentConfig {
             labels: BTreeMap::new(),
             connect_timeout: Duration::from_secs(3),
             first_config_timeout: Duration::from_secs(5),
+            ca_cert: None,
+            tls_domain: None,
         }
     }
 }
@@ -75,6 +85,8 @@ impl std::fmt::Debug for AgentConfig {
             .field("labels", &self.labels)
             .field("connect_timeout", &self.connect_timeout)
             .field("first_config_timeout", &self.first_config_timeout)
+            .field("ca_cert", &self.ca_cert)
+            .field("tls_domain", &self.tls_domain)
             .finish()
     }
 }

@@ -11,7 +11,7 @@ use budget_proto::v1::{self, budget_control_client::BudgetControlClient};
 use tokio::time::Instant;
 use tonic::codec::Streaming;
 use tonic::metadata::{Ascii, MetadataValue};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tracing::{debug, info, warn};
 
 use crate::agent::{AgentConfig, AgentError, Shared};
@@ -49,6 +49,44 @@ fn status(s: &tonic::Status) -> String {
     format!("{:?}: {}", s.code(), s.message())
 }
 
+/// TLS for an `https://` endpoint: the configured CA file (only it) or the system's roots,
+/// ALPN h2, and the name to verify. A CA file or domain with an `http://` endpoint is an error:
+/// it would silently go unencrypted.
+fn with_tls(endpoint: Endpoint, config: &AgentConfig) -> Result<Endpoint, AgentError> {
+    let https = endpoint.uri().scheme_str() == Some("https");
+    if !https {
+        if config.ca_cert.is_some() || config.tls_domain.is_some() {
+            return Err(AgentError::Config(format!(
+                "ca_cert/tls_domain need an https:// endpoint, not {:?}",
+                config.endpoint
+            )));
+        }
+        return Ok(endpoint);
+    }
+    let mut tls = ClientTlsConfig::new();
+    tls = match &config.ca_cert {
+        Some(path) => {
+            let pem = std::fs::read(path).map_err(|e| {
+                AgentError::Config(format!("cannot read ca_cert {}: {e}", path.display()))
+            })?;
+            if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+                return Err(AgentError::Config(format!(
+                    "ca_cert {} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+                    path.display()
+                )));
+            }
+            tls.ca_certificate(Certificate::from_pem(pem))
+        }
+        None => tls.with_native_roots(),
+    };
+    if let Some(domain) = &config.tls_domain {
+        tls = tls.domain_name(domain.clone());
+    }
+    endpoint
+        .tls_config(tls)
+        .map_err(|e| AgentError::Config(format!("TLS for {:?}: {}", config.endpoint, chain(&e))))
+}
+
 impl Conn {
     pub(crate) fn new(config: &AgentConfig) -> Result<Self, AgentError> {
         let endpoint = Endpoint::from_shared(config.endpoint.clone())
@@ -60,6 +98,7 @@ impl Conn {
             .http2_keep_alive_interval(Duration::from_secs(30))
             .keep_alive_timeout(Duration::from_secs(10))
             .keep_alive_while_idle(true);
+        let endpoint = with_tls(endpoint, config)?;
         let mut auth: MetadataValue<Ascii> = format!("Bearer {}", config.token)
             .parse()
             .map_err(|_| AgentError::Config("token is not a valid header value".into()))?;
@@ -269,5 +308,38 @@ impl Conn {
                 failing = true;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tls_tests {
+    use super::*;
+
+    fn err(config: &AgentConfig) -> String {
+        match Conn::new(config) {
+            Err(AgentError::Config(e)) => e,
+            Err(e) => panic!("not a config error: {e}"),
+            Ok(_) => panic!("accepted"),
+        }
+    }
+
+    #[test]
+    fn tls_settings_are_checked_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        let mut c = AgentConfig::new("http://127.0.0.1:1", "t", "a-1", "order");
+        c.ca_cert = Some(ca.clone());
+        assert!(err(&c).contains("https://"));
+
+        c.endpoint = "https://127.0.0.1:1".into();
+        let e = err(&c);
+        assert!(e.contains("ca.pem") && e.contains("cannot read"), "{e}");
+
+        std::fs::write(&ca, "garbage").unwrap();
+        let e = err(&c);
+        assert!(
+            e.contains("ca.pem") && e.contains("no PEM certificate"),
+            "{e}"
+        );
     }
 }
