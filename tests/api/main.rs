@@ -15,6 +15,7 @@ mod idempotency;
 mod lifecycle;
 mod observe;
 mod openapi;
+mod processes;
 mod releases;
 mod replicas;
 mod s3;

@@ -18,8 +18,8 @@ use tokio::task::JoinSet;
 use crate::grpc::draft_a;
 use crate::helpers::{example, settings_for, spawn_app_on, Backend, TestApp, TestDb};
 
-const ACCESS_KEY: &str = "budgetd-test";
-const SECRET_KEY: &str = "budgetd-test-secret-0123456789";
+pub const ACCESS_KEY: &str = "budgetd-test";
+pub const SECRET_KEY: &str = "budgetd-test-secret-0123456789";
 
 /// An s3s-fs server on a loopback port; `stop` closes the listener and every connection.
 pub struct S3Server {

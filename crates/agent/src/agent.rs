@@ -23,6 +23,9 @@ pub struct AgentConfig {
     /// gRPC endpoint of budgetd: `http://127.0.0.1:50051` (plaintext HTTP/2) or
     /// `https://budgetd.internal:50051` (TLS; the server's certificate is verified).
     pub endpoint: String,
+    /// Other replicas to fail over to, tried in order after `endpoint` (same scheme, token
+    /// and TLS settings). A stream that breaks reconnects to the next one.
+    pub fallback_endpoints: Vec<String>,
     /// Bearer token with role `agent`, sent as `authorization: Bearer <token>`. Never logged.
     pub token: String,
     /// Stable id of this agent instance, e.g. `order-7f9c-1`.
@@ -59,6 +62,7 @@ impl AgentConfig {
     ) -> Self {
         Self {
             endpoint: endpoint.into(),
+            fallback_endpoints: Vec::new(),
             token: token.into(),
             agent_id: agent_id.into(),
             service: service.into(),
@@ -77,6 +81,7 @@ impl std::fmt::Debug for AgentConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AgentConfig")
             .field("endpoint", &self.endpoint)
+            .field("fallback_endpoints", &self.fallback_endpoints)
             .field("token", &"<redacted>")
             .field("agent_id", &self.agent_id)
             .field("service", &self.service)
@@ -198,7 +203,7 @@ impl Agent {
     ///
     /// Must be called inside a tokio runtime.
     pub async fn start(config: AgentConfig) -> Result<Agent, AgentError> {
-        let conn = Conn::new(&config)?;
+        let mut conn = Conn::new(&config)?;
         match conn.first_config().await {
             Ok((mut client, stream, update)) => {
                 let revision = update.revision;

@@ -22,7 +22,9 @@ type Client = BudgetControlClient<Channel>;
 
 /// Everything needed to talk to the control plane; owned by the background task.
 pub(crate) struct Conn {
-    endpoint: Endpoint,
+    /// `endpoint` first, then the fallbacks; `current` is the one in use.
+    endpoints: Vec<Endpoint>,
+    current: usize,
     auth: MetadataValue<Ascii>,
     agent_id: String,
     service: String,
@@ -89,16 +91,17 @@ fn with_tls(endpoint: Endpoint, config: &AgentConfig) -> Result<Endpoint, AgentE
 
 impl Conn {
     pub(crate) fn new(config: &AgentConfig) -> Result<Self, AgentError> {
-        let endpoint = Endpoint::from_shared(config.endpoint.clone())
-            .map_err(|e| {
-                AgentError::Config(format!("endpoint {:?}: {}", config.endpoint, chain(&e)))
-            })?
-            .connect_timeout(config.connect_timeout)
-            // Detect half-open connections on a long-idle watch stream.
-            .http2_keep_alive_interval(Duration::from_secs(30))
-            .keep_alive_timeout(Duration::from_secs(10))
-            .keep_alive_while_idle(true);
-        let endpoint = with_tls(endpoint, config)?;
+        let mut endpoints = Vec::new();
+        for url in std::iter::once(&config.endpoint).chain(&config.fallback_endpoints) {
+            let endpoint = Endpoint::from_shared(url.clone())
+                .map_err(|e| AgentError::Config(format!("endpoint {url:?}: {}", chain(&e))))?
+                .connect_timeout(config.connect_timeout)
+                // Detect half-open connections on a long-idle watch stream.
+                .http2_keep_alive_interval(Duration::from_secs(30))
+                .keep_alive_timeout(Duration::from_secs(10))
+                .keep_alive_while_idle(true);
+            endpoints.push(with_tls(endpoint, config)?);
+        }
         let mut auth: MetadataValue<Ascii> = format!("Bearer {}", config.token)
             .parse()
             .map_err(|_| AgentError::Config("token is not a valid header value".into()))?;
@@ -107,7 +110,8 @@ impl Conn {
             return Err(AgentError::Config("agent_id must not be empty".into()));
         }
         Ok(Self {
-            endpoint,
+            endpoints,
+            current: 0,
             auth,
             agent_id: config.agent_id.clone(),
             service: config.service.clone(),
@@ -120,16 +124,38 @@ impl Conn {
     }
 
     fn target(&self) -> String {
-        self.endpoint.uri().to_string()
+        self.endpoints[self.current].uri().to_string()
+    }
+
+    /// Moves to the next endpoint (wrapping); returns a client for it.
+    fn rotate(&mut self) -> Client {
+        self.current = (self.current + 1) % self.endpoints.len();
+        BudgetControlClient::new(self.endpoints[self.current].connect_lazy())
+    }
+
+    /// The first config from the first endpoint that gives one, trying each in order.
+    pub(crate) async fn first_config(
+        &mut self,
+    ) -> Result<(Client, Streaming<v1::BudgetUpdate>, v1::BudgetUpdate), String> {
+        let mut reasons = Vec::new();
+        for i in 0..self.endpoints.len() {
+            self.current = i;
+            match self.first_config_from_current().await {
+                Ok(found) => return Ok(found),
+                Err(reason) => reasons.push(reason),
+            }
+        }
+        Err(reasons.join("; "))
     }
 
     /// Connects, opens the watch stream from revision 0 and waits for its first update.
     /// The error is a one-line reason for the log and [`AgentError::Unavailable`].
-    pub(crate) async fn first_config(
+    async fn first_config_from_current(
         &self,
     ) -> Result<(Client, Streaming<v1::BudgetUpdate>, v1::BudgetUpdate), String> {
         let target = self.target();
-        let channel = tokio::time::timeout(self.connect_timeout, self.endpoint.connect())
+        let endpoint = &self.endpoints[self.current];
+        let channel = tokio::time::timeout(self.connect_timeout, endpoint.connect())
             .await
             .map_err(|_| {
                 format!(
@@ -255,13 +281,14 @@ impl Conn {
 
     /// The background task: consumes the watch stream, reconnecting forever.
     pub(crate) async fn run(
-        self,
+        mut self,
         shared: Arc<Shared>,
         client: Option<Client>,
         mut stream: Option<Streaming<v1::BudgetUpdate>>,
     ) {
-        let mut client =
-            client.unwrap_or_else(|| BudgetControlClient::new(self.endpoint.connect_lazy()));
+        let mut client = client.unwrap_or_else(|| {
+            BudgetControlClient::new(self.endpoints[self.current].connect_lazy())
+        });
         let mut backoff = ReconnectBackoff::default();
         let mut failing = false;
         loop {
@@ -286,6 +313,10 @@ impl Conn {
                 if opened.elapsed() >= ReconnectBackoff::CAP {
                     backoff.reset();
                 }
+                // The replica went away or broke the stream: try the next one first.
+                if self.endpoints.len() > 1 {
+                    client = self.rotate();
+                }
             }
             tokio::time::sleep(backoff.next_delay(random_pick)).await;
             let known_revision = shared.tx.borrow().revision;
@@ -306,6 +337,9 @@ impl Conn {
             } else {
                 warn!(target = %self.target(), %reason, "cannot watch the control plane; retrying with backoff");
                 failing = true;
+            }
+            if self.endpoints.len() > 1 {
+                client = self.rotate();
             }
         }
     }
