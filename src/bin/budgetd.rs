@@ -206,6 +206,7 @@ async fn serve(common: Common, listen: Listen, demo: bool) -> anyhow::Result<()>
     }
     let scheme = if app.tls().is_some() { "https" } else { "http" };
     println!("budgetd: HTTP API on {scheme}://{}/api/v1", app.http_addr());
+    println!("budgetd: web console on {scheme}://{}/", app.http_addr());
     println!(
         "budgetd: gRPC (budget.v1.BudgetControl) on {}",
         app.grpc_addr()
