@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use budget_agent::{Agent, AgentConfig, AgentError, LiveChain, Snapshot, Source};
+use budget_agent::{Agent, AgentConfig, AgentError, Snapshot, Source};
 use budget_core::baseline::{BaselineDocument, BaselineReason, BaselineState};
 use budget_core::example::{CHECKOUT_RUN_A, CHECKOUT_RUN_C, CHECKOUT_TOPOLOGY_B};
 use budget_core::run::RunUpload;
@@ -232,38 +232,7 @@ async fn cache_refusal_and_reconnect(app: TestApp) {
     };
 
     // An inverted config in the cache and no server: the agent refuses to start, naming the numbers.
-    let t: Topology = serde_json::from_str(CHECKOUT_TOPOLOGY_B).unwrap();
-    let run = serde_json::from_str::<RunUpload>(CHECKOUT_RUN_A)
-        .unwrap()
-        .into_run(&t)
-        .unwrap();
-    let computed = budget_core::compute(&t, &run).unwrap();
-    let live = LiveChain {
-        chain: "checkout".into(),
-        revision: 99,
-        baseline_id: "bl-20261130-099".into(),
-        published_at: budgetd::service::now(),
-        entry_budget_ms: 800,
-        breaker_window_ms: 5000,
-        max_recovery: t.max_recovery,
-        segments: computed
-            .segments
-            .iter()
-            .map(|s| budget_agent::LiveSegment {
-                id: s.id.clone(),
-                caller: s.caller.clone(),
-                callee: s.callee.clone(),
-                parent: s.parent.clone(),
-                stage: s.stage,
-                class: s.class,
-                timeout_ms: s.timeout_ms,
-                budget_ms: s.budget_ms,
-                reserve_ms: s.reserve_ms,
-                retry: s.retry.clone(),
-                idempotency: s.idempotency.clone(),
-            })
-            .collect(),
-    };
+    let live = budget_core::example::checkout_live(CHECKOUT_TOPOLOGY_B, 99).unwrap();
     let bad_cache = cache.path().join("inverted.json");
     budget_agent::cache::write(&bad_cache, &Snapshot::from_chains([live])).unwrap();
     let mut offline = AgentConfig::new("http://127.0.0.1:1", &token, "order-9", "order");

@@ -12,6 +12,43 @@ pub const CHECKOUT_RUN_A: &str = include_str!("../../../schemas/examples/checkou
 pub const CHECKOUT_RUN_C: &str =
     include_str!("../../../schemas/examples/checkout-run-c-drift.json");
 
+/// Run A computed on `topology` (a topology JSON document such as [`CHECKOUT_TOPOLOGY`] or
+/// [`CHECKOUT_TOPOLOGY_B`]) and published as baseline `bl-20261130-001` at `revision`: the live
+/// config an agent would receive. For tests and examples.
+pub fn checkout_live(topology: &str, revision: i64) -> Result<crate::live::LiveChain, String> {
+    use crate::baseline::{BaselineDocument, BaselineReason, BaselineState};
+    let t: crate::Topology = serde_json::from_str(topology).map_err(|e| e.to_string())?;
+    t.validate().map_err(|e| format!("{e:?}"))?;
+    let run = serde_json::from_str::<crate::run::RunUpload>(CHECKOUT_RUN_A)
+        .map_err(|e| e.to_string())?
+        .into_run(&t)
+        .map_err(|e| format!("{e:?}"))?;
+    let c = crate::compute(&t, &run).map_err(|e| format!("{e:?}"))?;
+    let doc = BaselineDocument {
+        id: "bl-20261130-001".into(),
+        chain: "checkout".into(),
+        state: BaselineState::Approved,
+        reason: BaselineReason::FirstRun,
+        run_id: "run-20261130-001".into(),
+        topology_version: 1,
+        created_at: "2026-11-30T00:00:00.000Z".into(),
+        created_by: "uma".into(),
+        entry_budget_ms: t.entry_budget_ms,
+        breaker_window_ms: t.breaker_window_ms,
+        max_recovery: t.max_recovery,
+        segments: c.segments,
+        findings: c.findings,
+        drift: vec![],
+        drift_baseline_id: None,
+        decision: None,
+    };
+    Ok(crate::live::LiveChain::from_baseline(
+        &doc,
+        revision,
+        "2026-11-30T00:00:01.000Z",
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     //! SPEC §4 number for number.

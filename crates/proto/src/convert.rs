@@ -183,37 +183,10 @@ impl TryFrom<v1::ChainBudget> for LiveChain {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use budget_core::baseline::{BaselineDocument, BaselineReason, BaselineState};
-    use budget_core::example::{CHECKOUT_RUN_A, CHECKOUT_TOPOLOGY, CHECKOUT_TOPOLOGY_B};
-    use budget_core::run::RunUpload;
-    use budget_core::Topology;
+    use budget_core::example::{checkout_live, CHECKOUT_TOPOLOGY, CHECKOUT_TOPOLOGY_B};
 
     fn live(topology: &str) -> LiveChain {
-        let t: Topology = serde_json::from_str(topology).unwrap();
-        let run = serde_json::from_str::<RunUpload>(CHECKOUT_RUN_A)
-            .unwrap()
-            .into_run(&t)
-            .unwrap();
-        let c = budget_core::compute(&t, &run).unwrap();
-        let doc = BaselineDocument {
-            id: "bl-20261130-001".into(),
-            chain: "checkout".into(),
-            state: BaselineState::Approved,
-            reason: BaselineReason::FirstRun,
-            run_id: "run-20261130-001".into(),
-            topology_version: 1,
-            created_at: "2026-11-30T00:00:00.000Z".into(),
-            created_by: "uma".into(),
-            entry_budget_ms: t.entry_budget_ms,
-            breaker_window_ms: t.breaker_window_ms,
-            max_recovery: t.max_recovery,
-            segments: c.segments,
-            findings: c.findings,
-            drift: vec![],
-            drift_baseline_id: None,
-            decision: None,
-        };
-        LiveChain::from_baseline(&doc, 7, "2026-11-30T00:00:01.000Z")
+        checkout_live(topology, 7).expect("the SPEC example computes")
     }
 
     #[test]
