@@ -52,7 +52,7 @@ pub struct TopologyVersion {
     pub topology: Topology,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct ChainSummary {
     pub name: String,
     pub topology_version: Option<i64>,
@@ -134,7 +134,7 @@ pub struct BaselineSummary {
     pub updated_at: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct Publication {
     pub revision: i64,
     pub chain: String,
@@ -197,10 +197,11 @@ pub struct AgentStatus {
 }
 
 /// One archive upload waiting in (or done through) the outbox.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct OutboxItem {
     pub id: i64,
     pub baseline_id: String,
+    #[sqlx(rename = "object_key")]
     pub key: String,
     #[serde(skip)]
     pub body: String,
@@ -215,7 +216,7 @@ pub struct OutboxItem {
 }
 
 /// A release citing a baseline.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct Release {
     pub id: i64,
     pub service: String,

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use budget_core::baseline::{BaselineDocument, BaselineState, Decision};
 use budget_core::{RunData, Topology};
 use sqlx::any::AnyRow;
-use sqlx::{Any, AnyPool, Row, Transaction};
+use sqlx::{Any, AnyPool, FromRow, Row, Transaction};
 
 use super::*;
 use crate::auth::Role;
@@ -358,33 +358,14 @@ fn run_from_row(row: &AnyRow) -> StoreResult<StoredRun> {
 }
 
 fn publication_from_row(r: &AnyRow) -> StoreResult<Publication> {
-    Ok(Publication {
-        revision: r.try_get("revision")?,
-        chain: r.try_get("chain")?,
-        baseline_id: r.try_get("baseline_id")?,
-        kind: r.try_get("kind")?,
-        created_by: r.try_get("created_by")?,
-        created_at: r.try_get("created_at")?,
-    })
+    Ok(Publication::from_row(r)?)
 }
 
 const OUTBOX_COLUMNS: &str =
     "id, baseline_id, object_key, body, sha256, state, attempts, last_error, next_attempt_at, created_at, archived_at";
 
 fn outbox_from_row(r: &AnyRow) -> StoreResult<OutboxItem> {
-    Ok(OutboxItem {
-        id: r.try_get("id")?,
-        baseline_id: r.try_get("baseline_id")?,
-        key: r.try_get("object_key")?,
-        body: r.try_get("body")?,
-        sha256: r.try_get("sha256")?,
-        state: r.try_get("state")?,
-        attempts: r.try_get("attempts")?,
-        last_error: r.try_get("last_error")?,
-        next_attempt_at: r.try_get("next_attempt_at")?,
-        created_at: r.try_get("created_at")?,
-        archived_at: r.try_get("archived_at")?,
-    })
+    Ok(OutboxItem::from_row(r)?)
 }
 
 fn token_from_row(row: &AnyRow) -> StoreResult<TokenRecord> {
@@ -507,17 +488,7 @@ impl Store for SqlStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
-            .map(|r| {
-                Ok(ChainSummary {
-                    name: r.try_get("name")?,
-                    updated_at: r.try_get("updated_at")?,
-                    topology_version: r.try_get("topology_version")?,
-                    current_baseline: r.try_get("current_baseline")?,
-                    revision: r.try_get("revision")?,
-                    drafts: r.try_get("drafts")?,
-                    runs: r.try_get("runs")?,
-                })
-            })
+            .map(|r| Ok(ChainSummary::from_row(r)?))
             .collect()
     }
 
@@ -1109,20 +1080,7 @@ impl Store for SqlStore {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(Release {
-                    id: r.try_get("id")?,
-                    service: r.try_get("service")?,
-                    version: r.try_get("version")?,
-                    baseline_id: r.try_get("baseline_id")?,
-                    baseline_sha256: r.try_get("baseline_sha256")?,
-                    ticket: r.try_get("ticket")?,
-                    created_by: r.try_get("created_by")?,
-                    created_at: r.try_get("created_at")?,
-                })
-            })
-            .collect()
+        rows.iter().map(|r| Ok(Release::from_row(r)?)).collect()
     }
 
     async fn audit_log(

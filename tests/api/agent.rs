@@ -11,7 +11,7 @@ use budget_core::Topology;
 use budgetd::store::{self, Audit, Verdict};
 use serde_json::json;
 
-use crate::grpc::draft_a;
+use crate::helpers::draft_a;
 use crate::helpers::{example, spawn_app, Backend, TestApp};
 
 fn config(app: &TestApp, token: &str, id: &str, cache: &std::path::Path) -> AgentConfig {

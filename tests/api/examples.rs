@@ -6,7 +6,7 @@ use budget_core::example::{
 use budgetd::schemas::Schema;
 use serde_json::{json, Value};
 
-use crate::helpers::{example, TestApp, ADMIN_TOKEN};
+use crate::helpers::{draft_a, example, TestApp, ADMIN_TOKEN};
 
 fn numbers(doc: &Value) -> Vec<(String, u64, u64)> {
     doc["segments"]
@@ -142,15 +142,7 @@ async fn example_b_inversion(app: &TestApp) {
 
 async fn example_c_drift(app: &TestApp) {
     let p = app.people().await;
-    app.apply_topology(&p.uploader, "checkout", CHECKOUT_TOPOLOGY)
-        .await
-        .expect(201);
-    let a = app
-        .upload(&p.uploader, "checkout", example(CHECKOUT_RUN_A))
-        .await
-        .expect(201)
-        .json();
-    let a_id = a["baseline_id"].as_str().unwrap().to_owned();
+    let a_id = draft_a(app, &p).await;
     app.approve(&p.approver, &a_id).await.expect(200);
 
     // +10 %: stored, no draft.

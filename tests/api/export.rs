@@ -7,7 +7,7 @@ use budget_core::example::{CHECKOUT_RUN_A, CHECKOUT_RUN_C};
 use budgetd::store::{Export, EXPORT_FORMAT, EXPORT_TABLES};
 use serde_json::{json, Value};
 
-use crate::grpc::draft_a;
+use crate::helpers::draft_a;
 use crate::helpers::{
     example, settings_for, spawn_app, spawn_app_on, Backend, TestApp, TestDb, ADMIN_TOKEN,
 };

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use budget_core::example::{CHECKOUT_RUN_A, CHECKOUT_RUN_C, CHECKOUT_TOPOLOGY};
+use budget_core::example::CHECKOUT_RUN_C;
 use budget_proto::v1::budget_control_client::BudgetControlClient;
 use budget_proto::v1::{AckRequest, BudgetUpdate, WatchRequest};
 use serde_json::json;
@@ -11,7 +11,7 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 use tonic::{Code, Streaming};
 
-use crate::helpers::{example, People, TestApp};
+use crate::helpers::{draft_a, example, TestApp};
 
 pub async fn client(app: &TestApp) -> BudgetControlClient<Channel> {
     BudgetControlClient::connect(app.grpc_url()).await.unwrap()
@@ -48,19 +48,6 @@ pub async fn nothing_within(stream: &mut Streaming<BudgetUpdate>, ms: u64) {
     if let Ok(msg) = tokio::time::timeout(Duration::from_millis(ms), stream.message()).await {
         panic!("expected no update, got {msg:?}");
     }
-}
-
-/// Topology + run A; returns the draft id.
-pub async fn draft_a(app: &TestApp, p: &People) -> String {
-    app.apply_topology(&p.uploader, "checkout", CHECKOUT_TOPOLOGY)
-        .await
-        .expect(201);
-    let a = app
-        .upload(&p.uploader, "checkout", example(CHECKOUT_RUN_A))
-        .await
-        .expect(201)
-        .json();
-    a["baseline_id"].as_str().unwrap().to_owned()
 }
 
 async fn watch_snapshot_update_resume_rollback(app: &TestApp) {

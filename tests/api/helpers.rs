@@ -402,6 +402,46 @@ impl Stopped {
     }
 }
 
+/// Topology + run A on chain `checkout` (the chain's first run: a draft); returns the draft id.
+pub async fn draft_a(app: &TestApp, p: &People) -> String {
+    app.apply_topology(
+        &p.uploader,
+        "checkout",
+        budget_core::example::CHECKOUT_TOPOLOGY,
+    )
+    .await
+    .expect(201);
+    app.upload(
+        &p.uploader,
+        "checkout",
+        example(budget_core::example::CHECKOUT_RUN_A),
+    )
+    .await
+    .expect(201)
+    .json()["baseline_id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Uploads `run` to `checkout` (it must open a draft) and approves it as the approver;
+/// returns the baseline id and the publication's revision.
+pub async fn publish_run(app: &TestApp, p: &People, run: &str) -> (String, i64) {
+    let up = app
+        .upload(&p.uploader, "checkout", example(run))
+        .await
+        .expect(201)
+        .json();
+    let id = up["baseline_id"]
+        .as_str()
+        .expect("the run opened a draft")
+        .to_owned();
+    let revision = app.approve(&p.approver, &id).await.expect(200).json()["revision"]
+        .as_i64()
+        .unwrap();
+    (id, revision)
+}
+
 pub struct People {
     pub uploader: String,
     pub approver: String,

@@ -3,19 +3,11 @@
 use budget_core::example::{CHECKOUT_RUN_A, CHECKOUT_RUN_C, CHECKOUT_TOPOLOGY};
 use serde_json::{json, Value};
 
-use crate::helpers::{example, TestApp, ADMIN_TOKEN};
+use crate::helpers::{draft_a, example, TestApp, ADMIN_TOKEN};
 
 async fn setup_approved(app: &TestApp) -> (crate::helpers::People, String) {
     let p = app.people().await;
-    app.apply_topology(&p.uploader, "checkout", CHECKOUT_TOPOLOGY)
-        .await
-        .expect(201);
-    let a = app
-        .upload(&p.uploader, "checkout", example(CHECKOUT_RUN_A))
-        .await
-        .expect(201)
-        .json();
-    let id = a["baseline_id"].as_str().unwrap().to_owned();
+    let id = draft_a(app, &p).await;
     app.approve(&p.approver, &id).await.expect(200);
     (p, id)
 }

@@ -5,7 +5,8 @@
 use budget_core::example::CHECKOUT_RUN_C;
 use budget_proto::v1::AckRequest;
 
-use crate::grpc::{authed, client, draft_a, next, watch_req};
+use crate::grpc::{authed, client, next, watch_req};
+use crate::helpers::draft_a;
 use crate::helpers::{example, TestApp};
 
 async fn metrics(app: &TestApp) -> String {

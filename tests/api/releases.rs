@@ -9,7 +9,7 @@ use budget_core::example::{CHECKOUT_RUN_A, CHECKOUT_RUN_C};
 use serde_json::{json, Value};
 use sha2::Digest;
 
-use crate::grpc::draft_a;
+use crate::helpers::draft_a;
 use crate::helpers::{example, People, TestApp, ADMIN_TOKEN};
 
 /// A release of `service` `version` citing `baseline_id`.

@@ -1,7 +1,8 @@
 //! Two budgetd processes' worth of state on one PostgreSQL database: a publication made on
 //! one replica reaches agents streaming from the other (LISTEN/NOTIFY + catch-up read).
 
-use crate::grpc::{authed, draft_a, next, watch_req};
+use crate::grpc::{authed, next, watch_req};
+use crate::helpers::draft_a;
 use crate::helpers::{spawn_app, spawn_replica, Backend};
 use budget_proto::v1::budget_control_client::BudgetControlClient;
 

@@ -15,7 +15,7 @@ use sha2::Digest;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
-use crate::grpc::draft_a;
+use crate::helpers::draft_a;
 use crate::helpers::{example, settings_for, spawn_app_on, Backend, TestApp, TestDb};
 
 pub const ACCESS_KEY: &str = "budgetd-test";

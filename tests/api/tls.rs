@@ -15,8 +15,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 
-use crate::grpc::draft_a;
-use crate::helpers::{example, spawn_app_on, Backend, TestApp, TestDb};
+use crate::helpers::{draft_a, publish_run};
+use crate::helpers::{spawn_app_on, Backend, TestApp, TestDb};
 
 /// A test certificate authority.
 struct Ca {
@@ -217,18 +217,7 @@ async fn https_and_agent_over_tls_with_reload() {
     assert_eq!(ok.status(), 200);
 
     // The agent's open connection carries on: it follows the next publication.
-    let c = app
-        .upload(&p.uploader, "checkout", example(CHECKOUT_RUN_C))
-        .await
-        .expect(201)
-        .json();
-    let rev_c = app
-        .approve(&p.approver, c["baseline_id"].as_str().unwrap())
-        .await
-        .expect(200)
-        .json()["revision"]
-        .as_i64()
-        .unwrap();
+    let (_, rev_c) = publish_run(&app, &p, CHECKOUT_RUN_C).await;
     let mut rx = agent.subscribe();
     tokio::time::timeout(
         Duration::from_secs(10),
