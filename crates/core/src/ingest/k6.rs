@@ -38,19 +38,34 @@
 //!
 //! **Tool.** The summary carries no k6 version: `tool` is `"k6"`. [`Options`] are not used.
 //!
-//! The input is buffered (up to [`super::oha::MAX_JSON_BYTES`]) and parsed in `finish`. Errors
-//! carry the line (and column) of a syntax error, or the JSON pointer of the field at fault (e.g.
+//! **Size and memory.** The input is buffered up to
+//! [`MAX_JSON_SUMMARY_BYTES`](super::MAX_JSON_SUMMARY_BYTES) (4 MiB; k6 writes a few KiB): the
+//! push that would cross it is refused with an error naming the limit. In `finish` the text is
+//! read member by member: of each `http_req_duration`, `http_reqs` and `http_req_failed`
+//! (sub-)metric only `type`, `contains`, the percentiles read (one key each) and `count`,
+//! `passes`, `fails` are kept, for at most 10 000 such metrics (more is an error: a summary has
+//! three per endpoint); every other metric and member (`root_group`, `options`, `state`,
+//! thresholds, other stats) is validated and dropped. Errors carry the line (and column) of a
+//! syntax error, or the JSON pointer of the field at fault (e.g.
 //! `/metrics/http_req_duration{name:inventory}/values/p(99.9)`) and the line of that key.
 
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Value};
+use serde::de::MapAccess;
 
-use super::oha::{contains, count, field_error, json_object_start, JsonBuffer};
+use super::json::{
+    contains, count, field_error, first_in_key_order, json_object_start, pointer, skip, Fold,
+    JsonBuffer, Obj, Scalar,
+};
 use super::{Extracted, Format, Ingest, IngestError, LabelStats, Options};
 
 /// Longest plausible latency: one hour, in milliseconds.
 const MAX_LATENCY_MS: f64 = 3_600_000.0;
+
+/// Most `http_req_duration`, `http_reqs` and `http_req_failed` (sub-)metrics read from one
+/// summary: three per endpoint for over 3 000 endpoints. It bounds what is kept from a summary of
+/// tiny metrics, which the size cap alone would not.
+const MAX_METRICS: usize = 10_000;
 
 const DURATION: &str = "http_req_duration";
 const REQS: &str = "http_reqs";
@@ -87,7 +102,7 @@ impl Ingest for K6Parser {
     }
 
     fn finish(self: Box<Self>) -> Result<Extracted, IngestError> {
-        let doc = self.buf.parse()?;
+        let doc = self.buf.parse::<K6Doc>()?;
         extract(&doc).map_err(|e| self.buf.locate(e))
     }
 }
@@ -125,14 +140,201 @@ fn label_of(tags: &Tags) -> String {
     }
 }
 
-/// One metric of the document: its key, tags and values (either shape).
+// ---- What is read ----------------------------------------------------------------------------
+
+/// The members of a k6 summary that are read; the others are validated and dropped. A member
+/// repeated in an object keeps its last value (as a JSON object map does).
+#[derive(Debug, Default)]
+struct K6Doc {
+    /// Whether the document has oha's `latencyPercentiles`.
+    oha: bool,
+    /// `metrics`.
+    metrics: Option<Obj<Metrics>>,
+    /// The metrics among the document's own members (used when it has no `metrics`).
+    top: Metrics,
+    /// Whether a member of the document is named `http_req_duration…`.
+    top_duration: bool,
+}
+
+impl Fold for K6Doc {
+    fn member<'de, A: MapAccess<'de>>(&mut self, key: String, map: &mut A) -> Result<(), A::Error> {
+        match key.as_str() {
+            "latencyPercentiles" => {
+                self.oha = true;
+                skip(map)
+            }
+            "metrics" => {
+                self.metrics = Some(map.next_value()?);
+                Ok(())
+            }
+            _ => {
+                self.top_duration |= key.starts_with(DURATION);
+                self.top.member(key, map)
+            }
+        }
+    }
+}
+
+/// The metrics read (`http_req_duration`, `http_reqs`, `http_req_failed` and their sub-metrics),
+/// by key, and the keys that are wrong: at most [`MAX_METRICS`].
+#[derive(Debug, Default)]
+struct Metrics {
+    entries: BTreeMap<String, Entry>,
+    /// Whether metrics were left out because there were more than [`MAX_METRICS`].
+    too_many: bool,
+}
+
+#[derive(Debug)]
+enum Entry {
+    /// `http_req_duration{…` whose selector cannot be read.
+    Malformed,
+    /// Not an object.
+    NotObject,
+    /// An object whose `values` is not an object.
+    ValuesNotObject,
+    Metric(Box<MetricData>),
+}
+
+impl Fold for Metrics {
+    fn member<'de, A: MapAccess<'de>>(&mut self, key: String, map: &mut A) -> Result<(), A::Error> {
+        let read = match split_key(&key) {
+            None => key.starts_with(DURATION),
+            Some((base, _)) => [DURATION, REQS, FAILED].contains(&base),
+        };
+        if !read {
+            return skip(map);
+        }
+        if self.entries.len() >= MAX_METRICS && !self.entries.contains_key(&key) {
+            self.too_many = true;
+            return skip(map);
+        }
+        let entry = if split_key(&key).is_none() {
+            skip(map)?;
+            Entry::Malformed
+        } else {
+            match map.next_value::<Obj<MetricData>>()? {
+                Obj::Object(m) if m.values == Values::NotObject => Entry::ValuesNotObject,
+                Obj::Object(m) => Entry::Metric(Box::new(m)),
+                Obj::Null | Obj::Other => Entry::NotObject,
+            }
+        };
+        self.entries.insert(key, entry);
+        Ok(())
+    }
+}
+
+/// One metric object, either shape.
+#[derive(Debug, Default)]
+struct MetricData {
+    /// `type` (`handleSummary` shape).
+    kind: Option<Scalar>,
+    /// `contains` (`handleSummary` shape).
+    contains: Option<Scalar>,
+    /// What the metric's (last) `values` member is.
+    values: Values,
+    /// The stats of `values` when it is an object (`handleSummary` shape), else those among the
+    /// metric's own members (`--summary-export` shape).
+    stats: Stats,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Values {
+    #[default]
+    Absent,
+    Object,
+    NotObject,
+}
+
+impl Fold for MetricData {
+    fn member<'de, A: MapAccess<'de>>(&mut self, key: String, map: &mut A) -> Result<(), A::Error> {
+        match key.as_str() {
+            "type" => self.kind = Some(map.next_value()?),
+            "contains" => self.contains = Some(map.next_value()?),
+            "values" => match map.next_value::<Obj<Stats>>()? {
+                Obj::Object(stats) => {
+                    // The stats of `values` win over the metric's own, read before or after.
+                    self.stats = stats;
+                    self.values = Values::Object;
+                }
+                Obj::Null | Obj::Other => self.values = Values::NotObject,
+            },
+            _ if self.values == Values::Object => skip(map)?,
+            _ => self.stats.member(key, map)?,
+        }
+        Ok(())
+    }
+}
+
+/// The percentiles read from a trend, in this order.
+const PERCENTILES: [f64; 3] = [50.0, 99.0, 99.9];
+
+/// The stats of a metric that are read.
+#[derive(Debug, Default)]
+struct Stats {
+    /// For each of [`PERCENTILES`]: the first stat in key order naming it (`med` for 50, `p(N)`
+    /// matched by number), with its value.
+    percentiles: [Option<(String, Scalar)>; 3],
+    count: Option<Scalar>,
+    passes: Option<Scalar>,
+    fails: Option<Scalar>,
+}
+
+impl Stats {
+    fn get(&self, stat: &str) -> Option<&Scalar> {
+        match stat {
+            "count" => self.count.as_ref(),
+            "passes" => self.passes.as_ref(),
+            "fails" => self.fails.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+/// The percentile a trend stat names: `med` is 50, `p(N)` is N.
+fn stat_percentile(key: &str) -> Option<f64> {
+    if key == "med" {
+        return Some(50.0);
+    }
+    key.strip_prefix("p(")
+        .and_then(|r| r.strip_suffix(')'))
+        .and_then(|n| n.trim().parse::<f64>().ok())
+}
+
+impl Fold for Stats {
+    fn member<'de, A: MapAccess<'de>>(&mut self, key: String, map: &mut A) -> Result<(), A::Error> {
+        let slot = match key.as_str() {
+            "count" => &mut self.count,
+            "passes" => &mut self.passes,
+            "fails" => &mut self.fails,
+            _ => {
+                let Some(n) = stat_percentile(&key) else {
+                    return skip(map);
+                };
+                let Some(i) = PERCENTILES.iter().position(|p| (n - p).abs() < 1e-9) else {
+                    return skip(map);
+                };
+                if !first_in_key_order(&self.percentiles[i], &key) {
+                    return skip(map);
+                }
+                self.percentiles[i] = Some((key, map.next_value()?));
+                return Ok(());
+            }
+        };
+        *slot = Some(map.next_value()?);
+        Ok(())
+    }
+}
+
+// ---- Checks ----------------------------------------------------------------------------------
+
+/// One metric of the document: its key, tags and stats (either shape).
 struct Metric<'a> {
     key: &'a str,
     /// The metric's name without the selector (`http_req_duration`).
     base: &'a str,
     tags: Option<Tags>,
-    obj: &'a Map<String, Value>,
-    values: &'a Map<String, Value>,
+    data: &'a MetricData,
+    values: &'a Stats,
     /// The JSON path of `values`.
     path: Vec<&'a str>,
 }
@@ -141,7 +343,7 @@ impl Metric<'_> {
     fn at(&self, stat: &str) -> String {
         let mut p: Vec<&str> = self.path.clone();
         p.push(stat);
-        super::oha::pointer(&p)
+        pointer(&p)
     }
 
     fn err(&self, stat: &str, message: impl Into<String>) -> IngestError {
@@ -154,8 +356,11 @@ impl Metric<'_> {
         if base.last() == Some(&"values") {
             base.pop();
         }
-        for (field, want) in [("type", Some(want)), ("contains", contains)] {
-            let (Some(want), Some(got)) = (want, self.obj.get(field)) else {
+        for (field, want, got) in [
+            ("type", Some(want), &self.data.kind),
+            ("contains", contains, &self.data.contains),
+        ] {
+            let (Some(want), Some(got)) = (want, got) else {
                 continue;
             };
             if got.as_str() != Some(want) {
@@ -170,18 +375,6 @@ impl Metric<'_> {
         Ok(())
     }
 
-    fn number(&self, stat: &str) -> Result<Option<f64>, IngestError> {
-        match self.values.get(stat) {
-            None => Ok(None),
-            Some(Value::Number(n)) => n
-                .as_f64()
-                .map(Some)
-                .ok_or_else(|| self.err(stat, "is not a number")),
-            Some(Value::Null) => Err(self.err(stat, "is null")),
-            Some(_) => Err(self.err(stat, "must be a number")),
-        }
-    }
-
     fn count(&self, stat: &str) -> Result<Option<u64>, IngestError> {
         match self.values.get(stat) {
             None => Ok(None),
@@ -193,30 +386,25 @@ impl Metric<'_> {
         }
     }
 
-    /// The trend stat of percentile `p` (`med` for 50, `p(N)` matched by number): key and value.
-    fn percentile(&self, p: f64) -> Result<Option<(&str, f64)>, IngestError> {
-        for key in self.values.keys() {
-            let n = if key == "med" {
-                50.0
-            } else if let Some(n) = key
-                .strip_prefix("p(")
-                .and_then(|r| r.strip_suffix(')'))
-                .and_then(|n| n.trim().parse::<f64>().ok())
-            {
-                n
-            } else {
-                continue;
-            };
-            if (n - p).abs() < 1e-9 {
-                return Ok(self.number(key)?.map(|v| (key.as_str(), v)));
-            }
+    /// The trend stat found for `PERCENTILES[i]` (`med` for 50, `p(N)` matched by number): key
+    /// and value.
+    fn percentile(&self, i: usize) -> Result<Option<(&str, f64)>, IngestError> {
+        let Some((key, v)) = &self.values.percentiles[i] else {
+            return Ok(None);
+        };
+        match v {
+            Scalar::Number(n) => n
+                .as_f64()
+                .map(|v| Some((key.as_str(), v)))
+                .ok_or_else(|| self.err(key, "is not a number")),
+            Scalar::Null => Err(self.err(key, "is null")),
+            _ => Err(self.err(key, "must be a number")),
         }
-        Ok(None)
     }
 
     /// A required percentile, in µs.
-    fn required_us(&self, p: f64, name: &str) -> Result<u64, IngestError> {
-        match self.percentile(p)? {
+    fn required_us(&self, i: usize, name: &str) -> Result<u64, IngestError> {
+        match self.percentile(i)? {
             Some((key, ms)) => self.micros(key, ms),
             None => Err(self.err(
                 name,
@@ -242,62 +430,66 @@ impl Metric<'_> {
     }
 }
 
-fn extract(doc: &Map<String, Value>) -> Result<Extracted, IngestError> {
-    if doc.contains_key("latencyPercentiles") {
+fn extract(doc: &K6Doc) -> Result<Extracted, IngestError> {
+    if doc.oha {
         return Err(field_error(
             &["latencyPercentiles"],
             "this is oha output, not a k6 summary: upload it as format oha",
         ));
     }
-    let (metrics, root): (&Map<String, Value>, Vec<&str>) =
-        match doc.get("metrics") {
-            Some(Value::Object(m)) => (m, vec!["metrics"]),
+    let (metrics, root): (&Metrics, Vec<&str>) =
+        match &doc.metrics {
+            Some(Obj::Object(m)) => (m, vec!["metrics"]),
             Some(_) => return Err(field_error(&["metrics"], "must be an object")),
-            None if doc.keys().any(|k| k.starts_with(DURATION)) => (doc, vec![]),
+            None if doc.top_duration => (&doc.top, vec![]),
             None => return Err(field_error(
                 &["metrics"],
                 "missing: this is not a k6 summary (`--summary-export` or `handleSummary()` JSON)",
             )),
         };
 
+    if metrics.too_many {
+        let message = format!(
+            "more than {MAX_METRICS} {DURATION}, {REQS} and {FAILED} (sub-)metrics: this is not \
+             the summary of a load test"
+        );
+        return Err(if root.is_empty() {
+            IngestError::new(message)
+        } else {
+            field_error(&root, message)
+        });
+    }
+
     let mut all: Vec<Metric<'_>> = Vec::new();
-    for (key, v) in metrics {
-        let Some((base, tags)) = split_key(key) else {
-            if key.starts_with(DURATION) {
-                let mut p = root.clone();
-                p.push(key);
-                return Err(field_error(
-                    &p,
-                    "malformed sub-metric name (expected `metric{tag:value}`)",
-                ));
-            }
-            continue;
-        };
-        if ![DURATION, REQS, FAILED].contains(&base) {
-            continue;
-        }
+    for (key, entry) in &metrics.entries {
         let mut path = root.clone();
         path.push(key.as_str());
-        let Value::Object(obj) = v else {
-            return Err(field_error(&path, "must be an object"));
-        };
-        let values = match obj.get("values") {
-            Some(Value::Object(values)) => {
-                path.push("values");
-                values
+        let data = match entry {
+            Entry::Malformed => {
+                return Err(field_error(
+                    &path,
+                    "malformed sub-metric name (expected `metric{tag:value}`)",
+                ))
             }
-            Some(_) => {
+            Entry::NotObject => return Err(field_error(&path, "must be an object")),
+            Entry::ValuesNotObject => {
                 path.push("values");
                 return Err(field_error(&path, "must be an object"));
             }
-            None => obj,
+            Entry::Metric(data) => data,
         };
+        let Some((base, tags)) = split_key(key) else {
+            continue; // Only `Malformed` entries have such keys.
+        };
+        if data.values == Values::Object {
+            path.push("values");
+        }
         all.push(Metric {
             key: key.as_str(),
             base,
             tags,
-            obj,
-            values,
+            data,
+            values: &data.stats,
             path,
         });
     }
@@ -361,12 +553,12 @@ fn extract(doc: &Map<String, Value>) -> Result<Extracted, IngestError> {
     let mut labels = Vec::with_capacity(chosen.len());
     for (label, trend) in chosen {
         trend.check_type("trend", Some("time"))?;
-        let p50_us = match trend.percentile(50.0)? {
+        let p50_us = match trend.percentile(0)? {
             Some((key, ms)) => Some(trend.micros(key, ms)?),
             None => None,
         };
-        let p99_us = trend.required_us(99.0, "p(99)")?;
-        let p999_us = trend.required_us(99.9, "p(99.9)")?;
+        let p99_us = trend.required_us(1, "p(99)")?;
+        let p999_us = trend.required_us(2, "p(99.9)")?;
         if p50_us.is_some_and(|p| p > p99_us) || p99_us > p999_us {
             return Err(trend.err(
                 "p(99.9)",
@@ -460,7 +652,7 @@ fn selector(tags: &Option<Tags>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ingest::{detect, read_all};
+    use crate::ingest::{detect, read_all, MAX_JSON_SUMMARY_BYTES};
     use proptest::prelude::*;
 
     const HANDLE_SUMMARY: &[u8] =
@@ -802,6 +994,146 @@ mod tests {
                 assert_eq!(read(input, chunk).unwrap(), whole, "chunk {chunk}");
             }
         }
+    }
+
+    /// An input of exactly the cap is read; one byte more is refused by the push that crosses
+    /// the cap (not at `finish`), with the limit in the message.
+    #[test]
+    fn input_one_byte_over_the_cap_is_refused_at_the_push_that_crosses_it() {
+        let mut at_cap = HANDLE_SUMMARY.to_vec();
+        at_cap.resize(MAX_JSON_SUMMARY_BYTES, b'\n');
+        assert_eq!(
+            read(&at_cap, 1 << 16).unwrap(),
+            read(HANDLE_SUMMARY, 4096).unwrap()
+        );
+
+        let mut over = at_cap;
+        over.push(b'\n');
+        let chunks: Vec<&[u8]> = over.chunks(1 << 16).collect();
+        assert_eq!(chunks.last().unwrap().len(), 1);
+        let mut p = parser(&Options::default()).unwrap();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let pushed = p.push(chunk);
+            if i + 1 < chunks.len() {
+                pushed.unwrap();
+                continue;
+            }
+            let err = pushed.unwrap_err();
+            assert!(err.message.starts_with("k6 JSON"), "{err}");
+            assert!(
+                err.message.contains("limit of 4 MiB (4194304 bytes)"),
+                "{err}"
+            );
+            assert_eq!(p.finish().unwrap_err(), err);
+            return;
+        }
+        unreachable!("the last push was refused");
+    }
+
+    /// Members that are not read cost nothing but their text: a 1 MiB string in `root_group`,
+    /// metrics that are not read, thresholds and stats that are not read.
+    #[test]
+    fn big_members_that_are_not_read_are_dropped() {
+        let big = "x".repeat(1 << 20);
+        let numbers = vec!["1.5"; 100_000].join(",");
+        let text = std::str::from_utf8(HANDLE_SUMMARY).unwrap();
+        let d = text
+            .replacen(r#""name": "","#, &format!(r#""name": "{big}","#), 1)
+            .replacen(
+                r#""metrics": {"#,
+                &format!(
+                    r#""metrics": {{"data_received": {{"type": "counter", "values": {{"count": "{big}", "all": [{numbers}]}}}},"#
+                ),
+                1,
+            )
+            .replacen(
+                r#""thresholds": {"#,
+                &format!(r#""thresholds": {{"{big}": {{"ok": true}}, "#),
+                1,
+            )
+            .replacen(
+                r#""values": {"#,
+                &format!(r#""values": {{"avg": [{numbers}], "#),
+                1,
+            );
+        assert!(d.len() > 3 << 20 && d.len() < MAX_JSON_SUMMARY_BYTES);
+        assert_eq!(
+            read(d.as_bytes(), 1 << 16).unwrap(),
+            read(HANDLE_SUMMARY, 4096).unwrap()
+        );
+    }
+
+    /// The typed reading gives what reading a JSON tree gave: a metric (or `metrics`, or a stat)
+    /// repeated keeps its last value; percentiles and faults are found in key order.
+    #[test]
+    fn repeated_members_and_key_order() {
+        let t = trend(
+            "http_req_duration{name:a}",
+            r#""p(99)": 1, "p(99.9)": 2, "count": 3"#,
+        );
+        let t2 = trend(
+            "http_req_duration{name:a}",
+            r#""p(99)": 5, "p(99.9)": 6, "count": 3, "count": 7"#,
+        );
+        let e = read(hs(&format!("{t},{t2}")).as_bytes(), 64).unwrap();
+        assert_eq!(e.labels, vec![stats("a", 7, 0, None, 5000, 6000)]);
+        let d = format!(r#"{{"metrics": {{"x": 1}}, {}"#, &hs(&t)[1..]);
+        assert_eq!(read(d.as_bytes(), 64).unwrap().labels[0].p99_us, 1000);
+        // `med` comes before `p(50)` in key order, wherever it is written.
+        let t = trend(
+            "http_req_duration{name:a}",
+            r#""p(50)": 0.5, "p(99)": 1, "p(99.9)": 2, "count": 3, "med": 0.25"#,
+        );
+        let e = read(hs(&t).as_bytes(), 64).unwrap();
+        assert_eq!(e.labels[0].p50_us, Some(250));
+        // Two faults: the one of the first key in key order is reported.
+        let d = hs(&[
+            r#""http_req_duration{name:b": {}"#.to_owned(),
+            r#""http_req_duration": 5"#.to_owned(),
+        ]
+        .join(","));
+        let err = read(d.as_bytes(), 64).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("/metrics/http_req_duration"));
+        // A trend with `values` and stats of its own: `values` is read.
+        let d = hs(
+            r#""http_req_duration": {"p(99)": 9, "values": {"p(99)": 1, "p(99.9)": 2, "count": 3}}"#,
+        );
+        assert_eq!(read(d.as_bytes(), 64).unwrap().labels[0].p99_us, 1000);
+    }
+
+    /// What is kept from a summary is bounded by a number of metrics, not only by its size.
+    #[test]
+    fn at_most_max_metrics_are_read() {
+        let metrics = |n: usize| {
+            (0..n)
+                .map(|i| {
+                    trend(
+                        &format!("http_req_duration{{name:e{i}}}"),
+                        r#""p(99)": 1, "p(99.9)": 2, "count": 1"#,
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let e = read(hs(&metrics(MAX_METRICS)).as_bytes(), 1 << 16).unwrap();
+        assert_eq!(e.labels.len(), MAX_METRICS);
+        // A repeated metric is not counted twice.
+        let again = format!(
+            "{},{}",
+            metrics(MAX_METRICS),
+            trend(
+                "http_req_duration{name:e0}",
+                r#""p(99)": 1, "p(99.9)": 2, "count": 5"#
+            )
+        );
+        let e = read(hs(&again).as_bytes(), 1 << 16).unwrap();
+        assert_eq!(e.labels.len(), MAX_METRICS);
+        let err = read(hs(&metrics(MAX_METRICS + 1)).as_bytes(), 1 << 16).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("/metrics"), "{err}");
+        assert!(err.message.contains("more than 10000"), "{err}");
+        let top = format!("{{{}}}", metrics(MAX_METRICS + 1));
+        let err = read(top.as_bytes(), 1 << 16).unwrap_err();
+        assert!(err.message.contains("more than 10000"), "{err}");
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //! * `errorDistribution`: `{"<message>": n}`, the requests that got no response (connection error,
 //!   `timeout` under `-t`, …). Optional (treated as empty). `aborted due to deadline` (requests cut
 //!   off by the end of a `-z` run) is left out of both counts, as oha leaves it out of its success
-//!   rate.
+//!   rate. A status code or message repeated inside its object (oha never repeats one) counts
+//!   every time.
 //!
 //! **Samples and failures.** `samples` = responses + errors; `failures` = errors + responses whose
 //! status is not 2xx. The percentiles cover the responses only (oha records no latency for a
@@ -32,18 +33,23 @@
 //!
 //! **Tool.** oha's JSON carries no version: `tool` is `"oha"`.
 //!
-//! The whole input is buffered (JSON inputs are small) up to [`MAX_JSON_BYTES`] and parsed in
-//! `finish`; a syntax error answers with its line and column (and the last key before it), a
-//! semantic one with the JSON pointer of the field at fault (e.g. `/latencyPercentiles/p99.9`) and
-//! the line of that key in the text (of its parent when the key is missing). The buffering and
-//! JSON helpers here are shared with the k6 parser.
+//! **Size and memory.** The input is buffered up to
+//! [`MAX_JSON_SUMMARY_BYTES`](super::MAX_JSON_SUMMARY_BYTES) (4 MiB; oha writes a few KiB): the
+//! push that would cross it is refused with an error naming the limit. In `finish` the text is
+//! read member by member into the few values above (the distributions are summed as they are
+//! read, the percentiles keep one key each), everything else is validated and dropped: beyond the
+//! text, what is kept does not grow with the input. A syntax error answers with its line and
+//! column (and the last key before it), a semantic one with the JSON pointer of the field at
+//! fault (e.g. `/latencyPercentiles/p99.9`) and the line of that key in the text (of its parent
+//! when the key is missing).
 
-use serde_json::{Map, Value};
+use serde::de::MapAccess;
 
+use super::json::{
+    contains, count, field_error, first_in_key_order, json_object_start, skip, Fold, JsonBuffer,
+    Obj, Scalar,
+};
 use super::{Extracted, Format, Ingest, IngestError, LabelStats, Options};
-
-/// Largest JSON input accepted, in bytes.
-pub const MAX_JSON_BYTES: usize = 64 << 20;
 
 /// Longest plausible latency: one hour, in seconds.
 const MAX_LATENCY_S: f64 = 3600.0;
@@ -82,14 +88,186 @@ impl Ingest for OhaParser {
     }
 
     fn finish(self: Box<Self>) -> Result<Extracted, IngestError> {
-        let doc = self.buf.parse()?;
-        extract(&doc, self.label).map_err(|e| self.buf.locate(e))
+        let doc = self.buf.parse::<OhaDoc>()?;
+        extract(doc, self.label).map_err(|e| self.buf.locate(e))
     }
 }
 
-fn extract(doc: &Map<String, Value>, label: Option<String>) -> Result<Extracted, IngestError> {
-    let percentiles = match doc.get("latencyPercentiles") {
-        Some(Value::Object(p)) => p,
+// ---- What is read ----------------------------------------------------------------------------
+
+/// The members of oha's JSON that are read; the others are validated and dropped. A member
+/// repeated at the top level keeps its last value (as a JSON object map does).
+#[derive(Debug, Default)]
+struct OhaDoc {
+    /// `latencyPercentiles`.
+    percentiles: Option<Obj<Percentiles>>,
+    /// `url` (used as the label when a string and no label is given).
+    url: Option<Scalar>,
+    /// `metrics` (only its `latency_ms` is read).
+    metrics: Option<Obj<Metrics>>,
+    /// `statusCodeDistribution`.
+    status: Option<Obj<StatusCounts>>,
+    /// `errorDistribution`.
+    errors: Option<Obj<ErrorCounts>>,
+}
+
+impl Fold for OhaDoc {
+    fn member<'de, A: MapAccess<'de>>(&mut self, key: String, map: &mut A) -> Result<(), A::Error> {
+        match key.as_str() {
+            "latencyPercentiles" => self.percentiles = Some(map.next_value()?),
+            "url" => self.url = Some(map.next_value()?),
+            "metrics" => self.metrics = Some(map.next_value()?),
+            "statusCodeDistribution" => self.status = Some(map.next_value()?),
+            "errorDistribution" => self.errors = Some(map.next_value()?),
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+}
+
+/// The percentiles read from `latencyPercentiles`, in this order.
+const PERCENTILES: [f64; 3] = [50.0, 99.0, 99.9];
+
+/// `latencyPercentiles`: for each of [`PERCENTILES`], the first key in key order that names it
+/// (`"p99.9"`; any spelling whose number equals it), with its value. Other keys are dropped.
+#[derive(Debug, Default)]
+struct Percentiles {
+    found: [Option<(String, Scalar)>; 3],
+}
+
+impl Fold for Percentiles {
+    fn member<'de, A: MapAccess<'de>>(&mut self, key: String, map: &mut A) -> Result<(), A::Error> {
+        let Some(n) = key.strip_prefix('p').and_then(|n| n.parse::<f64>().ok()) else {
+            return skip(map);
+        };
+        let take: [bool; 3] = std::array::from_fn(|i| {
+            // Written so that a NaN key (`pNaN`) names every percentile, as it always has.
+            let apart = (n - PERCENTILES[i]).abs() > 1e-9;
+            !apart && first_in_key_order(&self.found[i], &key)
+        });
+        if !take.contains(&true) {
+            return skip(map);
+        }
+        let value: Scalar = map.next_value()?;
+        for (slot, take) in self.found.iter_mut().zip(take) {
+            if take {
+                *slot = Some((key.clone(), value.clone()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `metrics` of oha 1.16: only `latency_ms` is read.
+#[derive(Debug, Default)]
+struct Metrics {
+    latency_ms: Option<Obj<LatencyMs>>,
+}
+
+impl Fold for Metrics {
+    fn member<'de, A: MapAccess<'de>>(&mut self, key: String, map: &mut A) -> Result<(), A::Error> {
+        match key.as_str() {
+            "latency_ms" => self.latency_ms = Some(map.next_value()?),
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+}
+
+/// `metrics.latency_ms`: p50 and p99 in milliseconds.
+#[derive(Debug, Default)]
+struct LatencyMs {
+    p50: Option<Scalar>,
+    p99: Option<Scalar>,
+}
+
+impl Fold for LatencyMs {
+    fn member<'de, A: MapAccess<'de>>(&mut self, key: String, map: &mut A) -> Result<(), A::Error> {
+        match key.as_str() {
+            "p50" => self.p50 = Some(map.next_value()?),
+            "p99" => self.p99 = Some(map.next_value()?),
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+}
+
+/// `statusCodeDistribution`, summed as it is read.
+#[derive(Debug, Default)]
+struct StatusCounts {
+    responses: u64,
+    /// Responses whose status is not 2xx.
+    non_2xx: u64,
+    /// The error of the first member in key order that is not `"<status>": <count>`.
+    error: Option<(String, IngestError)>,
+}
+
+impl Fold for StatusCounts {
+    fn member<'de, A: MapAccess<'de>>(
+        &mut self,
+        code: String,
+        map: &mut A,
+    ) -> Result<(), A::Error> {
+        let n: Scalar = map.next_value()?;
+        let path = ["statusCodeDistribution", code.as_str()];
+        let status = code
+            .parse::<u16>()
+            .ok()
+            .filter(|s| (100..=999).contains(s))
+            .ok_or_else(|| field_error(&path, "is not an HTTP status code"));
+        match status.and_then(|status| Ok((status, count(&n, &path)?))) {
+            Ok((status, n)) => {
+                self.responses = self.responses.saturating_add(n);
+                if !(200..300).contains(&status) {
+                    self.non_2xx = self.non_2xx.saturating_add(n);
+                }
+            }
+            Err(e) => {
+                if first_in_key_order(&self.error, &code) {
+                    self.error = Some((code, e));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `errorDistribution`, summed as it is read (deadline aborts of `-z` left out).
+#[derive(Debug, Default)]
+struct ErrorCounts {
+    errors: u64,
+    /// The error of the first member in key order whose value is not a count.
+    error: Option<(String, IngestError)>,
+}
+
+impl Fold for ErrorCounts {
+    fn member<'de, A: MapAccess<'de>>(
+        &mut self,
+        message: String,
+        map: &mut A,
+    ) -> Result<(), A::Error> {
+        let n: Scalar = map.next_value()?;
+        match count(&n, &["errorDistribution", message.as_str()]) {
+            Ok(n) => {
+                if message != "aborted due to deadline" {
+                    self.errors = self.errors.saturating_add(n);
+                }
+            }
+            Err(e) => {
+                if first_in_key_order(&self.error, &message) {
+                    self.error = Some((message, e));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+// ---- Checks ----------------------------------------------------------------------------------
+
+fn extract(doc: OhaDoc, label: Option<String>) -> Result<Extracted, IngestError> {
+    let percentiles = match doc.percentiles {
+        Some(Obj::Object(p)) => p,
         Some(_) => return Err(field_error(&["latencyPercentiles"], "must be an object")),
         None => {
             return Err(field_error(
@@ -100,8 +278,8 @@ fn extract(doc: &Map<String, Value>, label: Option<String>) -> Result<Extracted,
     };
     let label = match label {
         Some(l) => l,
-        None => match doc.get("url") {
-            Some(Value::String(u)) if !u.trim().is_empty() => u.trim().to_owned(),
+        None => match &doc.url {
+            Some(Scalar::Str(u)) if !u.trim().is_empty() => u.trim().to_owned(),
             _ => return Err(IngestError::new(
                 "oha output names no endpoint: give this file a label (the upload part's name, \
                      e.g. the segment or endpoint it measured)",
@@ -109,9 +287,10 @@ fn extract(doc: &Map<String, Value>, label: Option<String>) -> Result<Extracted,
         },
     };
 
-    let p50 = percentile(percentiles, 50.0)?;
-    let p99 = percentile(percentiles, 99.0)?;
-    let p999 = percentile(percentiles, 99.9)?;
+    let [p50, p99, p999] = percentiles.found;
+    let p50 = percentile(p50)?;
+    let p99 = percentile(p99)?;
+    let p999 = percentile(p999)?;
     let (k99, p99, k999, p999) = match (p99, p999) {
         (Some((k99, p99)), Some((k999, p999))) => (k99, p99, k999, p999),
         (p99, _) => {
@@ -130,10 +309,10 @@ fn extract(doc: &Map<String, Value>, label: Option<String>) -> Result<Extracted,
             "percentiles are not increasing (p50 ≤ p99 ≤ p99.9)",
         ));
     }
-    cross_check_ms(doc, p50.map(|(_, v)| v), p99)?;
+    cross_check_ms(doc.metrics, p50.map(|(_, v)| v), p99)?;
 
-    let (responses, non_2xx) = status_counts(doc)?;
-    let errors = error_count(doc)?;
+    let (responses, non_2xx) = status_counts(doc.status)?;
+    let errors = error_count(doc.errors)?;
     if responses == 0 {
         return Err(field_error(
             &["statusCodeDistribution"],
@@ -157,32 +336,25 @@ fn extract(doc: &Map<String, Value>, label: Option<String>) -> Result<Extracted,
     })
 }
 
-/// The value of the `latencyPercentiles` key for percentile `p` (`"p99.9"`; any spelling whose
-/// number equals `p`), with its key.
-fn percentile(map: &Map<String, Value>, p: f64) -> Result<Option<(String, f64)>, IngestError> {
-    for (key, v) in map {
-        let Some(n) = key.strip_prefix('p').and_then(|n| n.parse::<f64>().ok()) else {
-            continue;
-        };
-        if (n - p).abs() > 1e-9 {
-            continue;
-        }
-        return match v {
-            Value::Number(x) => x
-                .as_f64()
-                .map(|x| Some((key.clone(), x)))
-                .ok_or_else(|| field_error(&["latencyPercentiles", key], "is not a number")),
-            Value::Null => Err(field_error(
-                &["latencyPercentiles", key],
-                "is null: oha writes null when no request got a response",
-            )),
-            _ => Err(field_error(
-                &["latencyPercentiles", key],
-                "must be a number of seconds",
-            )),
-        };
+/// The value of the `latencyPercentiles` key found for a percentile, checked, with its key.
+fn percentile(found: Option<(String, Scalar)>) -> Result<Option<(String, f64)>, IngestError> {
+    let Some((key, v)) = found else {
+        return Ok(None);
+    };
+    match v {
+        Scalar::Number(x) => x
+            .as_f64()
+            .map(|x| Some((key.clone(), x)))
+            .ok_or_else(|| field_error(&["latencyPercentiles", &key], "is not a number")),
+        Scalar::Null => Err(field_error(
+            &["latencyPercentiles", &key],
+            "is null: oha writes null when no request got a response",
+        )),
+        _ => Err(field_error(
+            &["latencyPercentiles", &key],
+            "must be a number of seconds",
+        )),
     }
-    Ok(None)
 }
 
 /// A latency in seconds (`latencyPercentiles[key]`), checked, in microseconds (rounded).
@@ -207,15 +379,18 @@ fn micros(key: &str, v: f64) -> Result<u64, IngestError> {
 
 /// `metrics.latency_ms` (recent oha, e.g. 1.16) repeats p50/p99 in milliseconds: they must agree.
 fn cross_check_ms(
-    doc: &Map<String, Value>,
+    metrics: Option<Obj<Metrics>>,
     p50_s: Option<f64>,
     p99_s: f64,
 ) -> Result<(), IngestError> {
-    let Some(Value::Object(ms)) = doc.get("metrics").and_then(|m| m.get("latency_ms")) else {
+    let Some(Obj::Object(Metrics {
+        latency_ms: Some(Obj::Object(ms)),
+    })) = metrics
+    else {
         return Ok(());
     };
-    for (key, secs) in [("p50", p50_s), ("p99", Some(p99_s))] {
-        let (Some(secs), Some(ms_v)) = (secs, ms.get(key).and_then(Value::as_f64)) else {
+    for (key, secs, ms_v) in [("p50", p50_s, ms.p50), ("p99", Some(p99_s), ms.p99)] {
+        let (Some(secs), Some(ms_v)) = (secs, ms_v.as_ref().and_then(Scalar::as_f64)) else {
             continue;
         };
         let want = secs * 1000.0;
@@ -234,287 +409,43 @@ fn cross_check_ms(
 }
 
 /// (responses, responses whose status is not 2xx) from `statusCodeDistribution`.
-fn status_counts(doc: &Map<String, Value>) -> Result<(u64, u64), IngestError> {
-    let dist = match doc.get("statusCodeDistribution") {
-        Some(Value::Object(d)) => d,
-        Some(_) => {
-            return Err(field_error(
-                &["statusCodeDistribution"],
-                "must be an object",
-            ))
-        }
-        None => {
-            return Err(field_error(
-                &["statusCodeDistribution"],
-                "missing: oha writes the responses per status code there",
-            ))
-        }
-    };
-    let (mut all, mut bad) = (0u64, 0u64);
-    for (code, n) in dist {
-        let path = ["statusCodeDistribution", code.as_str()];
-        let status: u16 = code
-            .parse()
-            .ok()
-            .filter(|s| (100..=999).contains(s))
-            .ok_or_else(|| field_error(&path, "is not an HTTP status code"))?;
-        let n = count(n, &path)?;
-        all = all.saturating_add(n);
-        if !(200..300).contains(&status) {
-            bad = bad.saturating_add(n);
-        }
+fn status_counts(dist: Option<Obj<StatusCounts>>) -> Result<(u64, u64), IngestError> {
+    match dist {
+        Some(Obj::Object(StatusCounts {
+            error: Some((_, e)),
+            ..
+        })) => Err(e),
+        Some(Obj::Object(d)) => Ok((d.responses, d.non_2xx)),
+        Some(_) => Err(field_error(
+            &["statusCodeDistribution"],
+            "must be an object",
+        )),
+        None => Err(field_error(
+            &["statusCodeDistribution"],
+            "missing: oha writes the responses per status code there",
+        )),
     }
-    Ok((all, bad))
 }
 
 /// Requests without a response, from `errorDistribution` (deadline aborts of `-z` left out).
-fn error_count(doc: &Map<String, Value>) -> Result<u64, IngestError> {
-    let dist = match doc.get("errorDistribution") {
-        Some(Value::Object(d)) => d,
-        None | Some(Value::Null) => return Ok(0),
-        Some(_) => return Err(field_error(&["errorDistribution"], "must be an object")),
-    };
-    let mut errors = 0u64;
-    for (message, n) in dist {
-        let n = count(n, &["errorDistribution", message])?;
-        if message != "aborted due to deadline" {
-            errors = errors.saturating_add(n);
-        }
-    }
-    Ok(errors)
-}
-
-// ---- JSON helpers shared with the k6 parser -------------------------------------------------
-
-/// Collects a JSON upload up to [`MAX_JSON_BYTES`] and parses it at the end.
-#[derive(Debug)]
-pub(super) struct JsonBuffer {
-    buf: Vec<u8>,
-    format: &'static str,
-}
-
-impl JsonBuffer {
-    pub(super) fn new(format: &'static str) -> Self {
-        Self {
-            buf: Vec::new(),
-            format,
-        }
-    }
-
-    pub(super) fn push(&mut self, chunk: &[u8]) -> Result<(), IngestError> {
-        if self.buf.len().saturating_add(chunk.len()) > MAX_JSON_BYTES {
-            return Err(IngestError::new(format!(
-                "{} JSON larger than {} MiB: not a summary file",
-                self.format,
-                MAX_JSON_BYTES >> 20
-            )));
-        }
-        self.buf.extend_from_slice(chunk);
-        Ok(())
-    }
-
-    /// The top-level object, or an error with the line of a syntax error.
-    pub(super) fn parse(&self) -> Result<Map<String, Value>, IngestError> {
-        let Some(start) = json_object_start(&self.buf) else {
-            return Err(
-                if self.buf.iter().all(u8::is_ascii_whitespace) || self.buf == b"\xEF\xBB\xBF" {
-                    IngestError::new(format!("empty input: expected {} JSON", self.format))
-                } else {
-                    let line = first_content_line(&self.buf);
-                    IngestError::at_line(
-                        line,
-                        format!("expected a JSON object ({} summary) here", self.format),
-                    )
-                },
-            );
-        };
-        let bom = self.buf.len() - start.len();
-        let text = &self.buf[bom..];
-        match serde_json::from_slice::<Value>(text) {
-            Ok(Value::Object(map)) => Ok(map),
-            Ok(_) => Err(IngestError::at_line(1, "expected a JSON object")),
-            Err(e) => {
-                let what = if e.is_eof() {
-                    "truncated JSON"
-                } else {
-                    "invalid JSON"
-                };
-                let mut err = IngestError::at_line(
-                    e.line() as u64,
-                    format!(
-                        "{what} ({} summary), column {}: {}",
-                        self.format,
-                        e.column(),
-                        strip_position(&e)
-                    ),
-                );
-                if let Some(key) = last_key_before(text, e.line(), e.column()) {
-                    err = err.field(key);
-                }
-                Err(err)
-            }
-        }
-    }
-}
-
-impl JsonBuffer {
-    /// Adds the line of the field an error names (a JSON pointer) when it has none: the line of
-    /// the deepest key of the pointer found in the text, searched in order (so for a missing key,
-    /// the line of its parent). A best effort: a key the file escapes differently is not found.
-    pub(super) fn locate(&self, mut err: IngestError) -> IngestError {
-        let Some(path) = err.field.as_deref().and_then(|f| f.strip_prefix('/')) else {
-            return err;
-        };
-        if err.line.is_some() {
-            return err;
-        }
-        let text = &self.buf[..];
-        let (mut range, mut found) = (0..text.len(), None);
-        for part in path.split('/') {
-            let key = part.replace("~1", "/").replace("~0", "~");
-            let Ok(needle) = serde_json::to_string(&key) else {
-                break;
-            };
-            let Some((at, value)) = find_key(&text[range.clone()], needle.as_bytes()) else {
-                break;
-            };
-            found = Some(range.start + at);
-            range = range.start + value.start..range.start + value.end;
-        }
-        if let Some(at) = found {
-            err.line = Some(1 + text[..at].iter().filter(|&&b| b == b'\n').count() as u64);
-        }
-        err
-    }
-}
-
-/// The offset of the first `"key"` in `text` followed by `:` (an object key), and the range of
-/// its value.
-fn find_key(text: &[u8], needle: &[u8]) -> Option<(usize, std::ops::Range<usize>)> {
-    let mut start = 0;
-    loop {
-        let at = start
-            + text
-                .get(start..)?
-                .windows(needle.len())
-                .position(|w| w == needle)?;
-        let after = at + needle.len();
-        let colon = after
-            + text[after..]
-                .iter()
-                .position(|b| !b.is_ascii_whitespace())?;
-        if text[colon] == b':' {
-            let value = colon + 1;
-            return Some((at, value..value_end(text, value)));
-        }
-        start = at + 1;
-    }
-}
-
-/// Where the JSON value starting at (or after whitespace from) `from` ends: past its closing
-/// bracket for an object or array, else at the next `,`, `}` or `]` outside strings. Lenient:
-/// the text was already parsed, this only has to bound a search.
-fn value_end(text: &[u8], from: usize) -> usize {
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for (i, &b) in text.iter().enumerate().skip(from) {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' if depth <= 1 => return if depth == 1 { i + 1 } else { i },
-            b'}' | b']' => depth -= 1,
-            b',' if depth == 0 => return i,
-            _ => {}
-        }
-    }
-    text.len()
-}
-
-/// The input from its `{` on (after a UTF-8 BOM and whitespace), when it starts like an object.
-pub(super) fn json_object_start(head: &[u8]) -> Option<&[u8]> {
-    let head = head.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(head);
-    let start = head.iter().position(|b| !b.is_ascii_whitespace())?;
-    (head[start] == b'{').then_some(head)
-}
-
-pub(super) fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
-}
-
-fn first_content_line(buf: &[u8]) -> u64 {
-    let start = buf
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(0);
-    1 + buf[..start].iter().filter(|&&b| b == b'\n').count() as u64
-}
-
-/// serde_json's message without its trailing " at line L column C" (reported separately).
-fn strip_position(e: &serde_json::Error) -> String {
-    let msg = e.to_string();
-    match msg.rfind(" at line ") {
-        Some(i) => msg[..i].to_owned(),
-        None => msg,
-    }
-}
-
-/// The last object key (`"key":`) before line/column of an error, as a hint of where it is.
-fn last_key_before(text: &[u8], line: usize, column: usize) -> Option<String> {
-    let mut offset = 0usize;
-    for (i, l) in text.split(|&b| b == b'\n').enumerate() {
-        if i + 1 == line {
-            offset += column.min(l.len());
-            break;
-        }
-        offset += l.len() + 1;
-    }
-    let before = String::from_utf8_lossy(&text[..offset.min(text.len())]).into_owned();
-    let colon = before.rfind("\":")?;
-    let open = before[..colon].rfind('"')?;
-    let key = &before[open + 1..colon];
-    (!key.is_empty() && key.len() <= 200).then(|| format!("near key \"{key}\""))
-}
-
-/// A JSON pointer (RFC 6901) of `parts`.
-pub(super) fn pointer<S: AsRef<str>>(parts: &[S]) -> String {
-    parts.iter().fold(String::new(), |mut p, s| {
-        p.push('/');
-        p.push_str(&s.as_ref().replace('~', "~0").replace('/', "~1"));
-        p
-    })
-}
-
-pub(super) fn field_error<S: AsRef<str>>(parts: &[S], message: impl Into<String>) -> IngestError {
-    IngestError::new(message).field(pointer(parts))
-}
-
-/// A request count: a non-negative integral number.
-pub(super) fn count<S: AsRef<str>>(v: &Value, path: &[S]) -> Result<u64, IngestError> {
-    if let Some(n) = v.as_u64() {
-        return Ok(n);
-    }
-    match v.as_f64() {
-        Some(x) if x >= 0.0 && x.fract() == 0.0 && x < 9.0e15 => Ok(x as u64),
-        _ => Err(field_error(
-            path,
-            "must be a non-negative whole number (a count of requests)",
-        )),
+fn error_count(dist: Option<Obj<ErrorCounts>>) -> Result<u64, IngestError> {
+    match dist {
+        Some(Obj::Object(ErrorCounts {
+            error: Some((_, e)),
+            ..
+        })) => Err(e),
+        Some(Obj::Object(d)) => Ok(d.errors),
+        None | Some(Obj::Null) => Ok(0),
+        Some(Obj::Other) => Err(field_error(&["errorDistribution"], "must be an object")),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ingest::{detect, read_all};
+    use crate::ingest::{detect, read_all, MAX_JSON_SUMMARY_BYTES};
     use proptest::prelude::*;
+    use serde_json::Value;
 
     const INVENTORY: &[u8] = include_bytes!("../../../../tests/fixtures/oha/inventory.json");
     const PAYMENT: &[u8] = include_bytes!("../../../../tests/fixtures/oha/payment.json");
@@ -839,13 +770,106 @@ mod tests {
         let mut p = parser(&opts("x")).unwrap();
         let chunk = vec![b' '; 1 << 20];
         let mut refused = false;
-        for _ in 0..=(MAX_JSON_BYTES >> 20) {
+        for _ in 0..=(MAX_JSON_SUMMARY_BYTES >> 20) {
             if p.push(&chunk).is_err() {
                 refused = true;
                 break;
             }
         }
         assert!(refused);
+    }
+
+    /// An input of exactly the cap is read; one byte more is refused by the push that crosses
+    /// the cap (not at `finish`), with the limit in the message.
+    #[test]
+    fn input_one_byte_over_the_cap_is_refused_at_the_push_that_crosses_it() {
+        let mut at_cap = ok_doc().into_bytes();
+        at_cap.resize(MAX_JSON_SUMMARY_BYTES, b' ');
+        assert_eq!(one(&at_cap).p99_us, 50_000);
+
+        let mut over = at_cap;
+        over.push(b'\n');
+        let chunks: Vec<&[u8]> = over.chunks(1 << 16).collect();
+        assert_eq!(chunks.last().unwrap().len(), 1);
+        let mut p = parser(&opts("x")).unwrap();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let pushed = p.push(chunk);
+            if i + 1 < chunks.len() {
+                pushed.unwrap();
+                continue;
+            }
+            let err = pushed.unwrap_err();
+            assert!(err.message.starts_with("oha JSON"), "{err}");
+            assert!(
+                err.message.contains("limit of 4 MiB (4194304 bytes)"),
+                "{err}"
+            );
+            assert_eq!((err.line, err.field.as_deref()), (None, None));
+            assert_eq!(p.finish().unwrap_err(), err);
+            return;
+        }
+        unreachable!("the last push was refused");
+    }
+
+    /// Members that are not read cost nothing but their text: a 1 MiB string, big arrays and
+    /// objects, under the top level and inside the objects that are read.
+    #[test]
+    fn big_members_that_are_not_read_are_dropped() {
+        let big = "x".repeat(1 << 20);
+        let numbers = vec!["0.5"; 100_000].join(",");
+        let d = ok_doc()
+            .replacen(
+                '{',
+                &format!(
+                    r#"{{"details": {{"note": "{big}", "samples": [{numbers}], "nested": {{"a": [{{"b": "{big}"}}]}}}},"#
+                ),
+                1,
+            )
+            .replacen(r#""p10": 0.001"#, &format!(r#""p10": "{big}""#), 1)
+            .replacen(
+                r#""summary": {"#,
+                &format!(r#""summary": {{"histogram": [{numbers}], "#),
+                1,
+            );
+        assert!(d.len() > 3 << 20 && d.len() < MAX_JSON_SUMMARY_BYTES);
+        assert_eq!(one(d.as_bytes()), one(ok_doc().as_bytes()));
+    }
+
+    /// The typed reading gives what reading a JSON tree gave: a member repeated at the top level
+    /// or among the percentiles keeps its last value, percentiles and errors are found in key
+    /// order (not document order). A status code repeated in its distribution counts each time.
+    #[test]
+    fn repeated_members_and_key_order() {
+        let d = format!(
+            r#"{{"statusCodeDistribution": {{"500": 50}}, {}"#,
+            &ok_doc()[1..]
+        );
+        assert_eq!(
+            (one(d.as_bytes()).samples, one(d.as_bytes()).failures),
+            (1002, 12)
+        );
+        let d = ok_doc().replacen(r#""p99": 0.05,"#, r#""p99": 7, "p99": 0.05,"#, 1);
+        assert_eq!(one(d.as_bytes()).p99_us, 50_000);
+        // `p99.0` names p99 too, but `p99` comes first in key order, wherever it is written.
+        let d = ok_doc().replacen(r#""p10": 0.001,"#, r#""p99.0": 0.06,"#, 1);
+        assert_eq!(one(d.as_bytes()).p99_us, 50_000);
+        let d = ok_doc().replacen(r#""p99": 0.05,"#, r#""p99.0": 0.06,"#, 1);
+        assert_eq!(one(d.as_bytes()).p99_us, 60_000);
+        // Two faults: the one first in key order is reported.
+        let d = doc("0.005", "0.05", "0.1", r#""500": 1.5, "200": "x""#, "");
+        let err = read(d.as_bytes(), Some("x"), 64).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("/statusCodeDistribution/200"));
+        let d = doc(
+            "0.005",
+            "0.05",
+            "0.1",
+            r#""200": 1"#,
+            r#""z": -1, "a": 0.5"#,
+        );
+        let err = read(d.as_bytes(), Some("x"), 64).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("/errorDistribution/a"));
+        let d = doc("0.005", "0.05", "0.1", r#""200": 3, "200": 4"#, "-");
+        assert_eq!(one(d.as_bytes()).samples, 7);
     }
 
     #[test]
@@ -869,11 +893,6 @@ mod tests {
         ] {
             assert!(!sniff(other), "{}", String::from_utf8_lossy(other));
         }
-    }
-
-    #[test]
-    fn json_pointer_escapes() {
-        assert_eq!(pointer(&["a/b", "c~d", "p(99.9)"]), "/a~1b/c~0d/p(99.9)");
     }
 
     /// oha's text summary line `  99.90% in 53.8013 ms` → µs.
