@@ -1,13 +1,13 @@
 //! Building and running the server: bind every listener first, then serve until told to stop.
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use axum::serve::ListenerExt as _;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -29,8 +29,9 @@ pub struct App {
     state: AppState,
     http_addr: SocketAddr,
     grpc_addr: SocketAddr,
-    generated_admin_token: Option<String>,
+    admin_token_file: Option<PathBuf>,
     tls: Option<Arc<Tls>>,
+    http_limits: http::serve::Limits,
 }
 
 type Serving<E> = Pin<Box<dyn Future<Output = Result<(), E>> + Send>>;
@@ -53,6 +54,10 @@ impl App {
     ) -> anyhow::Result<Self> {
         // Unusable certificate files stop the start before anything else, naming the file.
         let tls = Tls::from_settings(&settings.tls)?;
+        let http_limits = http::serve::Limits::from_settings(&settings.http_limits)?;
+        if let Some(token) = &settings.admin_token {
+            check_admin_token(&token.0)?;
+        }
         let url = settings.database_url();
         if url.starts_with("sqlite:") && settings.database_url.is_none() {
             std::fs::create_dir_all(&settings.data_dir).with_context(|| {
@@ -66,7 +71,7 @@ impl App {
         let store = store::connect_with(&url, &archive_prefix).await?;
         tracing::info!(database = %redact_url(&url), backend = store.backend(), "store ready");
         tracing::info!(archive = %archive.describe(), prefix = %archive_prefix, "archive ready");
-        let generated_admin_token = bootstrap_admin(&*store, &settings).await?;
+        let admin_token_file = bootstrap_admin(&*store, &settings).await?;
         let listener = TcpListener::bind(settings.http)
             .await
             .with_context(|| format!("failed to bind HTTP listener on {}", settings.http))?;
@@ -83,7 +88,7 @@ impl App {
             .replica
             .clone()
             .unwrap_or_else(|| grpc_addr.to_string());
-        let fleet = Fleet::new(store.clone(), replica);
+        let fleet = Fleet::new(store.clone(), replica, &settings.agents);
         let archiver = Archiver::new(store.clone(), archive);
         let state = AppState {
             store,
@@ -99,8 +104,9 @@ impl App {
             state,
             http_addr,
             grpc_addr,
-            generated_admin_token,
+            admin_token_file,
             tls,
+            http_limits,
         })
     }
 
@@ -121,9 +127,10 @@ impl App {
         &self.state
     }
 
-    /// The admin token generated at this start, when none existed and none was configured.
-    pub fn generated_admin_token(&self) -> Option<&str> {
-        self.generated_admin_token.as_deref()
+    /// The file the admin token generated at this start was written to (mode 0600), when
+    /// none existed and none was configured. The token itself is never printed or logged.
+    pub fn admin_token_file(&self) -> Option<&Path> {
+        self.admin_token_file.as_deref()
     }
 
     /// Loads SPEC example A (`checkout`) into an empty store and publishes it.
@@ -171,42 +178,25 @@ impl App {
             .http2_keepalive_timeout(Some(grpc::KEEPALIVE_TIMEOUT))
             .max_concurrent_streams(Some(grpc::MAX_CONCURRENT_STREAMS))
             .add_routes(grpc::routes(control).await?);
-        let http_router = http::router(state.clone());
-        let (grpc_server, http_server): (
-            Serving<tonic::transport::Error>,
-            Serving<std::io::Error>,
-        ) = match &self.tls {
+        // HTTP: connection limit and timeouts (SPEC §7), TCP_NODELAY, TLS when configured.
+        let http_server = http::serve::serve(
+            self.listener,
+            self.tls.as_ref().map(|tls| tls.http_acceptor()),
+            http::router(state.clone()),
+            self.http_limits,
+            stopped(stop_rx.clone()),
+        );
+        let grpc_server: Serving<tonic::transport::Error> = match &self.tls {
             // One reloadable acceptor per listener, both on the same certificate.
-            Some(tls) => (
-                Box::pin(grpc_router.serve_with_incoming_shutdown(
-                    tls.grpc_incoming(self.grpc_listener),
-                    stopped(stop_rx.clone()),
-                )),
-                Box::pin(
-                    axum::serve(tls.http_listener(self.listener)?, http_router)
-                        .with_graceful_shutdown(stopped(stop_rx.clone()))
-                        .into_future(),
-                ),
-            ),
-            None => {
-                let listener = self.listener.tap_io(|tcp| {
-                    if let Err(e) = tcp.set_nodelay(true) {
-                        tracing::debug!(error = %e, "failed to set TCP_NODELAY");
-                    }
-                });
-                (
-                    Box::pin(grpc_router.serve_with_incoming_shutdown(
-                        // Publications are small writes that must leave at once: no Nagle delay.
-                        TcpIncoming::from(self.grpc_listener).with_nodelay(Some(true)),
-                        stopped(stop_rx.clone()),
-                    )),
-                    Box::pin(
-                        axum::serve(listener, http_router)
-                            .with_graceful_shutdown(stopped(stop_rx.clone()))
-                            .into_future(),
-                    ),
-                )
-            }
+            Some(tls) => Box::pin(grpc_router.serve_with_incoming_shutdown(
+                tls.grpc_incoming(self.grpc_listener),
+                stopped(stop_rx.clone()),
+            )),
+            // Publications are small writes that must leave at once: no Nagle delay.
+            None => Box::pin(grpc_router.serve_with_incoming_shutdown(
+                TcpIncoming::from(self.grpc_listener).with_nodelay(Some(true)),
+                stopped(stop_rx.clone()),
+            )),
         };
         let (grpc_result, http_result) = tokio::join!(grpc_server, http_server);
         for task in background {
@@ -218,10 +208,83 @@ impl App {
     }
 }
 
+/// The file under the data directory a generated admin token is written to.
+pub const ADMIN_TOKEN_FILE: &str = "admin-token";
+
+/// How to make a good admin token, for every refusal.
+const GENERATE_HINT: &str = "generate one with `openssl rand -hex 32`, or leave \
+    BUDGETD_ADMIN_TOKEN unset on a store without an admin token and budgetd writes a generated \
+    one to {data_dir}/admin-token";
+
+/// Parts of the sample values manifests and guides use: a token containing one is refused.
+const PLACEHOLDERS: [&str; 16] = [
+    "change-me",
+    "change_me",
+    "changeme",
+    "example",
+    "placeholder",
+    "replace",
+    "admin",
+    "password",
+    "passwd",
+    "secret",
+    "default",
+    "sample",
+    "dummy",
+    "your-token",
+    "your_token",
+    "xxxxx",
+];
+
+/// Why `token` is not acceptable as the admin token, if it is not: shorter than 32
+/// characters, whitespace, fewer than 10 distinct characters (`aaaa…`, `12121212…`), or a
+/// known placeholder (`change-me-admin-token`, `replace-with-a-long-random-token`, …).
+pub fn admin_token_weakness(token: &str) -> Option<String> {
+    let len = token.chars().count();
+    if len < 32 {
+        return Some(format!(
+            "it is {len} characters long, at least 32 are needed"
+        ));
+    }
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Some("it contains whitespace or control characters".into());
+    }
+    let lower = token.to_lowercase();
+    if let Some(word) = PLACEHOLDERS.iter().find(|w| lower.contains(*w)) {
+        return Some(format!(
+            "it looks like a placeholder (it contains {word:?})"
+        ));
+    }
+    let distinct = token
+        .chars()
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    if distinct < 10 {
+        return Some(format!(
+            "it has only {distinct} distinct characters, at least 10 are needed"
+        ));
+    }
+    None
+}
+
+/// Refuses a configured admin token that is weak or a known placeholder; the message says
+/// why (never the token) and how to make a good one.
+fn check_admin_token(token: &str) -> anyhow::Result<()> {
+    match admin_token_weakness(token) {
+        None => Ok(()),
+        Some(why) => {
+            anyhow::bail!("BUDGETD_ADMIN_TOKEN (admin_token) is refused: {why}; {GENERATE_HINT}")
+        }
+    }
+}
+
+/// Installs the configured admin token, or, on a store without an admin token, generates one
+/// and writes it to `{data_dir}/admin-token` (mode 0600, created exclusively, never
+/// overwritten); returns that file's path. The token is never printed or logged.
 async fn bootstrap_admin(
     store: &dyn store::Store,
     settings: &Settings,
-) -> anyhow::Result<Option<String>> {
+) -> anyhow::Result<Option<PathBuf>> {
     let audit = |action| Audit {
         actor: "budgetd".into(),
         action,
@@ -231,10 +294,7 @@ async fn bootstrap_admin(
         at: service::now(),
     };
     if let Some(token) = &settings.admin_token {
-        anyhow::ensure!(
-            token.0.len() >= 16,
-            "BUDGETD_ADMIN_TOKEN must be at least 16 characters"
-        );
+        check_admin_token(&token.0)?;
         store
             .upsert_token(
                 "admin",
@@ -251,7 +311,9 @@ async fn bootstrap_admin(
         return Ok(None);
     }
     let token = generate_token();
-    store
+    // The file first: a token the store knows but nobody can read would lock the admin out.
+    let path = write_secret_file(&settings.data_dir, ADMIN_TOKEN_FILE, &token)?;
+    let stored = store
         .upsert_token(
             "admin",
             Role::Admin,
@@ -259,8 +321,48 @@ async fn bootstrap_admin(
             audit("token.generate"),
         )
         .await
-        .context("failed to store the generated admin token")?;
-    Ok(Some(token))
+        .context("failed to store the generated admin token");
+    if let Err(e) = stored {
+        let _ = std::fs::remove_file(&path);
+        return Err(e);
+    }
+    tracing::info!(file = %path.display(), "generated the admin token");
+    Ok(Some(path))
+}
+
+/// Creates `dir/name` holding `secret` and a newline: readable by the owner only (0600),
+/// created exclusively (an existing file is never overwritten), synced to disk. Returns its
+/// absolute path.
+fn write_secret_file(dir: &Path, name: &str, secret: &str) -> anyhow::Result<PathBuf> {
+    use std::io::Write as _;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("failed to create data directory {}", dir.display()))?;
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
+    let path = dir.join(name);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = match options.open(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => anyhow::bail!(
+            "the store has no admin token and {} already exists (budgetd never overwrites it): \
+             if it holds a token you still need, set BUDGETD_ADMIN_TOKEN to it; otherwise \
+             remove the file to have a new token generated",
+            path.display()
+        ),
+        Err(e) => {
+            return Err(e).with_context(|| format!("failed to create {}", path.display()));
+        }
+    };
+    file.write_all(format!("{secret}\n").as_bytes())
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("failed to write {}", path.display()))?;
+    #[cfg(unix)]
+    if let Ok(d) = std::fs::File::open(&dir) {
+        let _ = d.sync_all();
+    }
+    Ok(path)
 }
 
 /// Forgets `Idempotency-Key` records after a day.
@@ -282,14 +384,8 @@ async fn load_demo(state: &AppState) -> anyhow::Result<bool> {
     if !state.store.list_chains().await?.is_empty() {
         return Ok(false);
     }
-    let uploader = Principal {
-        name: "demo-uploader".into(),
-        role: Role::Uploader,
-    };
-    let approver = Principal {
-        name: "demo-approver".into(),
-        role: Role::Approver,
-    };
+    let uploader = Principal::internal("demo-uploader", Role::Uploader);
+    let approver = Principal::internal("demo-approver", Role::Approver);
     let parse = |s: &str| serde_json::from_str::<serde_json::Value>(s).expect("example is JSON");
     let err = |e: crate::error::ApiError| anyhow::anyhow!("demo: {e}");
     service::put_topology(
@@ -311,4 +407,62 @@ async fn load_demo(state: &AppState) -> anyhow::Result<bool> {
         .await
         .map_err(err)?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weak_and_placeholder_admin_tokens_are_refused() {
+        for weak in [
+            "",
+            "short",
+            "change-me-admin-token",
+            "replace-with-a-long-random-token",
+            "CHANGEME-0123456789abcdef0123456789abcdef",
+            "test-admin-token-0123456789abcdefghijkl",
+            "an-example-token-0123456789abcdefghijkl",
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            "abababababababababababababababababababab",
+            "0123456701234567012345670123456701234567",
+            "3f9c0d6e1b2a4c5d8e7f90a1b2c3d4e5 f6a7b8c9",
+        ] {
+            assert!(admin_token_weakness(weak).is_some(), "{weak:?} accepted");
+            let e = check_admin_token(weak).unwrap_err().to_string();
+            assert!(e.contains("openssl rand -hex 32"), "{e}");
+            assert!(
+                weak.len() < 8 || !e.contains(weak),
+                "the token is echoed: {e}"
+            );
+        }
+        for strong in [
+            "3f9c0d6e1b2a4c5d8e7f90a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8091a2b",
+            "bgt_0b8e4f3c2a1d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f",
+            "Zk3pQ9vX2mL7wR4tY8nB1cF6hJ0sD5gA",
+        ] {
+            assert_eq!(admin_token_weakness(strong), None, "{strong:?}");
+        }
+        for _ in 0..100 {
+            assert_eq!(admin_token_weakness(&generate_token()), None);
+        }
+    }
+
+    #[test]
+    fn secret_files_are_private_and_never_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let path = write_secret_file(&data, ADMIN_TOKEN_FILE, "s3cr3t").unwrap();
+        assert!(path.is_absolute());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "s3cr3t\n");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let e = write_secret_file(&data, ADMIN_TOKEN_FILE, "other").unwrap_err();
+        assert!(e.to_string().contains("already exists"), "{e}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "s3cr3t\n");
+    }
 }

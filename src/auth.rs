@@ -51,9 +51,37 @@ pub struct Principal {
     /// The token's name; recorded as the actor of everything the caller does.
     pub name: String,
     pub role: Role,
+    /// The person or pipeline the token belongs to (SPEC §7): four eyes compares owners, so
+    /// a second token of the same owner is still the same person.
+    pub owner: String,
+    /// The token's identity: the SHA-256 of its secret, as stored ([`hash_token`]). Unlike
+    /// the name, it is never inherited by a token issued later under the same name.
+    pub token_id: String,
+}
+
+impl From<crate::store::TokenRecord> for Principal {
+    fn from(record: crate::store::TokenRecord) -> Self {
+        Self {
+            name: record.name,
+            role: record.role,
+            owner: record.owner,
+            token_id: record.token_id,
+        }
+    }
 }
 
 impl Principal {
+    /// A caller inside the server (start-up tasks such as the demo): its own owner, and an
+    /// identity no token can have (a token's identity is a hex hash).
+    pub fn internal(name: &str, role: Role) -> Self {
+        Self {
+            name: name.to_owned(),
+            role,
+            owner: name.to_owned(),
+            token_id: format!("internal:{name}"),
+        }
+    }
+
     /// Whether the caller has one of `roles`; `admin` may do everything.
     pub fn has_any(&self, roles: &[Role]) -> bool {
         self.role == Role::Admin || roles.contains(&self.role)
@@ -72,7 +100,7 @@ pub fn hash_token(token: &str) -> String {
     hex::encode(sha2::Sha256::digest(token.as_bytes()))
 }
 
-/// Token names: short, printable, no spaces (they appear in audit logs and URLs).
+/// Token names and owners: short, printable, no spaces (they appear in audit logs and URLs).
 pub fn valid_token_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name

@@ -48,6 +48,71 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// TLS for both listeners (off unless both files are set).
     pub tls: TlsSettings,
+    /// Connection limit and timeouts of the HTTP listener.
+    pub http_limits: HttpLimits,
+    /// Limits of the agents' gRPC Watch streams and how long the fleet remembers an agent.
+    pub agents: AgentSettings,
+}
+
+/// What agents may hold, and how long a gone agent is remembered.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSettings {
+    /// Watch streams one token may hold open on one replica; one more answers
+    /// RESOURCE_EXHAUSTED.
+    pub max_streams_per_token: usize,
+    /// Seconds an agent with no Watch stream stays in fleet status (`GET /agents`, memory
+    /// and database) before it is forgotten.
+    pub retention_secs: u64,
+}
+
+impl Default for AgentSettings {
+    fn default() -> Self {
+        Self {
+            max_streams_per_token: 1024,
+            retention_secs: 24 * 3600,
+        }
+    }
+}
+
+impl AgentSettings {
+    /// [`Self::retention_secs`], at least one second.
+    pub fn retention(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.retention_secs.max(1))
+    }
+}
+
+/// What one HTTP client may hold: connections and how long each may sit idle or stall.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct HttpLimits {
+    /// Open HTTP connections (TLS handshakes included); at the limit, new connections wait in
+    /// the kernel's backlog until one closes.
+    pub max_connections: usize,
+    /// Seconds a client has to send a request's headers; HTTP/1 also waits this long for the
+    /// next request on a kept-alive connection.
+    pub header_read_timeout_secs: u64,
+    /// Seconds a connection may stay open with no request in flight (HTTP/2 included).
+    pub idle_timeout_secs: u64,
+    /// Seconds a request body may go without a byte arriving (uploads included).
+    pub body_read_timeout_secs: u64,
+    /// Seconds a request may take in total, load-test uploads and archive verification excepted.
+    pub request_timeout_secs: u64,
+    /// Concurrent requests (streams) on one HTTP/2 connection.
+    pub max_concurrent_streams: u32,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 4096,
+            header_read_timeout_secs: 10,
+            idle_timeout_secs: 60,
+            body_read_timeout_secs: 30,
+            request_timeout_secs: 60,
+            max_concurrent_streams: 100,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -104,12 +169,14 @@ impl Default for Settings {
             admin_token: None,
             log_format: LogFormat::Text,
             tls: TlsSettings::default(),
+            http_limits: HttpLimits::default(),
+            agents: AgentSettings::default(),
         }
     }
 }
 
 /// Environment keys that belong to the server (others, such as budgetctl's, are ignored).
-const ENV_KEYS: [&str; 13] = [
+const ENV_KEYS: [&str; 14] = [
     "archive_url",
     "archive_prefix",
     "data_dir",
@@ -123,6 +190,7 @@ const ENV_KEYS: [&str; 13] = [
     "admin_token",
     "log_format",
     "tls",
+    "agents",
 ];
 
 fn insert_nested(dict: &mut Dict, path: &[&str], value: Value) {
@@ -256,6 +324,9 @@ max_upload_bytes = 4294967296
 log_format = "text"
 
 # The admin token installed at start. Prefer the environment: BUDGETD_ADMIN_TOKEN=...
+# At least 32 characters and no placeholder ("change-me", "example", "admin", ...), or the
+# start fails; make one with `openssl rand -hex 32`. Unset, on a store without an admin
+# token, budgetd generates one into {data_dir}/admin-token (mode 0600) and prints the path.
 # admin_token = "..."
 
 [approval]
@@ -272,6 +343,36 @@ require_distinct_approver = true
 # connections without a restart (open connections keep their certificate); a pair that does
 # not load is logged and the previous certificate kept. 0 never reloads.
 reload_interval_secs = 5
+
+[http_limits]
+# Bounds on what HTTP clients may hold open (docs/limits.md). Environment:
+# BUDGETD_HTTP_LIMITS__MAX_CONNECTIONS and so on.
+# Open HTTP connections, TLS handshakes included. At the limit budgetd stops accepting until
+# one closes (new clients wait in the kernel's listen backlog).
+max_connections = 4096
+# Seconds a client has to send a request's headers. HTTP/1 also gives a kept-alive
+# connection this long to start its next request.
+header_read_timeout_secs = 10
+# Seconds a connection may stay open with no request in flight (HTTP/1 and HTTP/2).
+idle_timeout_secs = 60
+# Seconds a request body may go without a byte arriving; the request is then aborted. Uploads
+# of any size are fine as long as bytes keep coming.
+body_read_timeout_secs = 30
+# Seconds a request may take in total (answer 503). Not applied to load-test uploads
+# (POST /api/v1/chains/{chain}/runs) or GET /api/v1/archive/verify.
+request_timeout_secs = 60
+# Concurrent requests (streams) on one HTTP/2 connection.
+max_concurrent_streams = 100
+
+[agents]
+# Watch streams one token may hold open on one replica (each costs about 10-12 KiB); one more
+# is refused with RESOURCE_EXHAUSTED. Give each service (or group of agents) its own agent
+# token, or raise this for a token shared by a larger fleet.
+# Environment: BUDGETD_AGENTS__MAX_STREAMS_PER_TOKEN, BUDGETD_AGENTS__RETENTION_SECS.
+max_streams_per_token = 1024
+# Seconds an agent without a Watch stream stays in fleet status (GET /api/v1/agents, memory,
+# database) before it is forgotten. Connected agents stay. Default: 24 h.
+retention_secs = 86400
 "#;
 
 #[cfg(test)]
@@ -319,6 +420,42 @@ mod tests {
         assert_eq!(s.tls.cert_file, Some(PathBuf::from("/tls/tls.crt")));
         assert_eq!(s.tls.key_file, Some(PathBuf::from("/tls/tls.key")));
         assert_eq!(s.tls.reload_interval_secs, 2);
+    }
+
+    #[test]
+    fn http_limits_from_the_environment() {
+        let s = Settings::load(None, &[]).unwrap();
+        assert_eq!(s.http_limits, HttpLimits::default());
+        let s = Settings::load(
+            None,
+            &env(&[
+                ("BUDGETD_HTTP", "127.0.0.1:9999"),
+                ("BUDGETD_HTTP_LIMITS__MAX_CONNECTIONS", "10"),
+                ("BUDGETD_HTTP_LIMITS__IDLE_TIMEOUT_SECS", "5"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.http.port(), 9999);
+        assert_eq!(s.http_limits.max_connections, 10);
+        assert_eq!(s.http_limits.idle_timeout_secs, 5);
+        assert_eq!(s.http_limits.header_read_timeout_secs, 10);
+    }
+
+    #[test]
+    fn agent_settings_from_the_environment() {
+        let s = Settings::load(None, &[]).unwrap();
+        assert_eq!(s.agents, AgentSettings::default());
+        assert_eq!(s.agents.retention(), std::time::Duration::from_secs(86400));
+        let s = Settings::load(
+            None,
+            &env(&[
+                ("BUDGETD_AGENTS__MAX_STREAMS_PER_TOKEN", "8"),
+                ("BUDGETD_AGENTS__RETENTION_SECS", "60"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.agents.max_streams_per_token, 8);
+        assert_eq!(s.agents.retention_secs, 60);
     }
 
     #[test]

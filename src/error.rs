@@ -19,6 +19,8 @@ pub enum Code {
     PayloadTooLarge,
     UnsupportedMediaType,
     ValidationFailed,
+    /// The client stopped sending its request body.
+    RequestTimeout,
     Internal,
     Unavailable,
 }
@@ -38,6 +40,7 @@ impl Code {
             Self::ValidationFailed => "validation_failed",
             Self::Internal => "internal",
             Self::Unavailable => "unavailable",
+            Self::RequestTimeout => "request_timeout",
         }
     }
 
@@ -54,6 +57,7 @@ impl Code {
             Self::ValidationFailed => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
         }
     }
 }
@@ -142,6 +146,7 @@ impl Code {
             Self::PayloadTooLarge => tonic::Code::ResourceExhausted,
             Self::Internal => tonic::Code::Internal,
             Self::Unavailable => tonic::Code::Unavailable,
+            Self::RequestTimeout => tonic::Code::DeadlineExceeded,
         }
     }
 }
@@ -160,6 +165,7 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::NotFound(what) => Self::not_found(format!("{what} not found")),
             StoreError::Conflict(msg) => Self::conflict(msg),
+            StoreError::Invalid(msg) => Self::bad_request(msg),
             StoreError::Internal(source) => Self::internal(source),
         }
     }

@@ -3,21 +3,37 @@
 //! The hot path (a publication delivered to 10 000 streams) touches only atomics in each
 //! stream's own [`Slot`]; the status is written to the store in batches by [`Fleet::flush`],
 //! so `GET /api/v1/agents` shows the agents of every replica.
+//!
+//! Every `agent_id` is bound to the token that first watched it ([`Store::claim_agent`], in
+//! the database, so the binding holds across restarts and replicas): another token can neither
+//! watch, ACK nor overwrite it. Memory is bounded: a slot lives while the agent has a stream
+//! here (at most `agents.max_streams_per_token` per token, [`Fleet::open_stream`]) and until
+//! its last status is stored. Entries of agents gone longer than `agents.retention_secs` are
+//! deleted from the database ([`Fleet::expire`]); connected agents are rewritten now and then
+//! so they never look gone.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use crate::config::AgentSettings;
 use crate::service::now;
-use crate::store::{AgentStatus, Store};
+use crate::store::{AgentClaim, AgentStatus, Store, StoreError};
 
-/// One agent's status; shared by its stream and the fleet.
+/// One agent's status; shared by its streams and the fleet.
 #[derive(Debug)]
 pub struct Slot {
+    /// The identity of the token the agent is bound to.
+    token_id: String,
     status: Mutex<AgentStatus>,
     delivered: AtomicI64,
     dirty: AtomicBool,
+    /// Open Watch streams of the agent on this replica. Rises only under the fleet's lock, so
+    /// a slot the fleet forgets (no stream, status stored) is never used again.
+    streams: AtomicUsize,
+    /// When the status was last stored.
+    written: Mutex<Instant>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -49,82 +65,209 @@ impl Slot {
         s.delivered = s.delivered.max(self.delivered.load(Ordering::Acquire));
         s
     }
+
+    /// One more stream; the caller holds the fleet's lock.
+    fn attach(&self, service: &str, labels: BTreeMap<String, String>, replica: &str, at: &str) {
+        let mut s = lock(&self.status);
+        self.streams.fetch_add(1, Ordering::AcqRel);
+        s.service = service.to_owned();
+        s.labels = labels;
+        s.replica = replica.to_owned();
+        s.connected = true;
+        s.last_seen = at.to_owned();
+        drop(s);
+        self.touch();
+    }
+}
+
+/// Why an agent could not connect.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// Another token holds the agent id.
+    #[error("agent id is bound to another token")]
+    Taken,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What became of an ACK or NACK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckOutcome {
+    Recorded,
+    /// The agent streams here under another token.
+    OtherToken,
+    /// The agent has no stream on this replica.
+    Unknown,
+}
+
+/// Open Watch streams per token on this replica.
+type StreamCounts = Arc<Mutex<HashMap<String, usize>>>;
+
+/// One Watch stream's place in its token's quota, given back when dropped.
+#[derive(Debug)]
+pub struct StreamPermit {
+    counts: StreamCounts,
+    token_id: String,
+}
+
+impl Drop for StreamPermit {
+    fn drop(&mut self) {
+        let mut counts = lock(&self.counts);
+        if let Some(n) = counts.get_mut(&self.token_id) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.token_id);
+            }
+        }
+    }
 }
 
 #[derive(Clone)]
 pub struct Fleet {
     replica: String,
     agents: Arc<Mutex<HashMap<String, Arc<Slot>>>>,
+    streams: StreamCounts,
     store: Arc<dyn Store>,
+    max_streams_per_token: usize,
+    retention: Duration,
 }
 
 impl Fleet {
-    pub fn new(store: Arc<dyn Store>, replica: String) -> Self {
+    pub fn new(store: Arc<dyn Store>, replica: String, settings: &AgentSettings) -> Self {
         Self {
             replica,
             agents: Default::default(),
+            streams: Default::default(),
             store,
+            max_streams_per_token: settings.max_streams_per_token,
+            retention: settings.retention(),
         }
     }
 
-    /// An agent opened a Watch stream; the returned slot records what the stream delivers.
-    pub fn connected(
+    /// A place for one more Watch stream of the token `token_id`, or `None` when it holds
+    /// `agents.max_streams_per_token` already.
+    pub fn open_stream(&self, token_id: &str) -> Option<StreamPermit> {
+        let mut counts = lock(&self.streams);
+        let n = counts.entry(token_id.to_owned()).or_insert(0);
+        if *n >= self.max_streams_per_token {
+            return None;
+        }
+        *n += 1;
+        Some(StreamPermit {
+            counts: self.streams.clone(),
+            token_id: token_id.to_owned(),
+        })
+    }
+
+    /// The stream limit per token in effect.
+    pub fn max_streams_per_token(&self) -> usize {
+        self.max_streams_per_token
+    }
+
+    /// An agent opened a Watch stream with the token `token_id` (named `token`); the returned
+    /// slot records what the stream delivers. `Taken` when another token holds `agent_id`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn connected(
         &self,
         agent_id: &str,
+        token_id: &str,
+        token: &str,
         service: &str,
         labels: BTreeMap<String, String>,
         known_revision: i64,
-    ) -> Arc<Slot> {
+    ) -> Result<Arc<Slot>, ConnectError> {
         let at = now();
-        let mut agents = lock(&self.agents);
-        let slot = agents
-            .entry(agent_id.to_owned())
-            .or_insert_with(|| {
-                Arc::new(Slot {
-                    status: Mutex::new(AgentStatus {
-                        agent_id: agent_id.to_owned(),
-                        service: service.to_owned(),
-                        labels: BTreeMap::new(),
-                        chains: Vec::new(),
-                        replica: self.replica.clone(),
-                        connected: true,
-                        delivered: 0,
-                        acked: 0,
-                        nack_revision: None,
-                        nack_error: None,
-                        first_seen: at.clone(),
-                        last_seen: at.clone(),
-                    }),
-                    delivered: AtomicI64::new(0),
-                    dirty: AtomicBool::new(true),
-                })
-            })
-            .clone();
-        drop(agents);
         {
-            let mut s = lock(&slot.status);
-            s.service = service.to_owned();
-            s.labels = labels;
-            s.replica = self.replica.clone();
-            s.connected = true;
-            s.last_seen = at;
+            // A reconnect to this replica: the binding was checked when the slot was made.
+            let agents = lock(&self.agents);
+            if let Some(slot) = agents.get(agent_id).filter(|s| s.token_id == token_id) {
+                slot.attach(service, labels, &self.replica, &at);
+                slot.delivered.fetch_max(known_revision, Ordering::AcqRel);
+                return Ok(slot.clone());
+            }
         }
-        slot.delivered.fetch_max(known_revision, Ordering::AcqRel);
-        slot.touch();
-        slot
-    }
-
-    /// The stream of `slot` ended.
-    pub fn disconnected(&self, slot: &Slot) {
-        lock(&slot.status).connected = false;
-        slot.touch();
-    }
-
-    /// Records an ACK or NACK. Returns false for an agent this replica never saw.
-    pub fn acked(&self, agent_id: &str, revision: i64, accepted: bool, error: &str) -> bool {
-        let Some(slot) = lock(&self.agents).get(agent_id).cloned() else {
-            return false;
+        let fresh = AgentStatus {
+            agent_id: agent_id.to_owned(),
+            service: service.to_owned(),
+            labels: labels.clone(),
+            chains: Vec::new(),
+            replica: self.replica.clone(),
+            connected: true,
+            delivered: known_revision,
+            acked: 0,
+            nack_revision: None,
+            nack_error: None,
+            first_seen: at.clone(),
+            last_seen: at.clone(),
+            token: Some(token.to_owned()),
+            token_id: token_id.to_owned(),
         };
+        let stored = match self.store.claim_agent(&fresh).await? {
+            AgentClaim::Taken => return Err(ConnectError::Taken),
+            AgentClaim::Bound(stored) => *stored,
+        };
+        // Continue from what the store knows (the agent may have streamed here or from another
+        // replica before): what it acknowledged, refused and receives.
+        let status = AgentStatus {
+            chains: stored.chains,
+            acked: stored.acked,
+            nack_revision: stored.nack_revision,
+            nack_error: stored.nack_error,
+            first_seen: stored.first_seen,
+            connected: false,
+            ..fresh
+        };
+        let mut agents = lock(&self.agents);
+        let slot = match agents.get(agent_id).filter(|s| s.token_id == token_id) {
+            // Another stream of the agent got here first.
+            Some(slot) => slot.clone(),
+            None => {
+                // A slot of another token (whose token was revoked since) is replaced; its
+                // stream keeps its own slot, which is never stored again.
+                let slot = Arc::new(Slot {
+                    token_id: token_id.to_owned(),
+                    delivered: AtomicI64::new(known_revision),
+                    status: Mutex::new(status),
+                    dirty: AtomicBool::new(true),
+                    streams: AtomicUsize::new(0),
+                    written: Mutex::new(Instant::now()),
+                });
+                agents.insert(agent_id.to_owned(), slot.clone());
+                slot
+            }
+        };
+        slot.attach(service, labels, &self.replica, &at);
+        slot.delivered.fetch_max(known_revision, Ordering::AcqRel);
+        Ok(slot)
+    }
+
+    /// A stream of `slot` ended.
+    pub fn disconnected(&self, slot: &Slot) {
+        let mut s = lock(&slot.status);
+        let left = slot
+            .streams
+            .fetch_sub(1, Ordering::AcqRel)
+            .saturating_sub(1);
+        s.connected = left > 0;
+        drop(s);
+        slot.touch();
+    }
+
+    /// Records an ACK or NACK of `agent_id` sent with the token `token_id`.
+    pub fn acked(
+        &self,
+        agent_id: &str,
+        token_id: &str,
+        revision: i64,
+        accepted: bool,
+        error: &str,
+    ) -> AckOutcome {
+        let Some(slot) = lock(&self.agents).get(agent_id).cloned() else {
+            return AckOutcome::Unknown;
+        };
+        if slot.token_id != token_id {
+            return AckOutcome::OtherToken;
+        }
         {
             let mut s = lock(&slot.status);
             if accepted {
@@ -135,21 +278,39 @@ impl Fleet {
             }
         }
         slot.touch();
-        true
+        AckOutcome::Recorded
     }
 
-    /// Writes what changed since the last flush.
+    /// How often a connected agent's entry is rewritten, so it never looks gone.
+    fn heartbeat(&self) -> Duration {
+        (self.retention / 4).min(Duration::from_secs(3600))
+    }
+
+    /// The oldest `last_seen` of an agent still shown: now minus the retention period.
+    pub fn seen_since(&self) -> String {
+        let cutoff = chrono::Utc::now()
+            - chrono::Duration::from_std(self.retention).unwrap_or(chrono::Duration::MAX);
+        cutoff.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    }
+
+    /// Writes what changed since the last flush (and connected agents due for a heartbeat),
+    /// then forgets the slots of agents whose streams all ended.
     pub async fn flush(&self) {
-        let dirty: Vec<Arc<Slot>> = lock(&self.agents)
+        let heartbeat = self.heartbeat();
+        let due: Vec<Arc<Slot>> = lock(&self.agents)
             .values()
-            .filter(|s| s.dirty.swap(false, Ordering::AcqRel))
+            .filter(|s| {
+                s.dirty.swap(false, Ordering::AcqRel)
+                    || (s.streams.load(Ordering::Acquire) > 0
+                        && lock(&s.written).elapsed() >= heartbeat)
+            })
             .cloned()
             .collect();
-        if dirty.is_empty() {
+        if due.is_empty() {
             return;
         }
         let at = now();
-        let batch: Vec<AgentStatus> = dirty
+        let batch: Vec<AgentStatus> = due
             .iter()
             .map(|slot| {
                 let mut s = slot.snapshot();
@@ -160,19 +321,47 @@ impl Fleet {
             .collect();
         if let Err(e) = self.store.upsert_agents(&batch).await {
             tracing::warn!(error = %e, agents = batch.len(), "failed to record fleet status; will retry");
-            for slot in &dirty {
+            for slot in &due {
                 slot.touch();
             }
+            return;
+        }
+        let written = Instant::now();
+        for slot in &due {
+            *lock(&slot.written) = written;
+        }
+        lock(&self.agents).retain(|_, slot| {
+            slot.streams.load(Ordering::Acquire) > 0 || slot.dirty.load(Ordering::Acquire)
+        });
+    }
+
+    /// Deletes the entries of agents gone longer than the retention period.
+    pub async fn expire(&self) {
+        match self.store.expire_agents(&self.seen_since()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                removed = n,
+                "forgot agents gone longer than the retention period"
+            ),
+            Err(e) => tracing::warn!(error = %e, "failed to expire gone agents; will retry"),
         }
     }
 
+    /// Flushes every `every`, and expires gone agents every quarter of the retention period
+    /// (at most every 10 minutes).
     pub fn spawn_flusher(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let fleet = self.clone();
+        let sweep = (self.retention / 4).clamp(Duration::from_secs(1), Duration::from_secs(600));
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
+            let mut last_sweep: Option<Instant> = None;
             loop {
                 tick.tick().await;
                 fleet.flush().await;
+                if last_sweep.is_none_or(|t| t.elapsed() >= sweep) {
+                    fleet.expire().await;
+                    last_sweep = Some(Instant::now());
+                }
             }
         })
     }

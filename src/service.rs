@@ -42,6 +42,12 @@ fn audit(principal: &Principal, action: &'static str, chain: Option<&str>, detai
 
 /// Chain names: lowercase letters, digits, `-`, `_`, `.`; 1–64 characters.
 pub fn check_chain_name(chain: &str) -> ApiResult<()> {
+    if chain.len() > 64 {
+        // Not echoed: it may be huge.
+        return Err(ApiError::bad_request(
+            "invalid chain name: longer than 64 characters",
+        ));
+    }
     let ok = (1..=64).contains(&chain.len())
         && chain
             .chars()
@@ -87,7 +93,7 @@ fn violations_of<E: Serialize>(message: String, errors: Vec<E>) -> ApiError {
     ApiError::validation(message, json!({ "violations": errors }))
 }
 
-#[tracing::instrument(skip_all, fields(chain = %chain))]
+#[tracing::instrument(skip_all, fields(chain = ?chain))]
 pub async fn put_topology(
     state: &AppState,
     principal: &Principal,
@@ -169,7 +175,7 @@ fn draft_document(
     })
 }
 
-#[tracing::instrument(skip_all, fields(chain = %chain))]
+#[tracing::instrument(skip_all, fields(chain = ?chain))]
 pub async fn upload_run(
     state: &AppState,
     principal: &Principal,
@@ -201,7 +207,7 @@ pub async fn upload_run(
 
 /// A run read from load-tool files: labels mapped to segments (`map` first, then the
 /// topology's `labels`), then stored exactly like the equivalent native upload.
-#[tracing::instrument(skip_all, fields(chain = %chain))]
+#[tracing::instrument(skip_all, fields(chain = ?chain))]
 pub async fn upload_tool_run(
     state: &AppState,
     principal: &Principal,
@@ -321,6 +327,7 @@ async fn record_run(
             mapping: mapping.clone(),
             data: run.clone(),
             uploaded_by: principal.name.clone(),
+            uploaded_by_owner: principal.owner.clone(),
             created_at: created_at.clone(),
         };
         let audit = audit(
@@ -364,7 +371,7 @@ async fn record_run(
     )))
 }
 
-#[tracing::instrument(skip_all, fields(chain = %chain, run = %run_id))]
+#[tracing::instrument(skip_all, fields(chain = ?chain, run = ?run_id))]
 pub async fn recompute(
     state: &AppState,
     principal: &Principal,
@@ -397,20 +404,15 @@ pub async fn recompute(
     Ok(stored)
 }
 
-#[tracing::instrument(skip_all, fields(baseline = %id))]
+#[tracing::instrument(skip_all, fields(baseline = ?id))]
 pub async fn approve(
     state: &AppState,
     principal: &Principal,
     id: &str,
     comment: Option<String>,
 ) -> ApiResult<(StoredBaseline, Option<Published>)> {
+    // Whether it is still a draft is decided by the store, in the transaction.
     let stored = state.store.get_baseline(id).await?;
-    if stored.doc.state != BaselineState::Draft {
-        return Err(ApiError::conflict(format!(
-            "baseline {id} is {}; only a draft can be approved",
-            stored.doc.state.as_str()
-        )));
-    }
     if stored.doc.has_errors() {
         let errors: Vec<&Finding> = stored
             .doc
@@ -426,18 +428,21 @@ pub async fn approve(
             json!({ "findings": errors }),
         ));
     }
-    if state.settings.approval.require_distinct_approver && stored.run_uploaded_by == principal.name
+    // Four eyes compares people, not tokens: whoever owns the token that uploaded the run
+    // may not approve, whichever of their tokens they use (admin included).
+    if state.settings.approval.require_distinct_approver
+        && stored.run_uploaded_by_owner == principal.owner
     {
         return Err(ApiError::forbidden(format!(
-            "four eyes: {} uploaded run {} and cannot approve its baseline; another approver must",
-            principal.name, stored.doc.run_id
+            "four eyes: {:?} owns the token {:?} that uploaded run {} and cannot approve its baseline; another person must",
+            principal.owner, stored.run_uploaded_by, stored.doc.run_id
         )));
     }
     let audit = audit(
         principal,
         "baseline.approve",
         Some(&stored.doc.chain),
-        json!({"comment": comment}),
+        json!({"comment": comment, "token": principal.name, "owner": principal.owner}),
     );
     let decided = state
         .store
@@ -456,7 +461,7 @@ async fn republish(state: &AppState) {
     }
 }
 
-#[tracing::instrument(skip_all, fields(baseline = %id))]
+#[tracing::instrument(skip_all, fields(baseline = ?id))]
 pub async fn reject(
     state: &AppState,
     principal: &Principal,
@@ -469,18 +474,13 @@ pub async fn reject(
             json!({"violations": [{"pointer": "/comment", "message": "required, non-empty"}]}),
         )
     })?;
+    // Whether it is still a draft is decided by the store, in the transaction.
     let stored = state.store.get_baseline(id).await?;
-    if stored.doc.state != BaselineState::Draft {
-        return Err(ApiError::conflict(format!(
-            "baseline {id} is {}; only a draft can be rejected",
-            stored.doc.state.as_str()
-        )));
-    }
     let audit = audit(
         principal,
         "baseline.reject",
         Some(&stored.doc.chain),
-        json!({"comment": comment}),
+        json!({"comment": comment, "token": principal.name, "owner": principal.owner}),
     );
     let (rejected, _) = state
         .store
@@ -490,7 +490,7 @@ pub async fn reject(
     Ok(rejected)
 }
 
-#[tracing::instrument(skip_all, fields(chain = %chain, baseline = %id))]
+#[tracing::instrument(skip_all, fields(chain = ?chain, baseline = ?id))]
 pub async fn rollback(
     state: &AppState,
     principal: &Principal,
@@ -511,14 +511,19 @@ pub async fn rollback(
             json!({"findings": target.doc.findings}),
         ));
     }
-    let audit = audit(principal, "chain.rollback", Some(chain), json!({}));
+    let audit = audit(
+        principal,
+        "chain.rollback",
+        Some(chain),
+        json!({"token": principal.name, "owner": principal.owner}),
+    );
     let published = state.store.rollback(chain, id, audit).await?;
     republish(state).await;
     Ok(published)
 }
 
 /// The live config of a chain: its latest publication.
-#[tracing::instrument(skip_all, fields(chain = %chain))]
+#[tracing::instrument(skip_all, fields(chain = ?chain))]
 pub async fn budgets(state: &AppState, chain: &str) -> ApiResult<LiveChain> {
     check_chain_name(chain)?;
     let publication = state
@@ -538,7 +543,7 @@ pub async fn budgets(state: &AppState, chain: &str) -> ApiResult<LiveChain> {
     ))
 }
 
-#[tracing::instrument(skip_all, fields(baseline = %id, against = %against))]
+#[tracing::instrument(skip_all, fields(baseline = ?id, against = ?against))]
 pub async fn diff(state: &AppState, id: &str, against: &str) -> ApiResult<BaselineDiff> {
     let to = state.store.get_baseline(id).await?;
     let from = if against == "current" {

@@ -1,7 +1,8 @@
 //! TLS for both listeners: one rustls certificate resolver, loaded from PEM files and reloaded
 //! when they change, behind one acceptor per listener (ALPN `h2` + `http/1.1` for HTTP, `h2`
-//! for gRPC). Handshakes run concurrently, off the accept loop; finished connections reach
-//! axum through [`TlsListener`] and tonic through [`Tls::grpc_incoming`].
+//! for gRPC). Handshakes run concurrently, off the accept loop: the HTTP serve loop
+//! (`http::serve`) runs each in its connection's task with [`Tls::http_acceptor`]; tonic gets
+//! finished connections through [`Tls::grpc_incoming`].
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -27,7 +28,7 @@ use crate::config::TlsSettings;
 pub type TlsConn = tokio_rustls::server::TlsStream<TcpStream>;
 
 /// Longest a client may take to finish its handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The one crypto provider budgetd's own TLS code uses (ring, like the agent's).
 pub fn provider() -> Arc<CryptoProvider> {
@@ -237,13 +238,11 @@ impl Tls {
         }))
     }
 
-    /// The HTTP listener: TLS connections (ALPN h2 or http/1.1) for `axum::serve`.
-    pub fn http_listener(&self, listener: TcpListener) -> std::io::Result<TlsListener> {
-        let local_addr = listener.local_addr()?;
-        Ok(TlsListener {
-            rx: accept_tls(listener, self.http.clone()),
-            local_addr,
-        })
+    /// The HTTP acceptor (ALPN h2 or http/1.1); the serve loop runs each handshake, within
+    /// [`HANDSHAKE_TIMEOUT`], in the task of a connection that already holds a slot of the
+    /// connection limit.
+    pub fn http_acceptor(&self) -> TlsAcceptor {
+        self.http.clone()
     }
 
     /// The gRPC listener: TLS connections (ALPN h2) for tonic's `serve_with_incoming*`.
@@ -300,29 +299,6 @@ fn accept_tls(
         }
     });
     rx
-}
-
-/// TLS connections for `axum::serve`, handshakes done.
-pub struct TlsListener {
-    rx: mpsc::Receiver<(TlsConn, SocketAddr)>,
-    local_addr: SocketAddr,
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsConn;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.rx.recv().await {
-            Some(conn) => conn,
-            // The accept task only ends once this listener is gone.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local_addr)
-    }
 }
 
 #[cfg(test)]

@@ -182,6 +182,22 @@
     get(path) {
       return this.request('GET', path);
     },
+    /**
+     * A paginated list (`?limit=`, `next_cursor`): the items of `field` of every page, in
+     * order, up to `maxPages` pages of 1000. Resolves to { items, more } (`more`: pages were left).
+     */
+    async getAll(path, field, maxPages) {
+      const sep = path.includes('?') ? '&' : '?';
+      const items = [];
+      let cursor = null;
+      for (let page = 0; page < (maxPages || 100); page++) {
+        const data = await this.get(path + sep + 'limit=1000' + (cursor ? '&cursor=' + encodeURIComponent(cursor) : ''));
+        items.push(...(data[field] || []));
+        cursor = data.next_cursor;
+        if (!cursor) return { items, more: false };
+      }
+      return { items, more: true };
+    },
     post(path, json) {
       return this.request('POST', path, { json });
     },
@@ -598,7 +614,7 @@
       const archive = h('span', null, c.current_baseline ? '…' : '—');
       const chainQ = enc(c.name);
       if (c.drafts) {
-        ui.fill(drafts, api.get('/chains/' + chainQ + '/baselines?state=draft'), (r) =>
+        ui.fill(drafts, api.getAll('/chains/' + chainQ + '/baselines?state=draft', 'baselines').then(({ items }) => ({ baselines: items })), (r) =>
           h('span', { class: 'draft-list' }, r.baselines.map((b) => h('span', { class: 'draft-item' }, ui.baselineLink(b.id), b.has_errors ? h('span', { class: 'badge badge-error' }, 'errors') : null))));
       }
       const current = c.current_baseline ? api.get('/baselines/' + enc(c.current_baseline)) : Promise.resolve(null);
@@ -1004,10 +1020,10 @@
     let timer = null;
     const poll = async () => {
       try {
-        const { agents } = await api.get('/agents');
+        const { items: agents, more } = await api.getAll('/agents', 'agents', 10);
         if (!ctx.alive) return;
         render(agents);
-        status.textContent = agents.length + ' agent' + (agents.length === 1 ? '' : 's') + ' · live, updated ' + fmt.clock(new Date());
+        status.textContent = (more ? 'First ' : '') + agents.length + ' agent' + (agents.length === 1 ? '' : 's') + ' · live, updated ' + fmt.clock(new Date());
         status.classList.remove('text-error');
       } catch (e) {
         if (!ctx.alive) return;
@@ -1027,7 +1043,7 @@
     const c = caps.current();
     const [live, list, audit] = await Promise.all([
       api.get('/chains/' + chainQ + '/budgets').catch((e) => (e.status === 404 ? null : Promise.reject(e))),
-      api.get('/chains/' + chainQ + '/baselines'),
+      api.getAll('/chains/' + chainQ + '/baselines', 'baselines').then(({ items }) => ({ baselines: items })),
       api.get('/audit?chain=' + chainQ + '&limit=50'),
     ]);
     root.appendChild(h('p', { id: 'live', class: 'live-box' }, live

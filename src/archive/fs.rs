@@ -63,13 +63,29 @@ impl Archive for FsArchive {
             path.file_name().unwrap_or_default().to_string_lossy(),
             rand::random::<u64>()
         ));
-        tokio::fs::write(&tmp, body)
-            .await
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        // Durable before it counts as uploaded: the file's bytes, then the rename (the folder).
+        let (tmp_path, body) = (tmp.clone(), body.to_vec());
+        let written = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            use std::io::Write as _;
+            let mut file = std::fs::File::create(&tmp_path)?;
+            file.write_all(&body)?;
+            file.sync_all()
+        })
+        .await
+        .context("archive write task failed")?;
+        if let Err(e) = written {
+            let _ = tokio::fs::remove_file(&tmp).await;
+            return Err(e).with_context(|| format!("cannot write {}", tmp.display()));
+        }
         if let Err(e) = tokio::fs::rename(&tmp, &path).await {
             let _ = tokio::fs::remove_file(&tmp).await;
             return Err(e).with_context(|| format!("cannot move {} into place", path.display()));
         }
+        let dir = dir.to_owned();
+        tokio::task::spawn_blocking(move || std::fs::File::open(&dir)?.sync_all())
+            .await
+            .context("archive fsync task failed")?
+            .with_context(|| format!("cannot sync folder {}", path.display()))?;
         Ok(())
     }
 

@@ -90,6 +90,10 @@ enum TokenCommand {
         /// A unique name; it is recorded as the actor of everything the token does.
         #[arg(long)]
         name: String,
+        /// The person or pipeline the token belongs to (four eyes compares owners)
+        /// [default: the name]
+        #[arg(long)]
+        owner: Option<String>,
     },
     /// Revoke a token by name.
     Revoke {
@@ -196,10 +200,13 @@ async fn serve(common: Common, listen: Listen, demo: bool) -> anyhow::Result<()>
     }
     init_logging(settings.log_format);
     let app = budgetd::App::build(settings).await?;
-    if let Some(token) = app.generated_admin_token() {
-        println!("budgetd: no admin token was configured; generated one (shown only this once):");
-        println!("  BUDGETD_TOKEN={token}");
-        println!("  create more with: budgetd token create --role approver --name alice");
+    if let Some(file) = app.admin_token_file() {
+        // Only where it is: stdout ends up in logs, the token must not.
+        println!("budgetd: admin token written to {}", file.display());
+        println!(
+            "budgetd:   use it with: export BUDGETD_TOKEN=$(cat {})",
+            file.display()
+        );
     }
     if demo && app.load_demo().await? {
         println!("budgetd: loaded the demo chain `checkout` (SPEC example A, approved)");
@@ -224,7 +231,12 @@ async fn token(command: TokenCommand) -> anyhow::Result<()> {
         at: budgetd::service::now(),
     };
     match command {
-        TokenCommand::Create { common, role, name } => {
+        TokenCommand::Create {
+            common,
+            role,
+            name,
+            owner,
+        } => {
             let role = Role::parse(&role).ok_or_else(|| {
                 anyhow::anyhow!(
                     "unknown role {role:?}: use reader, uploader, approver, agent or admin"
@@ -234,15 +246,23 @@ async fn token(command: TokenCommand) -> anyhow::Result<()> {
                 valid_token_name(&name),
                 "invalid token name {name:?}: 1-64 letters, digits, '-', '_', '.', '@'"
             );
+            let owner = owner.unwrap_or_else(|| name.clone());
+            anyhow::ensure!(
+                valid_token_name(&owner),
+                "invalid owner {owner:?}: 1-64 letters, digits, '-', '_', '.', '@'"
+            );
             let store = store::connect(&common.settings()?.database_url()).await?;
             let token = generate_token();
+            let mut created = audit("token.create", &name);
+            created.detail = serde_json::json!({"role": role, "owner": owner});
+            let new = store::NewToken {
+                name: name.clone(),
+                role,
+                owner,
+                hash: hash_token(&token),
+            };
             store
-                .create_token(
-                    &name,
-                    role,
-                    &hash_token(&token),
-                    audit("token.create", &name),
-                )
+                .create_token(&new, created)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             println!("{token}");

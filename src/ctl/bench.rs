@@ -61,6 +61,9 @@ fn grpc_tls(endpoint: Endpoint, admin: &Client) -> Result<Endpoint, CtlError> {
         .map_err(|e| CtlError::Input(format!("TLS for --grpc: {e}")))
 }
 
+/// Watch streams opened with one agent token (below budgetd's default per-token limit).
+const STREAMS_PER_TOKEN: u32 = 1000;
+
 fn internal(what: &str, e: impl std::fmt::Display) -> CtlError {
     CtlError::Internal(format!("{what}: {e}"))
 }
@@ -96,9 +99,8 @@ pub async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Result<()
     let tag = format!("{:08x}", rand::random::<u32>());
     let chain = format!("bench-{tag}");
 
-    let token = |role: &'static str| {
+    let token = |role: &'static str, name: String| {
         let admin = admin.clone();
-        let name = format!("bench-{role}-{tag}");
         async move {
             let v = admin
                 .post(
@@ -109,9 +111,18 @@ pub async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Result<()
             Ok::<String, CtlError>(v["token"].as_str().unwrap_or_default().to_owned())
         }
     };
-    let uploader = admin.with_token(&token("uploader").await?);
-    let approver = admin.with_token(&token("approver").await?);
-    let agent_token = token("agent").await?;
+    let uploader = admin.with_token(&token("uploader", format!("bench-uploader-{tag}")).await?);
+    let approver = admin.with_token(&token("approver", format!("bench-approver-{tag}")).await?);
+    // budgetd limits the Watch streams of one token (agents.max_streams_per_token, default
+    // 1024): one agent token per STREAMS_PER_TOKEN streams.
+    let mut agent_auth = Vec::new();
+    for k in 0..n.div_ceil(STREAMS_PER_TOKEN) {
+        let secret = token("agent", format!("bench-agent-{tag}-{k}")).await?;
+        agent_auth.push(
+            MetadataValue::try_from(format!("Bearer {secret}"))
+                .map_err(|e| internal("token", e))?,
+        );
+    }
 
     uploader
         .put(
@@ -140,6 +151,7 @@ pub async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Result<()
                 .as_str()
                 .ok_or_else(|| internal("upload", "the run opened no draft"))?
                 .to_owned();
+            let sent = Instant::now();
             let v = approver
                 .post(approver.url(&["baselines", &id, "approve"]), None)
                 .await?;
@@ -147,10 +159,10 @@ pub async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Result<()
             let revision = v["revision"]
                 .as_i64()
                 .ok_or_else(|| internal("approve", "no revision"))?;
-            Ok::<(i64, Instant), CtlError>((revision, done))
+            Ok::<(i64, Instant, Duration), CtlError>((revision, done, done - sent))
         }
     };
-    let (first_revision, _) = publish(300).await?;
+    let (first_revision, _, _) = publish(300).await?;
     let arrivals = Arc::new(Arrivals::default());
     arrivals.target.store(first_revision, Ordering::Release);
 
@@ -176,8 +188,6 @@ pub async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Result<()
             })?;
         channels.push(ch);
     }
-    let auth = MetadataValue::try_from(format!("Bearer {agent_token}"))
-        .map_err(|e| internal("token", e))?;
     let opened = Instant::now();
     for i in 0..n {
         let mut client = BudgetControlClient::new(channels[(i % connections) as usize].clone());
@@ -188,7 +198,10 @@ pub async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Result<()
             known_revision: 0,
             labels: Default::default(),
         });
-        req.metadata_mut().insert("authorization", auth.clone());
+        req.metadata_mut().insert(
+            "authorization",
+            agent_auth[(i / STREAMS_PER_TOKEN) as usize].clone(),
+        );
         let arrivals = arrivals.clone();
         tokio::spawn(async move {
             let Ok(resp) = client.watch(req).await else {
@@ -245,13 +258,15 @@ pub async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Result<()
     );
 
     let mut times = Vec::new();
+    let mut approvals = Vec::new();
     for round in 0..args.rounds {
         // Alternate payment p999 between 390 and 300 ms: ±30 %, drift every time.
         let p999 = if round % 2 == 0 { 390 } else { 300 };
         // The next revision is the last one + 1 on a quiet server; arm the round before publishing.
         arrivals.count.store(0, Ordering::Release);
         arrivals.target.fetch_add(1, Ordering::AcqRel);
-        let (revision, approved_at) = publish(p999).await?;
+        let (revision, approved_at, approve_took) = publish(p999).await?;
+        approvals.push(approve_took);
         if revision != arrivals.target.load(Ordering::Acquire) {
             return Err(internal("bench", format!("another publication interleaved (got revision {revision}); run the benchmark on a quiet server")));
         }
@@ -259,6 +274,8 @@ pub async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Result<()
         times.push(last.saturating_duration_since(approved_at));
     }
     times.sort();
+    approvals.sort();
+    let approve_ms = |p: f64| percentile(&approvals, p).as_secs_f64() * 1000.0;
     let (p50, p99, max) = (
         percentile(&times, 50.0),
         percentile(&times, 99.0),
@@ -269,6 +286,7 @@ pub async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Result<()
         "connections": connections,
         "rounds": args.rounds,
         "open_all_ms": open_time.as_secs_f64() * 1000.0,
+        "approve_ms": {"p50": approve_ms(50.0), "p99": approve_ms(99.0)},
         "time_to_all_ms": {"p50": p50.as_secs_f64() * 1000.0, "p99": p99.as_secs_f64() * 1000.0, "max": max.as_secs_f64() * 1000.0},
         "server_rss_bytes": {"before": rss_before, "after": rss_after},
         "server_rss_per_stream_bytes": per_stream,
@@ -279,9 +297,12 @@ pub async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Result<()
     } else {
         print(&format!(
             "streams: {n} over {connections} connection(s); rounds: {}\n\
+             approve call (request sent to response, durable commit included): p50 {:.1} ms, p99 {:.1} ms\n\
              time from approve response to all streams: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms\n\
              server memory per idle stream: {}",
             args.rounds,
+            approve_ms(50.0),
+            approve_ms(99.0),
             p50.as_secs_f64() * 1000.0,
             p99.as_secs_f64() * 1000.0,
             max.as_secs_f64() * 1000.0,

@@ -269,6 +269,35 @@ impl Client {
         self.send(Method::GET, url, None).await
     }
 
+    /// GET a paginated list, following `next_cursor` page after page: one answer with every
+    /// item of the array `field` (and no `next_cursor`).
+    pub async fn get_all(&self, url: Url, field: &str) -> Result<Value, CtlError> {
+        let mut first = self.get(url.clone()).await?;
+        let mut cursor = first
+            .get("next_cursor")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        while let Some(c) = cursor {
+            let mut next = url.clone();
+            next.query_pairs_mut().append_pair("cursor", &c);
+            let mut page = self.get(next).await?;
+            if let (Some(all), Some(more)) = (
+                first.get_mut(field).and_then(Value::as_array_mut),
+                page.get_mut(field).and_then(Value::as_array_mut),
+            ) {
+                all.append(more);
+            }
+            cursor = page
+                .get("next_cursor")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+        }
+        if let Some(obj) = first.as_object_mut() {
+            obj.remove("next_cursor");
+        }
+        Ok(first)
+    }
+
     /// PUT a JSON body (sent as is).
     pub async fn put(&self, url: Url, body: Vec<u8>) -> Result<Value, CtlError> {
         self.send(Method::PUT, url, Some(body)).await

@@ -426,6 +426,19 @@ pub enum TokenCommand {
         /// A unique name, recorded as the actor of everything the token does
         #[arg(long)]
         name: String,
+        /// The person or pipeline the token belongs to; four eyes compares owners
+        /// [default: the name]
+        #[arg(long)]
+        owner: Option<String>,
+    },
+    /// Issue a new token (new name and secret) with the role and owner of an existing one;
+    /// the old one works until revoked
+    Rotate {
+        /// The token to rotate
+        name: String,
+        /// The new token's name
+        #[arg(long = "new-name")]
+        new_name: String,
     },
     /// Revoke a token by name
     Revoke {
@@ -688,7 +701,7 @@ async fn execute(command: Command, client: &Client, json: bool) -> Result<(), Ct
         Command::Token(cmd) => token(cmd, client, json).await?,
         Command::Agents => show(
             json,
-            &client.get(client.url(&["agents"])).await?,
+            &client.get_all(client.url(&["agents"]), "agents").await?,
             render::agents,
         ),
         Command::Bench(BenchCommand::Watch(args)) => bench::watch(args, client, json).await?,
@@ -703,7 +716,11 @@ async fn baseline(command: BaselineCommand, client: &Client, json: bool) -> Resu
             if let Some(s) = &state {
                 url.query_pairs_mut().append_pair("state", s);
             }
-            show(json, &client.get(url).await?, render::baselines);
+            show(
+                json,
+                &client.get_all(url, "baselines").await?,
+                render::baselines,
+            );
         }
         BaselineCommand::Show { id } => {
             let doc = client.get(client.url(&["baselines", &id])).await?;
@@ -919,11 +936,11 @@ fn release_verdict(
 
 async fn token(command: TokenCommand, client: &Client, json: bool) -> Result<(), CtlError> {
     match command {
-        TokenCommand::Create { role, name } => {
+        TokenCommand::Create { role, name, owner } => {
             let v = client
                 .post(
                     client.url(&["tokens"]),
-                    Some(body(json!({ "name": name, "role": role }))),
+                    Some(body(json!({ "name": name, "role": role, "owner": owner }))),
                 )
                 .await?;
             if json {
@@ -934,6 +951,25 @@ async fn token(command: TokenCommand, client: &Client, json: bool) -> Result<(),
                     "created token {} (role {}); its secret is shown once, store it now:",
                     v["name"].as_str().unwrap_or(&name),
                     v["role"].as_str().unwrap_or(&role)
+                );
+                print(v["token"].as_str().unwrap_or_default());
+            }
+        }
+        TokenCommand::Rotate { name, new_name } => {
+            let v = client
+                .post(
+                    client.url(&["tokens", &name, "rotate"]),
+                    Some(body(json!({ "name": new_name }))),
+                )
+                .await?;
+            if json {
+                print(&pretty(&v));
+            } else {
+                eprintln!(
+                    "created token {} (role {}, owner {}) in place of {name}; revoke {name} once its clients have switched. The secret is shown once, store it now:",
+                    v["name"].as_str().unwrap_or(&new_name),
+                    v["role"].as_str().unwrap_or_default(),
+                    v["owner"].as_str().unwrap_or_default(),
                 );
                 print(v["token"].as_str().unwrap_or_default());
             }

@@ -680,11 +680,12 @@ pub fn tokens(v: &Value) -> String {
     if list.is_empty() {
         return "no tokens".into();
     }
-    let mut t = table(&["name", "role", "created by", "created at"], &[]);
+    let mut t = table(&["name", "role", "owner", "created by", "created at"], &[]);
     for tok in list {
         t.add_row(vec![
             s(&tok["name"]),
             s(&tok["role"]),
+            s(&tok["owner"]),
             s(&tok["created_by"]),
             s(&tok["created_at"]),
         ]);
@@ -890,6 +891,7 @@ pub fn agents(v: &Value) -> String {
         &[
             "agent",
             "service",
+            "token",
             "chains",
             "replica",
             "connected",
@@ -898,7 +900,7 @@ pub fn agents(v: &Value) -> String {
             "nack",
             "last seen",
         ],
-        &[5, 6],
+        &[6, 7],
     );
     for a in list {
         let chains: Vec<String> = arr(&a["chains"]).iter().map(s).collect();
@@ -909,6 +911,7 @@ pub fn agents(v: &Value) -> String {
         t.add_row(vec![
             s(&a["agent_id"]),
             s(&a["service"]),
+            s(&a["token"]),
             if chains.is_empty() {
                 "-".into()
             } else {

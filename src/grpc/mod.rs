@@ -1,4 +1,9 @@
 //! gRPC transport: `budget.v1.BudgetControl` (Watch, Ack), health and reflection.
+//!
+//! Every field an agent sends is validated and bounded before it is kept or logged, and logged
+//! with `?` (escaped), so a newline in it cannot forge a log line. An agent id belongs to the
+//! token that first watched it ([`Fleet::connected`]); each token has a limited number of
+//! streams per replica ([`Fleet::open_stream`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::pin::Pin;
@@ -13,7 +18,7 @@ use tonic::{Request, Response, Status};
 
 use crate::auth::{hash_token, Principal, Role};
 use crate::error::ApiError;
-use crate::fleet::{Fleet, Slot};
+use crate::fleet::{AckOutcome, ConnectError, Fleet, Slot, StreamPermit};
 use crate::publish::{ChainEntry, Hub, HubState};
 use crate::service::check_chain_name;
 use crate::state::AppState;
@@ -62,10 +67,7 @@ impl Control {
             .await
             .map_err(|e| Status::from(ApiError::from(e)))?
             .ok_or_else(|| Status::unauthenticated("invalid or revoked token"))?;
-        let principal = Principal {
-            name: record.name,
-            role: record.role,
-        };
+        let principal = Principal::from(record);
         if principal.has_any(&[Role::Agent]) {
             Ok(principal)
         } else {
@@ -77,13 +79,49 @@ impl Control {
     }
 }
 
+/// Longest agent id or service name.
+pub const MAX_ID_LEN: usize = 128;
+/// Most chains one Watch may name.
+pub const MAX_CHAINS: usize = 256;
+/// Longest NACK error kept (bytes); longer ones are cut at a character boundary.
+pub const MAX_NACK_ERROR_BYTES: usize = 4096;
+
+/// Agent ids and service names: 1-128 printable ASCII characters (no spaces, no control
+/// characters). The value is not echoed: it may be huge or hostile.
 fn check_id(field: &str, v: &str) -> Result<(), Status> {
-    if v.is_empty() || v.len() > 128 || !v.chars().all(|c| c.is_ascii_graphic()) {
+    if v.is_empty() || v.len() > MAX_ID_LEN || !v.chars().all(|c| c.is_ascii_graphic()) {
         return Err(Status::invalid_argument(format!(
-            "{field} must be 1-128 printable ASCII characters"
+            "{field} must be 1-{MAX_ID_LEN} printable ASCII characters (no spaces or control characters)"
         )));
     }
     Ok(())
+}
+
+/// Labels: at most 32, keys ≤ 64 and values ≤ 256 bytes, no control characters.
+fn check_labels(labels: &HashMap<String, String>) -> Result<(), Status> {
+    let bad = |t: &str, max: usize| t.len() > max || t.chars().any(char::is_control);
+    if labels.len() > 32
+        || labels
+            .iter()
+            .any(|(k, v)| k.is_empty() || bad(k, 64) || bad(v, 256))
+    {
+        return Err(Status::invalid_argument(
+            "labels: at most 32, keys 1-64 and values at most 256 bytes, no control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+fn truncate(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// Which chains a stream receives.
@@ -107,10 +145,18 @@ impl Selection {
     }
 }
 
-/// Marks the agent disconnected when its stream ends, however it ends.
+/// Marks the agent disconnected, and gives its token's stream back, when its stream ends,
+/// however it ends.
 struct Connection {
     slot: Arc<Slot>,
     fleet: Fleet,
+    _permit: StreamPermit,
+}
+
+fn agent_taken(agent_id: &str) -> Status {
+    Status::permission_denied(format!(
+        "agent_id {agent_id:?} belongs to another token: each agent id is bound to the token that first watched it"
+    ))
 }
 
 impl Drop for Connection {
@@ -177,30 +223,52 @@ impl BudgetControl for Control {
                 "known_revision must not be negative",
             ));
         }
-        let selection = if req.chains.is_empty() {
+        if !req.service.is_empty() || req.chains.is_empty() {
             check_id("service (or chains)", &req.service)?;
+        }
+        let selection = if req.chains.is_empty() {
             Selection::Service(req.service.clone())
         } else {
+            if req.chains.len() > MAX_CHAINS {
+                return Err(Status::invalid_argument(format!(
+                    "chains: at most {MAX_CHAINS}"
+                )));
+            }
             for c in &req.chains {
                 check_chain_name(c).map_err(Status::from)?;
             }
             Selection::Chains(req.chains.iter().cloned().collect())
         };
-        if req.labels.len() > 32
-            || req
-                .labels
-                .iter()
-                .any(|(k, v)| k.len() > 64 || v.len() > 256)
-        {
-            return Err(Status::invalid_argument(
-                "labels: at most 32, keys ≤ 64 and values ≤ 256 bytes",
-            ));
-        }
-        tracing::info!(agent = %req.agent_id, service = %req.service, token = %principal.name, known = req.known_revision, "watch opened");
+        check_labels(&req.labels)?;
+        let Some(permit) = self.fleet.open_stream(&principal.token_id) else {
+            tracing::warn!(token = ?principal.name, agent = ?req.agent_id, "watch refused: the token holds its stream limit");
+            return Err(Status::resource_exhausted(format!(
+                "token {:?} already holds {} Watch streams on this replica (agents.max_streams_per_token); close one, or give these agents a token of their own",
+                principal.name,
+                self.fleet.max_streams_per_token()
+            )));
+        };
         let labels: BTreeMap<String, String> = req.labels.into_iter().collect();
-        let slot = self
+        let slot = match self
             .fleet
-            .connected(&req.agent_id, &req.service, labels, req.known_revision);
+            .connected(
+                &req.agent_id,
+                &principal.token_id,
+                &principal.name,
+                &req.service,
+                labels,
+                req.known_revision,
+            )
+            .await
+        {
+            Ok(slot) => slot,
+            Err(ConnectError::Taken) => {
+                tracing::warn!(agent = ?req.agent_id, token = ?principal.name, "watch refused: the agent id belongs to another token");
+                return Err(agent_taken(&req.agent_id));
+            }
+            Err(ConnectError::Store(e)) => return Err(Status::from(ApiError::from(e))),
+        };
+        tracing::info!(agent = ?req.agent_id, service = ?req.service, token = ?principal.name, known = req.known_revision, "watch opened");
         let mut rx = self.hub.subscribe();
         rx.mark_changed();
         let state = StreamState {
@@ -212,6 +280,7 @@ impl BudgetControl for Control {
             conn: Connection {
                 slot,
                 fleet: self.fleet.clone(),
+                _permit: permit,
             },
         };
         let stream = futures_util::stream::unfold(state, |mut st| async move {
@@ -236,7 +305,7 @@ impl BudgetControl for Control {
     }
 
     async fn ack(&self, req: Request<AckRequest>) -> Result<Response<AckResponse>, Status> {
-        self.authenticate(&req).await?;
+        let principal = self.authenticate(&req).await?;
         let req = req.into_inner();
         check_id("agent_id", &req.agent_id)?;
         if req.revision <= 0 {
@@ -247,18 +316,35 @@ impl BudgetControl for Control {
                 "a NACK (accepted=false) needs the error that made the agent refuse",
             ));
         }
-        let error: String = req.error.chars().take(2000).collect();
-        if !req.accepted {
-            tracing::warn!(agent = %req.agent_id, revision = req.revision, %error, "agent refused a config (NACK)");
+        let error = truncate(&req.error, MAX_NACK_ERROR_BYTES);
+        let outcome = self.fleet.acked(
+            &req.agent_id,
+            &principal.token_id,
+            req.revision,
+            req.accepted,
+            error,
+        );
+        match outcome {
+            AckOutcome::Recorded => {}
+            AckOutcome::OtherToken => return Err(agent_taken(&req.agent_id)),
+            AckOutcome::Unknown => {
+                let bound = self
+                    .state
+                    .store
+                    .agent_token(&req.agent_id)
+                    .await
+                    .map_err(|e| Status::from(ApiError::from(e)))?;
+                if bound.is_some_and(|t| t != principal.token_id) {
+                    return Err(agent_taken(&req.agent_id));
+                }
+                return Err(Status::failed_precondition(format!(
+                    "agent {:?} has no Watch stream on this replica; open one first",
+                    req.agent_id
+                )));
+            }
         }
-        if !self
-            .fleet
-            .acked(&req.agent_id, req.revision, req.accepted, &error)
-        {
-            return Err(Status::failed_precondition(format!(
-                "agent {:?} has no Watch stream on this replica; open one first",
-                req.agent_id
-            )));
+        if !req.accepted {
+            tracing::warn!(agent = ?req.agent_id, revision = req.revision, error = ?error, "agent refused a config (NACK)");
         }
         crate::observe::acked(req.accepted);
         Ok(Response::new(AckResponse {}))

@@ -10,6 +10,43 @@ use crate::auth::{Principal, Role};
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;
 
+/// Path parameters whose rejection (e.g. invalid UTF-8 once percent-decoded) answers in our
+/// error format instead of axum's plain text.
+pub struct Path<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for Path<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> ApiResult<Self> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(v)| Self(v))
+            .map_err(|e| ApiError::bad_request(format!("invalid path: {}", e.body_text())))
+    }
+}
+
+/// A query string, rejected in our error format like [`Path`].
+pub struct Query<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for Query<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> ApiResult<Self> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(v)| Self(v))
+            .map_err(|e| ApiError::bad_request(format!("invalid query string: {}", e.body_text())))
+    }
+}
+
 /// A JSON body: content type checked, size limited, parsed; keeps the raw bytes too.
 pub struct JsonBody {
     pub value: Value,
@@ -21,13 +58,33 @@ pub struct OptionalJsonBody(pub Option<Value>);
 
 async fn read_body(req: Request, limit: usize) -> ApiResult<Bytes> {
     let body: Body = req.into_body();
-    axum::body::to_bytes(body, limit).await.map_err(|_| {
-        ApiError::new(
-            Code::PayloadTooLarge,
-            format!("request body exceeds the limit of {limit} bytes"),
-        )
-        .with_details(json!({"limit_bytes": limit}))
-    })
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|e| body_error(e, limit, "max_body_bytes"))
+}
+
+/// Why a request body could not be read: over `limit` (413), stalled past the body-read
+/// timeout (408), or cut off by the client (400).
+pub fn body_error(e: axum::Error, limit: usize, setting: &str) -> ApiError {
+    let source = e.into_inner();
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
+    while let Some(err) = cause {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return ApiError::new(
+                Code::PayloadTooLarge,
+                format!("request body exceeds the limit of {limit} bytes ({setting})"),
+            )
+            .with_details(json!({"limit_bytes": limit}));
+        }
+        if err.is::<tower_http::timeout::TimeoutError>() {
+            return ApiError::new(
+                Code::RequestTimeout,
+                "the request body stopped arriving (body_read_timeout_secs)",
+            );
+        }
+        cause = err.source();
+    }
+    ApiError::bad_request(format!("failed to read the request body: {source}"))
 }
 
 fn is_json(content_type: Option<&str>) -> bool {

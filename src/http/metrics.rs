@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::CONTENT_TYPE;
+use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -20,9 +21,26 @@ type RequestKey = (String, String, u16);
 static REQUESTS: LazyLock<Mutex<BTreeMap<RequestKey, (u64, f64)>>> =
     LazyLock::new(Default::default);
 
+/// The `method` label: a standard method's name, or `other`, so a client cannot add label
+/// values (and memory) with made-up methods.
+pub fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "other",
+    }
+}
+
 /// Logs every request once and counts it by route template and status.
 pub async fn track(req: Request, next: Next) -> Response {
-    let method = req.method().to_string();
+    let method = method_label(req.method()).to_owned();
     let route = req
         .extensions()
         .get::<MatchedPath>()

@@ -1,9 +1,10 @@
 //! Authentication and `Idempotency-Key` handling, applied to every `/api/v1` route.
 
-use std::time::{Duration, Instant};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
@@ -12,9 +13,8 @@ use sha2::Digest;
 
 use crate::auth::{hash_token, Principal};
 use crate::error::{ApiError, Code};
-use crate::service::now;
 use crate::state::AppState;
-use crate::store::{IdemBegin, IdemResponse};
+use crate::store::{with_idempotency, IdemClaim, IdemLookup, IdemResponse};
 
 /// Resolves the bearer token to a [`Principal`]; `401` when missing or unknown.
 pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
@@ -38,12 +38,10 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     let Some(token) = token.filter(|t| !t.is_empty()) else {
         return unauthorized("missing bearer token: send Authorization: Bearer <token>");
     };
-    match state.store.find_token(&hash_token(token)).await {
+    let hash = hash_token(token);
+    match state.store.find_token(&hash).await {
         Ok(Some(record)) => {
-            req.extensions_mut().insert(Principal {
-                name: record.name,
-                role: record.role,
-            });
+            req.extensions_mut().insert(Principal::from(record));
             next.run(req).await
         }
         Ok(None) => unauthorized("invalid or revoked token"),
@@ -51,11 +49,45 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     }
 }
 
-/// How long a request waits for another with the same key still in flight.
-const IN_FLIGHT_WAIT: Duration = Duration::from_secs(30);
+/// Refuses a caller whose role may not call the matched route (`403`), before the handler
+/// or the idempotency layer reads a byte of the body. Runs after routing, as a route layer.
+pub async fn authorize(req: Request, next: Next) -> Response {
+    let Some(principal) = req.extensions().get::<Principal>() else {
+        return ApiError::new(Code::Unauthorized, "missing bearer token").into_response();
+    };
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str())
+        .unwrap_or_default();
+    let route = route.strip_prefix("/api/v1").unwrap_or(route);
+    let roles = crate::http::api::roles_for(req.method(), route);
+    if let Err(e) = principal.require(roles) {
+        return e.into_response();
+    }
+    next.run(req).await
+}
 
-/// Same key and body → the first response again, byte for byte; same key, other body → 409.
-/// Keys are scoped to the token. Responses with status ≥ 500 are not kept, so a retry runs again.
+/// Responses of this request must not be kept for repeats (they carry a secret, e.g. a new
+/// token): a repeat runs again and answers without it.
+#[derive(Debug, Clone, Copy)]
+pub struct NotReplayable;
+
+/// Requests with the same key on this replica run one at a time, so a repeat waits for the
+/// first and answers its response. (Across replicas the store decides: the key's record is
+/// written with the effect, and a second commit under the key fails.)
+static IN_FLIGHT: LazyLock<Mutex<HashMap<KeySlot, Arc<tokio::sync::Mutex<()>>>>> =
+    LazyLock::new(Default::default);
+
+/// `(token identity, Idempotency-Key)`.
+type KeySlot = (String, String);
+
+/// Same key and request → the first response again, byte for byte; same key, other request →
+/// 409. Keys are scoped to the token's identity. The key's record is written by the store in
+/// the transaction of the request's effect (see [`crate::store::IdemClaim`]): a request that
+/// died before committing leaves nothing (a repeat runs afresh), one that died after its
+/// commit leaves the committed result (a repeat answers it). Responses with status ≥ 500 are
+/// not kept.
 pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let writes = matches!(
         *req.method(),
@@ -78,71 +110,95 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
             .into_response()
         }
     };
-    let Some(principal) = req.extensions().get::<Principal>().cloned() else {
+    // Keys belong to the token's identity, not its name (a re-issued name starts afresh).
+    let Some(scope) = req
+        .extensions()
+        .get::<Principal>()
+        .map(|p| p.token_id.clone())
+    else {
         return next.run(req).await;
     };
     let (parts, body) = req.into_parts();
     let limit = state.settings.max_body_bytes;
-    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
-        return ApiError::new(
-            Code::PayloadTooLarge,
-            format!(
-                "a request with an Idempotency-Key is kept whole to compare repeats, so its body may be \
-                 at most {limit} bytes (max_body_bytes); send larger uploads without the key"
-            ),
-        )
-        .into_response();
+    let bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            let mut error = crate::http::extract::body_error(e, limit, "max_body_bytes");
+            if error.code == Code::PayloadTooLarge {
+                error.message = format!(
+                    "a request with an Idempotency-Key is kept whole to compare repeats, so its body \
+                     may be at most {limit} bytes (max_body_bytes); send larger uploads without the key"
+                );
+            }
+            return error.into_response();
+        }
     };
     let mut hasher = sha2::Sha256::new();
-    hasher.update(parts.method.as_str());
-    hasher.update(b"\n");
-    hasher.update(parts.uri.to_string());
-    hasher.update(b"\n");
+    for part in [
+        parts.method.as_str().as_bytes(),
+        parts.uri.to_string().as_bytes(),
+        parts
+            .headers
+            .get(CONTENT_TYPE)
+            .map_or(&b""[..], HeaderValue::as_bytes),
+    ] {
+        hasher.update(part);
+        hasher.update(b"\n");
+    }
     hasher.update(&bytes);
     let request_hash = hex::encode(hasher.finalize());
 
-    let started = Instant::now();
-    loop {
-        match state
-            .store
-            .idem_begin(&principal.name, &key, &request_hash, &now())
-            .await
-        {
-            Err(e) => return ApiError::from(e).into_response(),
-            Ok(IdemBegin::Mismatch) => {
-                return ApiError::conflict(format!(
-                    "Idempotency-Key {key:?} was already used with a different request"
-                ))
-                .into_response()
-            }
-            Ok(IdemBegin::Done(stored)) => return replay(stored),
-            Ok(IdemBegin::InFlight) if started.elapsed() < IN_FLIGHT_WAIT => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Ok(IdemBegin::InFlight) => {
-                return ApiError::conflict(format!(
-                    "a request with Idempotency-Key {key:?} is still in progress"
-                ))
-                .into_response()
-            }
-            Ok(IdemBegin::Started) => break,
-        }
+    let slot = (scope.clone(), key.clone());
+    let lock = {
+        let mut map = IN_FLIGHT.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(slot.clone()).or_default().clone()
+    };
+    let response = {
+        let _turn = lock.lock().await;
+        run_once(&state, &scope, &key, request_hash, parts, bytes, next).await
+    };
+    drop(lock);
+    let mut map = IN_FLIGHT.lock().unwrap_or_else(|e| e.into_inner());
+    if map.get(&slot).is_some_and(|l| Arc::strong_count(l) == 1) {
+        map.remove(&slot);
     }
+    response
+}
 
-    let response = next
-        .run(Request::from_parts(parts, Body::from(bytes)))
-        .await;
-    if response.status().is_server_error() {
-        if let Err(e) = state.store.idem_abort(&principal.name, &key).await {
-            tracing::warn!(error = %e, "failed to release an idempotency key");
+async fn run_once(
+    state: &AppState,
+    scope: &str,
+    key: &str,
+    request_hash: String,
+    parts: axum::http::request::Parts,
+    bytes: axum::body::Bytes,
+    next: Next,
+) -> Response {
+    match state.store.idem_lookup(scope, key, &request_hash).await {
+        Err(e) => return ApiError::from(e).into_response(),
+        Ok(IdemLookup::Mismatch) => {
+            return ApiError::conflict(format!(
+                "Idempotency-Key {key:?} was already used with a different request"
+            ))
+            .into_response()
         }
+        Ok(IdemLookup::Done(stored)) => return replay(stored),
+        Ok(IdemLookup::Absent | IdemLookup::Committed) => {}
+    }
+    let claim = IdemClaim::new(scope.to_owned(), key.to_owned(), request_hash);
+    let response = with_idempotency(
+        claim,
+        next.run(Request::from_parts(parts, Body::from(bytes))),
+    )
+    .await;
+    if response.status().is_server_error() || response.extensions().get::<NotReplayable>().is_some()
+    {
         return response;
     }
     let (mut parts, body) = response.into_parts();
     let body = match axum::body::to_bytes(body, usize::MAX).await {
         Ok(b) => b,
         Err(e) => {
-            let _ = state.store.idem_abort(&principal.name, &key).await;
             return ApiError::internal(anyhow::anyhow!("failed to buffer response: {e}"))
                 .into_response();
         }
@@ -157,12 +213,9 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
             .to_owned(),
         body: String::from_utf8_lossy(&body).into_owned(),
     };
-    if let Err(e) = state
-        .store
-        .idem_finish(&principal.name, &key, &stored)
-        .await
-    {
-        tracing::warn!(error = %e, "failed to store an idempotent response");
+    // Kept only where the request committed a write under the key (the store's record).
+    if let Err(e) = state.store.idem_finish(scope, key, &stored).await {
+        tracing::warn!(error = %e, "failed to keep an idempotent response; a repeat answers the committed result");
     }
     parts.headers.remove(axum::http::header::CONTENT_LENGTH);
     Response::from_parts(parts, Body::from(body))

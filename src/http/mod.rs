@@ -5,13 +5,16 @@ pub mod console;
 pub mod extract;
 pub mod metrics;
 pub mod middleware;
+pub mod serve;
 
-use axum::extract::{Path, State};
-use axum::http::header::CONTENT_TYPE;
+use axum::extract::State;
+use axum::http::header::{CONTENT_TYPE, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS};
+use axum::http::HeaderValue;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{middleware as mw, Json, Router};
+use extract::Path;
 use serde_json::json;
 
 use crate::error::{ApiError, Code};
@@ -20,11 +23,14 @@ use crate::state::AppState;
 
 /// The whole HTTP surface.
 pub fn router(state: AppState) -> Router {
+    // Order of work on a request: authenticate (headers only), route, authorize the role for
+    // the matched route, and only then read the body (idempotency, handler).
     let api = api::router()
-        .layer(mw::from_fn_with_state(
+        .route_layer(mw::from_fn_with_state(
             state.clone(),
             middleware::idempotency,
         ))
+        .route_layer(mw::from_fn(middleware::authorize))
         .layer(mw::from_fn_with_state(
             state.clone(),
             middleware::authenticate,
@@ -40,7 +46,17 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(mw::from_fn(metrics::track))
+        .layer(mw::map_response(security_headers))
         .with_state(state)
+}
+
+/// Every response: no MIME sniffing, no referrer leaking API paths (tokens never travel in
+/// URLs, but chain and baseline names do).
+async fn security_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    response
 }
 
 async fn healthz() -> Json<serde_json::Value> {

@@ -24,6 +24,10 @@ pub enum StoreError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// A value the database cannot hold (e.g. a NUL character in text on PostgreSQL): the
+    /// caller's input, not the server, is at fault.
+    #[error("{0}")]
+    Invalid(String),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -35,6 +39,15 @@ impl From<sqlx::Error> for StoreError {
             sqlx::Error::Database(db) if db.is_unique_violation() => {
                 Self::Conflict(format!("already exists ({})", db.message()))
             }
+            // character_not_in_repertoire, untranslatable_character: text with a NUL byte.
+            sqlx::Error::Database(db)
+                if matches!(db.code().as_deref(), Some("22021" | "22P05")) =>
+            {
+                Self::Invalid(format!(
+                    "a value holds a character that cannot be stored ({})",
+                    db.message()
+                ))
+            }
             other => Self::Internal(anyhow::Error::new(other).context("database error")),
         }
     }
@@ -42,7 +55,7 @@ impl From<sqlx::Error> for StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct TopologyVersion {
     pub chain: String,
     pub version: i64,
@@ -89,10 +102,12 @@ pub struct NewRun {
     pub source_size: i64,
     pub data: RunData,
     pub uploaded_by: String,
+    /// The owner of the uploading token (four eyes compares owners).
+    pub uploaded_by_owner: String,
     pub created_at: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct StoredRun {
     pub id: String,
     pub chain: String,
@@ -103,21 +118,27 @@ pub struct StoredRun {
     pub source_sha256: String,
     pub source_size: i64,
     pub uploaded_by: String,
+    /// The owner of the uploading token.
+    #[serde(default)]
+    pub uploaded_by_owner: String,
     pub created_at: String,
     pub sources: Vec<RunSource>,
     pub mapping: Option<budget_core::ingest::mapping::Mapping>,
-    #[serde(skip)]
+    #[serde(skip_serializing, default)]
     pub data: RunData,
 }
 
 /// A baseline as stored: the parsed document and its canonical bytes.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct StoredBaseline {
     pub doc: BaselineDocument,
     pub bytes: String,
     pub sha256: String,
-    /// Who uploaded the run it was computed from (four eyes).
+    /// Which token uploaded the run it was computed from.
     pub run_uploaded_by: String,
+    /// The owner of that token (four eyes).
+    #[serde(default)]
+    pub run_uploaded_by_owner: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -166,12 +187,26 @@ pub struct Audit {
     pub at: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct TokenRecord {
     pub name: String,
     pub role: Role,
+    /// The person or pipeline the token belongs to (defaults to its name).
+    pub owner: String,
     pub created_at: String,
     pub created_by: String,
+    /// The token's identity: the hash of its secret (never shown).
+    #[serde(skip)]
+    pub token_id: String,
+}
+
+/// A token to create: its secret is given as its hash only.
+#[derive(Debug, Clone)]
+pub struct NewToken {
+    pub name: String,
+    pub role: Role,
+    pub owner: String,
+    pub hash: String,
 }
 
 /// What the fleet knows of one agent.
@@ -194,6 +229,26 @@ pub struct AgentStatus {
     pub nack_error: Option<String>,
     pub first_seen: String,
     pub last_seen: String,
+    /// The name of the token the agent is bound to (none once that token is revoked).
+    pub token: Option<String>,
+    /// The identity of that token (its hash): only it may update this entry.
+    #[serde(skip)]
+    pub token_id: String,
+}
+
+/// Where a page of `GET /agents` starts: after this `(service, agent_id)`.
+pub type AgentCursor = (String, String);
+
+/// Where a page of a chain's baselines starts: after (older than) this `(created_at, id)`.
+pub type BaselineCursor = (String, String);
+
+/// The outcome of claiming an `agent_id` for a token ([`Store::claim_agent`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentClaim {
+    /// The id is this token's (now or already): its stored status, to continue from.
+    Bound(Box<AgentStatus>),
+    /// Another token that still exists holds the id.
+    Taken,
 }
 
 /// One archive upload waiting in (or done through) the outbox.
@@ -216,7 +271,7 @@ pub struct OutboxItem {
 }
 
 /// A release citing a baseline.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, sqlx::FromRow)]
 pub struct Release {
     pub id: i64,
     pub service: String,
@@ -259,16 +314,68 @@ pub struct IdemResponse {
     pub body: String,
 }
 
+/// What the store holds for an `Idempotency-Key`.
 #[derive(Debug, Clone)]
-pub enum IdemBegin {
-    /// The caller owns the key now and must `idem_finish` or `idem_abort` it.
-    Started,
-    /// Another request with the same key and body is still running.
-    InFlight,
-    /// The same key and body completed before: its response.
+pub enum IdemLookup {
+    /// Nothing committed under the key: run the request.
+    Absent,
+    /// A write committed under the key and its response was not kept (the request died
+    /// between its commit and its answer): run the request again; every write of the store
+    /// then answers the committed result instead of writing anew.
+    Committed,
+    /// The same key and request completed before: its response.
     Done(IdemResponse),
     /// The key was used with another request.
     Mismatch,
+}
+
+/// The `Idempotency-Key` of the request being served. The HTTP layer sets it around the
+/// handler ([`with_idempotency`]); the first write transaction of that request records its
+/// result under the key in the same transaction as its effect, or — when the key already
+/// committed — returns that result and writes nothing. So a key is never stuck, and an
+/// effect is never applied twice, whenever the request or the process dies.
+#[derive(Debug)]
+pub struct IdemClaim {
+    /// Who the key belongs to: the token's identity (its hash), not its name.
+    pub scope: String,
+    pub key: String,
+    /// SHA-256 of method, URI, content type and body.
+    pub request_hash: String,
+    /// Set once a write of this request has recorded (or replayed) under the key; later
+    /// writes of the same request run normally.
+    used: std::sync::atomic::AtomicBool,
+}
+
+impl IdemClaim {
+    pub fn new(scope: String, key: String, request_hash: String) -> Self {
+        Self {
+            scope,
+            key,
+            request_hash,
+            used: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+tokio::task_local! {
+    static IDEMPOTENCY: Arc<IdemClaim>;
+}
+
+/// Runs `f` (a request's handler) with `claim` in scope of every store write it makes.
+pub async fn with_idempotency<F: std::future::Future>(claim: IdemClaim, f: F) -> F::Output {
+    IDEMPOTENCY.scope(Arc::new(claim), f).await
+}
+
+/// The claim in scope that no write of this request has used yet.
+pub(crate) fn unused_claim() -> Option<Arc<IdemClaim>> {
+    IDEMPOTENCY
+        .try_with(Arc::clone)
+        .ok()
+        .filter(|c| !c.used.load(std::sync::atomic::Ordering::Acquire))
+}
+
+pub(crate) fn mark_used(claim: &IdemClaim) {
+    claim.used.store(true, std::sync::atomic::Ordering::Release);
 }
 
 /// How a decision changes a draft.
@@ -279,7 +386,7 @@ pub enum Verdict {
 }
 
 /// Result of a publication (approve or rollback).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Published {
     pub baseline: StoredBaseline,
     pub revision: i64,
@@ -343,6 +450,7 @@ pub const EXPORT_TABLES: &[ExportTable] = {
                 ("created_at", T),
                 ("sources", T),
                 ("mapping", T),
+                ("uploaded_by_owner", T),
             ],
             identity: false,
         },
@@ -409,6 +517,7 @@ pub const EXPORT_TABLES: &[ExportTable] = {
                 ("token_hash", T),
                 ("created_at", T),
                 ("created_by", T),
+                ("owner", T),
             ],
             identity: false,
         },
@@ -464,11 +573,22 @@ pub const EXPORT_TABLES: &[ExportTable] = {
                 ("nack_error", T),
                 ("first_seen", T),
                 ("last_seen", T),
+                ("token_hash", T),
             ],
             identity: false,
         },
     ]
 };
+
+/// Columns added after the first export format, with the schema version that added them: an
+/// export from an older schema lacks them and imports them as null (which the store reads as
+/// the old meaning: a token's owner is its name, a run's uploader owner the token name, an
+/// agent unbound).
+pub const ADDED_COLUMNS: &[(&str, &str, i64)] = &[
+    ("runs", "uploaded_by_owner", 5),
+    ("api_tokens", "owner", 5),
+    ("agents", "token_hash", 5),
+];
 
 /// A whole-store export as read back: what `export_all` writes.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
@@ -544,10 +664,13 @@ pub trait Store: Send + Sync + 'static {
         audit: Audit,
     ) -> StoreResult<StoredBaseline>;
     async fn get_baseline(&self, id: &str) -> StoreResult<StoredBaseline>;
+    /// A page of a chain's baselines, newest first: at most `limit`, older than `before`.
     async fn list_baselines(
         &self,
         chain: &str,
         state: Option<BaselineState>,
+        before: Option<&BaselineCursor>,
+        limit: i64,
     ) -> StoreResult<Vec<BaselineSummary>>;
     /// The chain's approved baseline, if any.
     async fn current_baseline(&self, chain: &str) -> StoreResult<Option<StoredBaseline>>;
@@ -614,9 +737,25 @@ pub trait Store: Send + Sync + 'static {
         limit: i64,
     ) -> StoreResult<Vec<Release>>;
 
-    /// Records agents' status (insert or update by `agent_id`).
+    /// Binds `agent.agent_id` to the token `agent.token_id` — inserting `agent` as its entry
+    /// — unless a token that still exists holds it: then `Taken`, and nothing changes. An
+    /// entry of a revoked token, or an unbound one, is taken over.
+    async fn claim_agent(&self, agent: &AgentStatus) -> StoreResult<AgentClaim>;
+    /// The identity of the token `agent_id` is bound to, if that token still exists.
+    async fn agent_token(&self, agent_id: &str) -> StoreResult<Option<String>>;
+    /// Records agents' status: inserts new entries, updates those bound to the same token
+    /// (an entry bound to another token is left alone).
     async fn upsert_agents(&self, agents: &[AgentStatus]) -> StoreResult<()>;
-    async fn list_agents(&self) -> StoreResult<Vec<AgentStatus>>;
+    /// A page of the agents last seen at or after `seen_since`, by service and id: at most
+    /// `limit`, after `after`.
+    async fn list_agents(
+        &self,
+        seen_since: &str,
+        after: Option<&AgentCursor>,
+        limit: i64,
+    ) -> StoreResult<Vec<AgentStatus>>;
+    /// Forgets agents last seen before `cutoff`; returns how many.
+    async fn expire_agents(&self, cutoff: &str) -> StoreResult<u64>;
 
     async fn audit_log(
         &self,
@@ -625,14 +764,18 @@ pub trait Store: Send + Sync + 'static {
         before: Option<i64>,
     ) -> StoreResult<Vec<AuditEntry>>;
 
-    async fn create_token(
+    async fn create_token(&self, token: &NewToken, audit: Audit) -> StoreResult<TokenRecord>;
+    /// Rotation: creates `new_name` (secret hash `hash`) with the role and owner of the token
+    /// `name`, which stays valid until revoked.
+    async fn rotate_token(
         &self,
         name: &str,
-        role: Role,
+        new_name: &str,
         hash: &str,
         audit: Audit,
     ) -> StoreResult<TokenRecord>;
-    /// Creates or replaces a token (start-up bootstrap of the admin token).
+    /// Creates or replaces a token (start-up bootstrap of the admin token); a new token's
+    /// owner is its name.
     async fn upsert_token(
         &self,
         name: &str,
@@ -644,20 +787,16 @@ pub trait Store: Send + Sync + 'static {
     async fn find_token(&self, hash: &str) -> StoreResult<Option<TokenRecord>>;
     async fn list_tokens(&self) -> StoreResult<Vec<TokenRecord>>;
 
-    async fn idem_begin(
+    /// What is stored under `key` for `scope`, compared with `request_hash`.
+    async fn idem_lookup(
         &self,
-        principal: &str,
+        scope: &str,
         key: &str,
         request_hash: &str,
-        now: &str,
-    ) -> StoreResult<IdemBegin>;
-    async fn idem_finish(
-        &self,
-        principal: &str,
-        key: &str,
-        response: &IdemResponse,
-    ) -> StoreResult<()>;
-    async fn idem_abort(&self, principal: &str, key: &str) -> StoreResult<()>;
+    ) -> StoreResult<IdemLookup>;
+    /// Keeps the response of a request whose write committed under `key`, for repeats.
+    async fn idem_finish(&self, scope: &str, key: &str, response: &IdemResponse)
+        -> StoreResult<()>;
     /// Forgets keys created before `cutoff`; returns how many.
     async fn idem_expire(&self, cutoff: &str) -> StoreResult<u64>;
 

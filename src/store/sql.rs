@@ -115,6 +115,58 @@ async fn write_audit(tx: &mut Tx, a: &Audit) -> StoreResult<()> {
     Ok(())
 }
 
+/// With an `Idempotency-Key` in scope ([`with_idempotency`]): the result this key already
+/// committed — the caller then writes nothing and answers it — or `Conflict` when the key
+/// committed another request. Called after the chain's row is locked, so a concurrent
+/// repeat on another connection sees the first one's commit.
+async fn replayed<T: serde::de::DeserializeOwned>(tx: &mut Tx) -> StoreResult<Option<T>> {
+    let Some(claim) = unused_claim() else {
+        return Ok(None);
+    };
+    let row = sqlx::query(
+        "SELECT request_hash, result FROM idempotency_keys WHERE principal = $1 AND key = $2",
+    )
+    .bind(&claim.scope)
+    .bind(&claim.key)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    if row.try_get::<String, _>("request_hash")? != claim.request_hash {
+        return Err(StoreError::Conflict(format!(
+            "Idempotency-Key {:?} was already used with a different request",
+            claim.key
+        )));
+    }
+    let Some(result) = row.try_get::<Option<String>, _>("result")? else {
+        return Ok(None);
+    };
+    mark_used(&claim);
+    serde_json::from_str(&result).map(Some).map_err(internal)
+}
+
+/// Commits `tx`, first recording `result` under the request's `Idempotency-Key` (if any) in
+/// the same transaction: the key's record exists exactly when the effect does.
+async fn commit<T: Serialize>(mut tx: Tx, result: T) -> StoreResult<T> {
+    if let Some(claim) = unused_claim() {
+        let json = serde_json::to_string(&result).map_err(internal)?;
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        sqlx::query(
+            "INSERT INTO idempotency_keys (principal, key, request_hash, result, created_at) \
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(&claim.scope)
+        .bind(&claim.key)
+        .bind(&claim.request_hash)
+        .bind(json)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        mark_used(&claim);
+    }
+    tx.commit().await?;
+    Ok(result)
+}
+
 /// Queues `body` for upload at `key`; older pending items of the key are superseded.
 async fn enqueue(
     tx: &mut Tx,
@@ -167,7 +219,8 @@ async fn archive_budget(
     enqueue(tx, &stored.doc.id, &key, &stored.bytes, now).await
 }
 
-const BASELINE_COLUMNS: &str = "b.document, b.sha256, r.uploaded_by";
+const BASELINE_COLUMNS: &str =
+    "b.document, b.sha256, r.uploaded_by, COALESCE(r.uploaded_by_owner, r.uploaded_by) AS uploaded_by_owner";
 
 fn baseline_from_row(row: &AnyRow) -> StoreResult<StoredBaseline> {
     let bytes: String = row.try_get(0)?;
@@ -179,6 +232,7 @@ fn baseline_from_row(row: &AnyRow) -> StoreResult<StoredBaseline> {
         bytes,
         sha256: row.try_get(1)?,
         run_uploaded_by: row.try_get(2)?,
+        run_uploaded_by_owner: row.try_get(3)?,
     })
 }
 
@@ -198,7 +252,7 @@ async fn insert_baseline_tx(
     tx: &mut Tx,
     prefix: &str,
     mut doc: BaselineDocument,
-    run_uploaded_by: String,
+    (run_uploaded_by, run_uploaded_by_owner): (String, String),
 ) -> StoreResult<StoredBaseline> {
     let day = compact_date(&doc.created_at);
     let n = next_counter(tx, &format!("bl-{day}")).await?;
@@ -228,6 +282,7 @@ async fn insert_baseline_tx(
         bytes,
         sha256,
         run_uploaded_by,
+        run_uploaded_by_owner,
     };
     archive_document(tx, prefix, &stored, &stored.doc.created_at).await?;
     Ok(stored)
@@ -297,6 +352,14 @@ async fn publish(
     audit: &Audit,
 ) -> StoreResult<i64> {
     let revision = next_counter(tx, "publication").await?;
+    // Taken under the counter's row lock, so a later revision never gets an earlier time —
+    // also across replicas whose clocks differ a little.
+    let previous: Option<String> =
+        sqlx::query_scalar("SELECT created_at FROM publications ORDER BY revision DESC LIMIT 1")
+            .fetch_optional(&mut **tx)
+            .await?;
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let created_at = previous.filter(|p| *p > now).unwrap_or(now);
     if backend == "postgres" {
         // Delivered to every replica's listener when this transaction commits.
         sqlx::query("SELECT pg_notify($1, $2)")
@@ -313,7 +376,7 @@ async fn publish(
     .bind(baseline_id)
     .bind(kind)
     .bind(&audit.actor)
-    .bind(&audit.at)
+    .bind(&created_at)
     .execute(&mut **tx)
     .await?;
     Ok(revision)
@@ -332,10 +395,11 @@ fn topology_from_row(row: &AnyRow) -> StoreResult<TopologyVersion> {
 }
 
 const RUN_COLUMNS: &str =
-    "id, chain, topology_version, format, tool, note, source_sha256, source_size, data, uploaded_by, created_at, sources, mapping";
+    "id, chain, topology_version, format, tool, note, source_sha256, source_size, data, uploaded_by, created_at, sources, mapping, uploaded_by_owner";
 
 fn run_from_row(row: &AnyRow) -> StoreResult<StoredRun> {
     let data: String = row.try_get("data")?;
+    let uploaded_by: String = row.try_get("uploaded_by")?;
     Ok(StoredRun {
         id: row.try_get("id")?,
         chain: row.try_get("chain")?,
@@ -345,7 +409,11 @@ fn run_from_row(row: &AnyRow) -> StoreResult<StoredRun> {
         note: row.try_get("note")?,
         source_sha256: row.try_get("source_sha256")?,
         source_size: row.try_get("source_size")?,
-        uploaded_by: row.try_get("uploaded_by")?,
+        // Null only in a store imported from an export older than owners: the token name.
+        uploaded_by_owner: row
+            .try_get::<Option<String>, _>("uploaded_by_owner")?
+            .unwrap_or_else(|| uploaded_by.clone()),
+        uploaded_by,
         created_at: row.try_get("created_at")?,
         sources: serde_json::from_str(&row.try_get::<String, _>("sources")?).map_err(internal)?,
         mapping: row
@@ -368,14 +436,83 @@ fn outbox_from_row(r: &AnyRow) -> StoreResult<OutboxItem> {
     Ok(OutboxItem::from_row(r)?)
 }
 
+/// `owner` is null only in a store imported from an export older than owners: the name.
+const TOKEN_COLUMNS: &str =
+    "name, role, COALESCE(owner, name) AS owner, created_at, created_by, token_hash";
+
 fn token_from_row(row: &AnyRow) -> StoreResult<TokenRecord> {
     let role: String = row.try_get("role")?;
     Ok(TokenRecord {
         name: row.try_get("name")?,
         role: Role::parse(&role)
             .ok_or_else(|| internal(anyhow::anyhow!("unknown role {role:?} in store")))?,
+        owner: row.try_get("owner")?,
         created_at: row.try_get("created_at")?,
         created_by: row.try_get("created_by")?,
+        token_id: row.try_get("token_hash")?,
+    })
+}
+
+/// Inserts a token; `Conflict` when the name is taken.
+async fn insert_token(tx: &mut Tx, token: &NewToken, audit: &Audit) -> StoreResult<TokenRecord> {
+    let done = sqlx::query(
+        "INSERT INTO api_tokens (name, role, token_hash, created_at, created_by, owner) VALUES ($1, $2, $3, $4, $5, $6) \
+         ON CONFLICT (name) DO NOTHING",
+    )
+    .bind(&token.name)
+    .bind(token.role.as_str())
+    .bind(&token.hash)
+    .bind(&audit.at)
+    .bind(&audit.actor)
+    .bind(&token.owner)
+    .execute(&mut **tx)
+    .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::Conflict(format!(
+            "a token named {:?} already exists",
+            token.name
+        )));
+    }
+    Ok(TokenRecord {
+        name: token.name.clone(),
+        role: token.role,
+        owner: token.owner.clone(),
+        created_at: audit.at.clone(),
+        created_by: audit.actor.clone(),
+        token_id: token.hash.clone(),
+    })
+}
+
+/// An agent's entry with the name of the token it is bound to (if that token still exists).
+const AGENT_SELECT: &str =
+    "SELECT a.agent_id, a.service, a.labels, a.chains, a.replica, a.connected, a.delivered, a.acked, \
+       a.nack_revision, a.nack_error, a.first_seen, a.last_seen, a.token_hash, t.name AS token \
+     FROM agents a LEFT JOIN api_tokens t ON t.token_hash = a.token_hash";
+
+fn agent_from_row(r: &AnyRow) -> StoreResult<AgentStatus> {
+    let labels: String = r.try_get("labels")?;
+    let chains: String = r.try_get("chains")?;
+    Ok(AgentStatus {
+        agent_id: r.try_get("agent_id")?,
+        service: r.try_get("service")?,
+        labels: serde_json::from_str(&labels).unwrap_or_default(),
+        chains: chains
+            .split(',')
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        replica: r.try_get("replica")?,
+        connected: r.try_get::<i64, _>("connected")? != 0,
+        delivered: r.try_get("delivered")?,
+        acked: r.try_get("acked")?,
+        nack_revision: r.try_get("nack_revision")?,
+        nack_error: r.try_get("nack_error")?,
+        first_seen: r.try_get("first_seen")?,
+        last_seen: r.try_get("last_seen")?,
+        token: r.try_get("token")?,
+        token_id: r
+            .try_get::<Option<String>, _>("token_hash")?
+            .unwrap_or_default(),
     })
 }
 
@@ -407,6 +544,9 @@ impl Store for SqlStore {
         .bind(&audit.at)
         .execute(&mut *tx)
         .await?;
+        if let Some(done) = replayed(&mut tx).await? {
+            return Ok(done);
+        }
         let latest = sqlx::query(
             "SELECT chain, version, document, sha256, created_at, created_by FROM topology_versions \
              WHERE chain = $1 ORDER BY version DESC LIMIT 1",
@@ -439,18 +579,15 @@ impl Store for SqlStore {
         let mut audit = audit;
         audit.subject = Some(format!("topology v{next}"));
         write_audit(&mut tx, &audit).await?;
-        tx.commit().await?;
-        Ok((
-            TopologyVersion {
-                chain: chain.to_owned(),
-                version: next,
-                sha256,
-                created_at: audit.at.clone(),
-                created_by: audit.actor.clone(),
-                topology: topology.clone(),
-            },
-            true,
-        ))
+        let version = TopologyVersion {
+            chain: chain.to_owned(),
+            version: next,
+            sha256,
+            created_at: audit.at.clone(),
+            created_by: audit.actor.clone(),
+            topology: topology.clone(),
+        };
+        commit(tx, (version, true)).await
     }
 
     async fn get_topology(
@@ -501,6 +638,9 @@ impl Store for SqlStore {
     ) -> StoreResult<(StoredRun, Option<StoredBaseline>)> {
         let mut tx = self.begin().await?;
         lock_chain(&mut tx, &run.chain, &run.created_at).await?;
+        if let Some(done) = replayed(&mut tx).await? {
+            return Ok(done);
+        }
         let current = current_id(&mut tx, &run.chain).await?;
         if current != expect_current {
             return Err(StoreError::Conflict(format!(
@@ -513,7 +653,7 @@ impl Store for SqlStore {
         let id = format!("run-{day}-{n:03}");
         let data = serde_json::to_string(&run.data).map_err(internal)?;
         sqlx::query(&format!(
-            "INSERT INTO runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+            "INSERT INTO runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
         ))
         .bind(&id)
         .bind(&run.chain)
@@ -534,14 +674,20 @@ impl Store for SqlStore {
                 .transpose()
                 .map_err(internal)?,
         )
+        .bind(&run.uploaded_by_owner)
         .execute(&mut *tx)
         .await?;
         let baseline = match draft {
             Some(mut doc) => {
                 doc.run_id = id.clone();
                 Some(
-                    insert_baseline_tx(&mut tx, &self.archive_prefix, doc, run.uploaded_by.clone())
-                        .await?,
+                    insert_baseline_tx(
+                        &mut tx,
+                        &self.archive_prefix,
+                        doc,
+                        (run.uploaded_by.clone(), run.uploaded_by_owner.clone()),
+                    )
+                    .await?,
                 )
             }
             None => None,
@@ -552,7 +698,6 @@ impl Store for SqlStore {
             audit.detail["baseline_id"] = b.doc.id.clone().into();
         }
         write_audit(&mut tx, &audit).await?;
-        tx.commit().await?;
         let stored = StoredRun {
             id,
             chain: run.chain,
@@ -563,12 +708,13 @@ impl Store for SqlStore {
             source_sha256: run.source_sha256,
             source_size: run.source_size,
             uploaded_by: run.uploaded_by,
+            uploaded_by_owner: run.uploaded_by_owner,
             created_at: run.created_at,
             sources: run.sources,
             mapping: run.mapping,
             data: run.data,
         };
-        Ok((stored, baseline))
+        commit(tx, (stored, baseline)).await
     }
 
     async fn get_run(&self, chain: &str, id: &str) -> StoreResult<StoredRun> {
@@ -609,18 +755,22 @@ impl Store for SqlStore {
     ) -> StoreResult<StoredBaseline> {
         let mut tx = self.begin().await?;
         lock_chain(&mut tx, &draft.chain, &draft.created_at).await?;
-        let uploader = sqlx::query("SELECT uploaded_by FROM runs WHERE id = $1")
-            .bind(&draft.run_id)
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or_else(|| StoreError::NotFound(format!("run {:?}", draft.run_id)))?
-            .try_get(0)?;
+        if let Some(done) = replayed(&mut tx).await? {
+            return Ok(done);
+        }
+        let row = sqlx::query(
+            "SELECT uploaded_by, COALESCE(uploaded_by_owner, uploaded_by) FROM runs WHERE id = $1",
+        )
+        .bind(&draft.run_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("run {:?}", draft.run_id)))?;
+        let uploader = (row.try_get(0)?, row.try_get(1)?);
         let stored = insert_baseline_tx(&mut tx, &self.archive_prefix, draft, uploader).await?;
         let mut audit = audit;
         audit.subject = Some(stored.doc.id.clone());
         write_audit(&mut tx, &audit).await?;
-        tx.commit().await?;
-        Ok(stored)
+        commit(tx, stored).await
     }
 
     async fn get_baseline(&self, id: &str) -> StoreResult<StoredBaseline> {
@@ -638,13 +788,21 @@ impl Store for SqlStore {
         &self,
         chain: &str,
         state: Option<BaselineState>,
+        before: Option<&BaselineCursor>,
+        limit: i64,
     ) -> StoreResult<Vec<BaselineSummary>> {
+        let (before_at, before_id) = before.map_or(("", ""), |(at, id)| (at, id));
         let rows = sqlx::query(
             "SELECT id, chain, state, reason, run_id, topology_version, has_errors, created_at, created_by, updated_at \
-             FROM baselines WHERE chain = $1 AND ($2 = '' OR state = $2) ORDER BY created_at DESC, id DESC",
+             FROM baselines WHERE chain = $1 AND ($2 = '' OR state = $2) \
+             AND ($3 = '' OR created_at < $3 OR (created_at = $3 AND id < $4)) \
+             ORDER BY created_at DESC, id DESC LIMIT $5",
         )
         .bind(chain)
         .bind(state.map_or("", |s| s.as_str()))
+        .bind(before_at)
+        .bind(before_id)
+        .bind(limit)
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
@@ -693,6 +851,9 @@ impl Store for SqlStore {
             .try_get(0)?;
         let mut tx = self.begin().await?;
         lock_chain(&mut tx, &chain, &audit.at).await?;
+        if let Some(done) = replayed(&mut tx).await? {
+            return Ok(done);
+        }
         let decision = Decision {
             by: audit.actor.clone(),
             at: audit.at.clone(),
@@ -706,7 +867,7 @@ impl Store for SqlStore {
         let draft = fetch_baseline(&mut tx, id).await?;
         if draft.doc.state != BaselineState::Draft {
             return Err(StoreError::Conflict(format!(
-                "baseline {id} is {}, only a draft can be {label}",
+                "baseline {id} is {}; only a draft can be {label}",
                 draft.doc.state.as_str()
             )));
         }
@@ -765,13 +926,15 @@ impl Store for SqlStore {
             audit.detail["superseded"] = p.superseded.clone().into();
         }
         write_audit(&mut tx, &audit).await?;
-        tx.commit().await?;
-        Ok((stored, published))
+        commit(tx, (stored, published)).await
     }
 
     async fn rollback(&self, chain: &str, id: &str, audit: Audit) -> StoreResult<Published> {
         let mut tx = self.begin().await?;
         lock_chain(&mut tx, chain, &audit.at).await?;
+        if let Some(done) = replayed(&mut tx).await? {
+            return Ok(done);
+        }
         let target = fetch_baseline(&mut tx, id).await?;
         if target.doc.chain != chain {
             return Err(StoreError::NotFound(format!(
@@ -815,12 +978,12 @@ impl Store for SqlStore {
         audit.detail["revision"] = revision.into();
         audit.detail["superseded"] = superseded.clone().into();
         write_audit(&mut tx, &audit).await?;
-        tx.commit().await?;
-        Ok(Published {
+        let published = Published {
             baseline: stored,
             revision,
             superseded,
-        })
+        };
+        commit(tx, published).await
     }
 
     async fn latest_publication(&self, chain: &str) -> StoreResult<Option<Publication>> {
@@ -854,10 +1017,71 @@ impl Store for SqlStore {
                     bytes,
                     sha256: r.try_get("sha256")?,
                     run_uploaded_by: r.try_get("uploaded_by")?,
+                    run_uploaded_by_owner: r.try_get("uploaded_by_owner")?,
                 };
                 Ok((publication, baseline))
             })
             .collect()
+    }
+
+    async fn claim_agent(&self, agent: &AgentStatus) -> StoreResult<AgentClaim> {
+        // Most Watch streams are reconnects of an agent bound to the same token: a read.
+        let row = sqlx::query(&format!(
+            "{AGENT_SELECT} WHERE a.agent_id = $1 AND a.token_hash = $2"
+        ))
+        .bind(&agent.agent_id)
+        .bind(&agent.token_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        if let Some(row) = row {
+            return Ok(AgentClaim::Bound(Box::new(agent_from_row(&row)?)));
+        }
+        // New, unbound, or bound to a token that no longer exists: take it, in one statement
+        // so two tokens racing for the id cannot both win (on any replica).
+        let claimed = sqlx::query(
+            "INSERT INTO agents (agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen, token_hash) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+             ON CONFLICT (agent_id) DO UPDATE SET token_hash = excluded.token_hash, service = excluded.service, \
+               labels = excluded.labels, replica = excluded.replica, connected = excluded.connected, \
+               last_seen = excluded.last_seen \
+             WHERE agents.token_hash IS NULL OR agents.token_hash = excluded.token_hash \
+               OR NOT EXISTS (SELECT 1 FROM api_tokens t WHERE t.token_hash = agents.token_hash) \
+             RETURNING agent_id",
+        )
+        .bind(&agent.agent_id)
+        .bind(&agent.service)
+        .bind(serde_json::to_string(&agent.labels).map_err(internal)?)
+        .bind(agent.chains.join(","))
+        .bind(&agent.replica)
+        .bind(i64::from(agent.connected))
+        .bind(agent.delivered)
+        .bind(agent.acked)
+        .bind(agent.nack_revision)
+        .bind(agent.nack_error.clone())
+        .bind(&agent.first_seen)
+        .bind(&agent.last_seen)
+        .bind(&agent.token_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        if claimed.is_none() {
+            return Ok(AgentClaim::Taken);
+        }
+        let row = sqlx::query(&format!("{AGENT_SELECT} WHERE a.agent_id = $1"))
+            .bind(&agent.agent_id)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(AgentClaim::Bound(Box::new(agent_from_row(&row)?)))
+    }
+
+    async fn agent_token(&self, agent_id: &str) -> StoreResult<Option<String>> {
+        let row = sqlx::query(
+            "SELECT a.token_hash FROM agents a JOIN api_tokens t ON t.token_hash = a.token_hash \
+             WHERE a.agent_id = $1",
+        )
+        .bind(agent_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| r.try_get(0)).transpose()?)
     }
 
     async fn upsert_agents(&self, agents: &[AgentStatus]) -> StoreResult<()> {
@@ -866,13 +1090,16 @@ impl Store for SqlStore {
         }
         let mut tx = self.begin().await?;
         for a in agents {
+            // An entry bound to another token is never overwritten (nor one that was expired
+            // and claimed by another token since).
             sqlx::query(
-                "INSERT INTO agents (agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                "INSERT INTO agents (agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen, token_hash) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
                  ON CONFLICT (agent_id) DO UPDATE SET service = excluded.service, labels = excluded.labels, \
                    chains = excluded.chains, replica = excluded.replica, connected = excluded.connected, \
                    delivered = excluded.delivered, acked = excluded.acked, nack_revision = excluded.nack_revision, \
-                   nack_error = excluded.nack_error, last_seen = excluded.last_seen",
+                   nack_error = excluded.nack_error, last_seen = excluded.last_seen \
+                 WHERE agents.token_hash = excluded.token_hash",
             )
             .bind(&a.agent_id)
             .bind(&a.service)
@@ -886,6 +1113,7 @@ impl Store for SqlStore {
             .bind(a.nack_error.clone())
             .bind(&a.first_seen)
             .bind(&a.last_seen)
+            .bind(&a.token_id)
             .execute(&mut *tx)
             .await?;
         }
@@ -893,37 +1121,34 @@ impl Store for SqlStore {
         Ok(())
     }
 
-    async fn list_agents(&self) -> StoreResult<Vec<AgentStatus>> {
-        let rows = sqlx::query(
-            "SELECT agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen \
-             FROM agents ORDER BY service, agent_id",
-        )
+    async fn list_agents(
+        &self,
+        seen_since: &str,
+        after: Option<&AgentCursor>,
+        limit: i64,
+    ) -> StoreResult<Vec<AgentStatus>> {
+        let (after_service, after_id) = after.map_or(("", ""), |(s, id)| (s, id));
+        let rows = sqlx::query(&format!(
+            "{AGENT_SELECT} WHERE a.last_seen >= $1 \
+             AND ($2 = 0 OR a.service > $3 OR (a.service = $3 AND a.agent_id > $4)) \
+             ORDER BY a.service, a.agent_id LIMIT $5"
+        ))
+        .bind(seen_since)
+        .bind(i64::from(after.is_some()))
+        .bind(after_service)
+        .bind(after_id)
+        .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                let labels: String = r.try_get("labels")?;
-                let chains: String = r.try_get("chains")?;
-                Ok(AgentStatus {
-                    agent_id: r.try_get("agent_id")?,
-                    service: r.try_get("service")?,
-                    labels: serde_json::from_str(&labels).unwrap_or_default(),
-                    chains: chains
-                        .split(',')
-                        .filter(|c| !c.is_empty())
-                        .map(str::to_owned)
-                        .collect(),
-                    replica: r.try_get("replica")?,
-                    connected: r.try_get::<i64, _>("connected")? != 0,
-                    delivered: r.try_get("delivered")?,
-                    acked: r.try_get("acked")?,
-                    nack_revision: r.try_get("nack_revision")?,
-                    nack_error: r.try_get("nack_error")?,
-                    first_seen: r.try_get("first_seen")?,
-                    last_seen: r.try_get("last_seen")?,
-                })
-            })
-            .collect()
+        rows.iter().map(agent_from_row).collect()
+    }
+
+    async fn expire_agents(&self, cutoff: &str) -> StoreResult<u64> {
+        let done = sqlx::query("DELETE FROM agents WHERE last_seen < $1")
+            .bind(cutoff)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
     }
 
     async fn archive_claim(
@@ -1037,6 +1262,9 @@ impl Store for SqlStore {
         audit: Audit,
     ) -> StoreResult<Release> {
         let mut tx = self.begin().await?;
+        if let Some(done) = replayed(&mut tx).await? {
+            return Ok(done);
+        }
         let row = sqlx::query(
             "INSERT INTO releases (service, version, baseline_id, baseline_sha256, ticket, created_by, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
@@ -1052,8 +1280,7 @@ impl Store for SqlStore {
         .await?;
         let id: i64 = row.try_get(0)?;
         write_audit(&mut tx, &audit).await?;
-        tx.commit().await?;
-        Ok(Release {
+        let release = Release {
             id,
             service: release.service,
             version: release.version,
@@ -1062,7 +1289,8 @@ impl Store for SqlStore {
             ticket: release.ticket,
             created_by: audit.actor,
             created_at: audit.at,
-        })
+        };
+        commit(tx, release).await
     }
 
     async fn list_releases(
@@ -1115,38 +1343,65 @@ impl Store for SqlStore {
             .collect()
     }
 
-    async fn create_token(
+    async fn create_token(&self, token: &NewToken, audit: Audit) -> StoreResult<TokenRecord> {
+        let mut tx = self.begin().await?;
+        if let Some(done) = replayed(&mut tx).await? {
+            return Ok(done);
+        }
+        let record = insert_token(&mut tx, token, &audit).await?;
+        write_audit(&mut tx, &audit).await?;
+        commit(tx, record).await
+    }
+
+    async fn rotate_token(
         &self,
         name: &str,
-        role: Role,
+        new_name: &str,
         hash: &str,
         audit: Audit,
     ) -> StoreResult<TokenRecord> {
         let mut tx = self.begin().await?;
+        if let Some(done) = replayed(&mut tx).await? {
+            return Ok(done);
+        }
+        // Written first, the old token read inside the insert: a SQLite transaction that
+        // reads before it writes fails when another connection commits in between.
         let done = sqlx::query(
-            "INSERT INTO api_tokens (name, role, token_hash, created_at, created_by) VALUES ($1, $2, $3, $4, $5) \
+            "INSERT INTO api_tokens (name, role, token_hash, created_at, created_by, owner) \
+             SELECT $1, role, $2, $3, $4, COALESCE(owner, name) FROM api_tokens WHERE name = $5 \
              ON CONFLICT (name) DO NOTHING",
         )
-        .bind(name)
-        .bind(role.as_str())
+        .bind(new_name)
         .bind(hash)
         .bind(&audit.at)
         .bind(&audit.actor)
+        .bind(name)
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() == 0 {
-            return Err(StoreError::Conflict(format!(
-                "a token named {name:?} already exists"
-            )));
+            let old = sqlx::query("SELECT 1 FROM api_tokens WHERE name = $1")
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?;
+            return Err(match old {
+                None => StoreError::NotFound(format!("token {name:?}")),
+                Some(_) => {
+                    StoreError::Conflict(format!("a token named {new_name:?} already exists"))
+                }
+            });
         }
+        let row = sqlx::query(&format!(
+            "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE name = $1"
+        ))
+        .bind(new_name)
+        .fetch_one(&mut *tx)
+        .await?;
+        let record = token_from_row(&row)?;
+        let mut audit = audit;
+        audit.detail["role"] = serde_json::json!(record.role);
+        audit.detail["owner"] = record.owner.clone().into();
         write_audit(&mut tx, &audit).await?;
-        tx.commit().await?;
-        Ok(TokenRecord {
-            name: name.to_owned(),
-            role,
-            created_at: audit.at,
-            created_by: audit.actor,
-        })
+        commit(tx, record).await
     }
 
     async fn upsert_token(
@@ -1158,7 +1413,7 @@ impl Store for SqlStore {
     ) -> StoreResult<()> {
         let mut tx = self.begin().await?;
         sqlx::query(
-            "INSERT INTO api_tokens (name, role, token_hash, created_at, created_by) VALUES ($1, $2, $3, $4, $5) \
+            "INSERT INTO api_tokens (name, role, token_hash, created_at, created_by, owner) VALUES ($1, $2, $3, $4, $5, $1) \
              ON CONFLICT (name) DO UPDATE SET role = $2, token_hash = $3",
         )
         .bind(name)
@@ -1175,6 +1430,9 @@ impl Store for SqlStore {
 
     async fn revoke_token(&self, name: &str, audit: Audit) -> StoreResult<()> {
         let mut tx = self.begin().await?;
+        if let Some(done) = replayed(&mut tx).await? {
+            return Ok(done);
+        }
         let done = sqlx::query("DELETE FROM api_tokens WHERE name = $1")
             .bind(name)
             .execute(&mut *tx)
@@ -1183,14 +1441,13 @@ impl Store for SqlStore {
             return Err(StoreError::NotFound(format!("token {name:?}")));
         }
         write_audit(&mut tx, &audit).await?;
-        tx.commit().await?;
-        Ok(())
+        commit(tx, ()).await
     }
 
     async fn find_token(&self, hash: &str) -> StoreResult<Option<TokenRecord>> {
-        let row = sqlx::query(
-            "SELECT name, role, created_at, created_by FROM api_tokens WHERE token_hash = $1",
-        )
+        let row = sqlx::query(&format!(
+            "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE token_hash = $1"
+        ))
         .bind(hash)
         .fetch_optional(&self.pool)
         .await?;
@@ -1198,52 +1455,37 @@ impl Store for SqlStore {
     }
 
     async fn list_tokens(&self) -> StoreResult<Vec<TokenRecord>> {
-        let rows =
-            sqlx::query("SELECT name, role, created_at, created_by FROM api_tokens ORDER BY name")
-                .fetch_all(&self.pool)
-                .await?;
+        let rows = sqlx::query(&format!(
+            "SELECT {TOKEN_COLUMNS} FROM api_tokens ORDER BY name"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter().map(token_from_row).collect()
     }
 
-    async fn idem_begin(
+    async fn idem_lookup(
         &self,
-        principal: &str,
+        scope: &str,
         key: &str,
         request_hash: &str,
-        now: &str,
-    ) -> StoreResult<IdemBegin> {
-        let inserted = sqlx::query(
-            "INSERT INTO idempotency_keys (principal, key, request_hash, created_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (principal, key) DO NOTHING",
-        )
-        .bind(principal)
-        .bind(key)
-        .bind(request_hash)
-        .bind(now)
-        .execute(&self.pool)
-        .await?;
-        if inserted.rows_affected() == 1 {
-            return Ok(IdemBegin::Started);
-        }
+    ) -> StoreResult<IdemLookup> {
         let row = sqlx::query(
-            "SELECT request_hash, status, content_type, body FROM idempotency_keys WHERE principal = $1 AND key = $2",
+            "SELECT request_hash, status, content_type, body FROM idempotency_keys \
+             WHERE principal = $1 AND key = $2",
         )
-        .bind(principal)
+        .bind(scope)
         .bind(key)
         .fetch_optional(&self.pool)
         .await?;
         let Some(row) = row else {
-            // Aborted between our insert and read: the caller may try again.
-            return Ok(IdemBegin::InFlight);
+            return Ok(IdemLookup::Absent);
         };
-        let hash: String = row.try_get("request_hash")?;
-        if hash != request_hash {
-            return Ok(IdemBegin::Mismatch);
+        if row.try_get::<String, _>("request_hash")? != request_hash {
+            return Ok(IdemLookup::Mismatch);
         }
-        let status: Option<i64> = row.try_get("status")?;
-        Ok(match status {
-            None => IdemBegin::InFlight,
-            Some(status) => IdemBegin::Done(IdemResponse {
+        Ok(match row.try_get::<Option<i64>, _>("status")? {
+            None => IdemLookup::Committed,
+            Some(status) => IdemLookup::Done(IdemResponse {
                 status: u16::try_from(status).map_err(internal)?,
                 content_type: row
                     .try_get::<Option<String>, _>("content_type")?
@@ -1257,29 +1499,19 @@ impl Store for SqlStore {
 
     async fn idem_finish(
         &self,
-        principal: &str,
+        scope: &str,
         key: &str,
         response: &IdemResponse,
     ) -> StoreResult<()> {
         sqlx::query(
-            "UPDATE idempotency_keys SET status = $3, content_type = $4, body = $5 WHERE principal = $1 AND key = $2",
+            "UPDATE idempotency_keys SET status = $3, content_type = $4, body = $5 \
+             WHERE principal = $1 AND key = $2 AND status IS NULL",
         )
-        .bind(principal)
+        .bind(scope)
         .bind(key)
         .bind(i64::from(response.status))
         .bind(&response.content_type)
         .bind(&response.body)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn idem_abort(&self, principal: &str, key: &str) -> StoreResult<()> {
-        sqlx::query(
-            "DELETE FROM idempotency_keys WHERE principal = $1 AND key = $2 AND status IS NULL",
-        )
-        .bind(principal)
-        .bind(key)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -1419,16 +1651,20 @@ impl Store for SqlStore {
                 .tables
                 .get(table.name)
                 .ok_or_else(|| invalid(format!("table {:?} is missing", table.name)))?;
-            // Where each of our columns is in the export's rows.
+            // Where each of our columns is in the export's rows; none for a column added after
+            // the export's schema version (imported as null).
             let mut positions = Vec::with_capacity(table.columns.len());
             for (column, _) in table.columns {
-                let at = data
-                    .columns
-                    .iter()
-                    .position(|c| c == column)
-                    .ok_or_else(|| {
-                        invalid(format!("table {:?} lacks column {column:?}", table.name))
-                    })?;
+                let at = data.columns.iter().position(|c| c == column);
+                let added_later = ADDED_COLUMNS.iter().any(|(t, c, version)| {
+                    *t == table.name && c == column && export.schema_version < *version
+                });
+                if at.is_none() && !added_later {
+                    return Err(invalid(format!(
+                        "table {:?} lacks column {column:?}",
+                        table.name
+                    )));
+                }
                 positions.push(at);
             }
             if let Some(extra) = data
@@ -1476,7 +1712,7 @@ impl Store for SqlStore {
                         )));
                     }
                     for ((column, kind), at) in table.columns.iter().zip(&positions) {
-                        let value = &row[*at];
+                        let value = at.map_or(&serde_json::Value::Null, |at| &row[at]);
                         let bad = || {
                             invalid(format!(
                                 "row {} of table {:?}: column {column:?} holds {value}",

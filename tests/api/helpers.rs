@@ -7,7 +7,8 @@ use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+/// A strong value: budgetd refuses short, low-variety and placeholder admin tokens.
+pub const ADMIN_TOKEN: &str = "3b7e5a9c1d4f8062e1c9a7b5d3f10e2c4a6b8d0f2e4c6a8b";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -476,4 +477,415 @@ macro_rules! on_both_backends {
             )*
         }
     };
+}
+
+// ---- Raw HTTP, real processes and their memory (hardening and fuzz tests) ----
+
+/// An HTTP/1.1 answer read off a raw TCP connection.
+#[derive(Debug)]
+pub struct RawAnswer {
+    pub status: u16,
+    /// Header names in lower case.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// Body bytes the client had written when the answer was complete.
+    pub sent: u64,
+    /// Why the answer's body is incomplete, if it is (e.g. a reset: a server that answers
+    /// without reading the whole request body and closes may make the kernel send one).
+    pub cut: Option<String>,
+}
+
+impl RawAnswer {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
+    }
+}
+
+/// A request body written as the server reads it, never held whole by the test: `prefix`,
+/// then `fill_len` bytes of `fill`, then `suffix`; with `stall_after`, the client stops
+/// writing after that many bytes and keeps the connection open (a body that never ends).
+pub struct RawBody {
+    pub prefix: Vec<u8>,
+    pub fill: u8,
+    pub fill_len: u64,
+    pub suffix: Vec<u8>,
+    pub stall_after: Option<u64>,
+}
+
+impl RawBody {
+    /// A body held in memory, sent whole.
+    pub fn whole(bytes: Vec<u8>) -> Self {
+        Self {
+            prefix: bytes,
+            fill: 0,
+            fill_len: 0,
+            suffix: Vec::new(),
+            stall_after: None,
+        }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.prefix.len() as u64 + self.fill_len + self.suffix.len() as u64
+    }
+}
+
+/// Sends `head` (request line and headers, without the blank line; `Content-Length` is added
+/// from `body`) and streams `body` while reading the answer; gives up after `limit`. The
+/// answer may arrive before the body is sent: the writer stops then.
+pub async fn raw_request(
+    addr: SocketAddr,
+    head: &str,
+    body: RawBody,
+    limit: std::time::Duration,
+) -> Result<RawAnswer, String> {
+    raw_request_bytes(addr, head.as_bytes().to_vec(), body, limit).await
+}
+
+/// [`raw_request`] with a head of any bytes (header values need not be UTF-8). With
+/// `connection: close` in the head, an answer without a length is read to the end.
+pub async fn raw_request_bytes(
+    addr: SocketAddr,
+    mut head: Vec<u8>,
+    body: RawBody,
+    limit: std::time::Duration,
+) -> Result<RawAnswer, String> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let (mut rd, mut wr) = stream.into_split();
+    let sent = Arc::new(AtomicU64::new(0));
+    let is_head = head.starts_with(b"HEAD ");
+    head.extend(format!("\r\ncontent-length: {}\r\n\r\n", body.len()).as_bytes());
+    let counter = sent.clone();
+    let writer = tokio::spawn(async move {
+        wr.write_all(&head).await?;
+        let fill = vec![body.fill; 64 * 1024];
+        // What may still be written before the body stalls.
+        let mut budget = body.stall_after.unwrap_or(u64::MAX);
+        let take = |budget: &mut u64, n: u64| {
+            let n = n.min(*budget);
+            *budget -= n;
+            n as usize
+        };
+        let n = take(&mut budget, body.prefix.len() as u64);
+        wr.write_all(&body.prefix[..n]).await?;
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+        let mut left = body.fill_len;
+        while left > 0 && budget > 0 {
+            let n = take(&mut budget, left.min(fill.len() as u64));
+            wr.write_all(&fill[..n]).await?;
+            counter.fetch_add(n as u64, Ordering::Relaxed);
+            left -= n as u64;
+        }
+        let n = take(&mut budget, body.suffix.len() as u64);
+        wr.write_all(&body.suffix[..n]).await?;
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+        wr.flush().await?;
+        // Keep the connection open: a stalled body never ends, a complete one waits here.
+        std::future::pending::<()>().await;
+        Ok::<_, std::io::Error>(wr)
+    });
+    let read = async {
+        let mut buf = Vec::new();
+        let mut chunk = vec![0u8; 16 * 1024];
+        loop {
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let text = String::from_utf8_lossy(&buf[..end]).into_owned();
+                let mut lines = text.split("\r\n");
+                let status = lines
+                    .next()
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|s| s.parse::<u16>().ok())
+                    .ok_or_else(|| format!("bad status line in {text:?}"))?;
+                let headers: Vec<(String, String)> = lines
+                    .filter_map(|l| l.split_once(':'))
+                    .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+                    .collect();
+                let len = headers
+                    .iter()
+                    .find(|(n, _)| n == "content-length")
+                    .and_then(|(_, v)| v.parse::<usize>().ok());
+                let start = end + 4;
+                // No body after these, whatever the headers say.
+                let len = if is_head || status == 204 || status == 304 {
+                    Some(0)
+                } else {
+                    len
+                };
+                let mut cut = None;
+                loop {
+                    let complete = match len {
+                        Some(len) => buf.len() - start >= len,
+                        None => false,
+                    };
+                    if complete {
+                        break;
+                    }
+                    match rd.read(&mut chunk).await {
+                        Ok(0) if len.is_some() => {
+                            cut = Some("connection closed inside the answer's body".to_owned());
+                            break;
+                        }
+                        Ok(0) => break,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        Err(e) => {
+                            cut = Some(format!("read body: {e}"));
+                            break;
+                        }
+                    }
+                }
+                let chunked = headers
+                    .iter()
+                    .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+                let body = if chunked && cut.is_none() {
+                    dechunk(&buf[start..])?
+                } else {
+                    buf[start..].to_vec()
+                };
+                return Ok(RawAnswer {
+                    status,
+                    headers,
+                    body,
+                    sent: 0,
+                    cut,
+                });
+            }
+            let n = rd
+                .read(&mut chunk)
+                .await
+                .map_err(|e| format!("read: {e}"))?;
+            if n == 0 {
+                return Err(format!(
+                    "connection closed before an answer ({} bytes read)",
+                    buf.len()
+                ));
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    };
+    let outcome = tokio::time::timeout(limit, read).await;
+    writer.abort();
+    let mut answer = outcome.map_err(|_| {
+        format!(
+            "no answer within {limit:?} ({} body bytes sent)",
+            sent.load(Ordering::Relaxed)
+        )
+    })??;
+    answer.sent = sent.load(Ordering::Relaxed);
+    Ok(answer)
+}
+
+/// The payload of a complete `transfer-encoding: chunked` body.
+fn dechunk(mut raw: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    loop {
+        let eol = raw
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .ok_or("chunked body cut off")?;
+        let size = String::from_utf8_lossy(&raw[..eol]);
+        let size = size.split(';').next().unwrap_or_default().trim();
+        let size =
+            usize::from_str_radix(size, 16).map_err(|e| format!("chunk size {size:?}: {e}"))?;
+        raw = &raw[eol + 2..];
+        if size == 0 {
+            return Ok(out);
+        }
+        let chunk = raw.get(..size).ok_or("chunked body cut off")?;
+        out.extend_from_slice(chunk);
+        raw = raw.get(size + 2..).ok_or("chunked body cut off")?;
+    }
+}
+
+/// Resident memory of process `pid` in KiB (`VmRSS` of `/proc/<pid>/status`).
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS in /proc/<pid>/status")
+}
+
+/// Samples a process's resident memory every 5 ms until dropped; `peak_kib` is the largest.
+pub struct RssSampler {
+    peak: Arc<std::sync::atomic::AtomicU64>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RssSampler {
+    pub fn start(pid: u32) -> Self {
+        use std::sync::atomic::Ordering;
+        let peak = Arc::new(std::sync::atomic::AtomicU64::new(rss_kib(pid)));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (p, s) = (peak.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+                    if let Some(kib) = status
+                        .lines()
+                        .find_map(|l| l.strip_prefix("VmRSS:"))
+                        .and_then(|v| v.split_whitespace().next())
+                        .and_then(|v| v.parse::<u64>().ok())
+                    {
+                        p.fetch_max(kib, Ordering::Relaxed);
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        });
+        Self {
+            peak,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops sampling; the peak resident memory seen, in KiB.
+    pub fn finish(mut self) -> u64 {
+        self.stop_thread();
+        self.peak.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn stop_thread(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for RssSampler {
+    fn drop(&mut self) {
+        self.stop_thread();
+    }
+}
+
+/// A real `budgetd serve` process on SQLite in a fresh data directory, on loopback ports.
+pub struct ServerProcess {
+    pub child: std::process::Child,
+    pub http: SocketAddr,
+    pub data_dir: tempfile::TempDir,
+}
+
+impl ServerProcess {
+    /// Starts `budgetd serve`; with `wrapper` (e.g. `["strace", …, "--"]`) the binary runs
+    /// under it. Blocks until the server printed its addresses.
+    pub fn start(wrapper: &[String]) -> Self {
+        use std::io::{BufRead as _, BufReader};
+        use std::process::{Command, Stdio};
+        let data_dir = tempfile::tempdir().unwrap();
+        let bin = env!("CARGO_BIN_EXE_budgetd");
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let mut child = cmd
+            .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(data_dir.path())
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("BUDGETD_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("budgetd starts");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let http = loop {
+            let line = lines
+                .next()
+                .expect("budgetd printed its HTTP address")
+                .unwrap();
+            if let Some(rest) = line.strip_prefix("budgetd: HTTP API on ") {
+                let rest = rest.trim_end_matches("/api/v1");
+                let rest = rest
+                    .strip_prefix("http://")
+                    .or_else(|| rest.strip_prefix("https://"))
+                    .unwrap_or(rest);
+                break rest.parse().expect("an address");
+            }
+        };
+        // Keep draining stdout so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Self {
+            child,
+            http,
+            data_dir,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.http, path)
+    }
+
+    /// Resident memory of the server process, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        rss_kib(self.pid())
+    }
+
+    /// SIGTERM, then wait for the process to end.
+    pub fn stop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A file under `tests/fixtures/`.
+pub fn fixture(path: &str) -> Vec<u8> {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(path);
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// A `multipart/form-data` body with one part per `(name, bytes)` (a file part, except `map`).
+pub fn multipart_body(boundary: &str, parts: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (name, bytes) in parts {
+        let disposition = if name == "map" {
+            format!("form-data; name=\"{name}\"")
+        } else {
+            format!("form-data; name=\"{name}\"; filename=\"{name}.out\"")
+        };
+        body.extend(
+            format!("--{boundary}\r\ncontent-disposition: {disposition}\r\n\r\n").as_bytes(),
+        );
+        body.extend(bytes);
+        body.extend(b"\r\n");
+    }
+    body.extend(format!("--{boundary}--\r\n").as_bytes());
+    body
 }

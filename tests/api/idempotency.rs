@@ -113,4 +113,99 @@ async fn hundred_concurrent_uploads_make_one_run(app: &TestApp) {
     .expect(400);
 }
 
-crate::on_both_backends!(hundred_concurrent_uploads_make_one_run);
+/// Forgets every kept response, as when a request died between its commit and its answer.
+async fn lose_responses(app: &TestApp) {
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&app.db_url).await.unwrap();
+    sqlx::query("UPDATE idempotency_keys SET status = NULL, content_type = NULL, body = NULL")
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+}
+
+/// A key whose request committed but whose answer was lost is not stuck: a repeat answers
+/// the committed result (same run, same draft, same revision) and writes nothing again.
+async fn a_lost_answer_is_answered_from_the_commit(app: &TestApp) {
+    let p = app.people().await;
+    app.apply_topology(&p.uploader, "checkout", CHECKOUT_TOPOLOGY)
+        .await
+        .expect(201);
+    let upload = || {
+        app.http
+            .post(app.url("/api/v1/chains/checkout/runs"))
+            .bearer_auth(&p.uploader)
+            .header("idempotency-key", "lost-upload")
+            .json(&example(CHECKOUT_RUN_A))
+    };
+    let first = app.raw(upload()).await.expect(201).json();
+    lose_responses(app).await;
+    let again = app.raw(upload()).await.expect(201).json();
+    assert_eq!(again["run_id"], first["run_id"]);
+    assert_eq!(again["baseline_id"], first["baseline_id"]);
+    let runs = app
+        .get("/api/v1/chains/checkout/runs", &p.uploader)
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 1, "one run");
+
+    let id = first["baseline_id"].as_str().unwrap();
+    let approve = || {
+        app.http
+            .post(app.url(&format!("/api/v1/baselines/{id}/approve")))
+            .bearer_auth(&p.approver)
+            .header("idempotency-key", "lost-approve")
+            .json(&json!({"comment": "ok"}))
+    };
+    let first = app.raw(approve()).await.expect(200).json();
+    lose_responses(app).await;
+    let again = app.raw(approve()).await.expect(200).json();
+    assert_eq!(again["revision"], first["revision"]);
+    assert_eq!(again["baseline"]["state"], "approved");
+    let live = app
+        .get("/api/v1/chains/checkout/budgets", &p.uploader)
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(live["revision"], first["revision"], "published once");
+}
+
+crate::on_both_backends!(
+    hundred_concurrent_uploads_make_one_run,
+    a_lost_answer_is_answered_from_the_commit,
+    a_token_secret_is_never_kept_for_repeats
+);
+
+/// A token creation with a key: the secret is answered once and kept nowhere — not in the
+/// idempotency record — and a repeat says so instead of inventing another secret.
+async fn a_token_secret_is_never_kept_for_repeats(app: &TestApp) {
+    let create = || {
+        app.http
+            .post(app.url("/api/v1/tokens"))
+            .bearer_auth(crate::helpers::ADMIN_TOKEN)
+            .header("idempotency-key", "new-reader")
+            .json(&json!({"name": "rita", "role": "reader"}))
+    };
+    let first = app.raw(create()).await.expect(201).json();
+    let secret = first["token"].as_str().unwrap().to_owned();
+    let again = app.raw(create()).await.expect(200).json();
+    assert_eq!(again["name"], "rita");
+    assert!(again["token"].is_null(), "{again}");
+
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&app.db_url).await.unwrap();
+    let rows: Vec<(Option<String>, Option<String>)> =
+        sqlx::query_as("SELECT body, result FROM idempotency_keys")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    pool.close().await;
+    assert!(!rows.is_empty(), "the creation was recorded under its key");
+    for (body, result) in rows {
+        let stored = format!("{body:?} {result:?}");
+        assert!(!stored.contains(&secret), "a secret was stored: {stored}");
+    }
+    // The one secret works.
+    app.get("/api/v1/chains", &secret).await.expect(200);
+}

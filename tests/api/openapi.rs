@@ -7,7 +7,7 @@ use serde_json::Value;
 
 /// Every `(method, path)` the router serves, read from `src/http/mod.rs` and
 /// `src/http/api/*.rs` (the `/api/v1` routes are nested there). Update with the router.
-const ROUTES: [(&str, &str); 31] = [
+const ROUTES: [(&str, &str); 32] = [
     // src/http/mod.rs
     ("get", "/healthz"),
     ("get", "/readyz"),
@@ -37,6 +37,7 @@ const ROUTES: [(&str, &str); 31] = [
     ("get", "/api/v1/tokens"),
     ("post", "/api/v1/tokens"),
     ("delete", "/api/v1/tokens/{name}"),
+    ("post", "/api/v1/tokens/{name}/rotate"),
     ("get", "/api/v1/whoami"),
     // src/http/api/agents.rs
     ("get", "/api/v1/agents"),

@@ -283,27 +283,27 @@ async fn releases_cite_approved_baselines(app: &TestApp) {
 
 /// What one `budgetctl` run did.
 #[derive(Debug)]
-struct Ctl {
-    code: i32,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Ctl {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 impl Ctl {
     #[track_caller]
-    fn expect(self, code: i32) -> Self {
+    pub fn expect(self, code: i32) -> Self {
         assert_eq!(self.code, code, "budgetctl answered {self:#?}");
         self
     }
 
-    fn json(&self) -> Value {
+    pub fn json(&self) -> Value {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.stdout))
     }
 }
 
 /// Runs the real `budgetctl` against `app` with `token`.
-async fn budgetctl(app: &TestApp, token: &str, args: &[&str]) -> Ctl {
+pub(crate) async fn budgetctl(app: &TestApp, token: &str, args: &[&str]) -> Ctl {
     let url = app.url("").trim_end_matches('/').to_owned();
     let token = token.to_owned();
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
@@ -612,7 +612,7 @@ async fn release_pipeline_through_budgetctl(app: &TestApp) {
 
     // archive verify: complete once every upload has landed…
     wait_archived(app, &[&a_id, &c_id, &d_id]).await;
-    let verified = budgetctl(app, &reader, &["archive", "verify"])
+    let verified = budgetctl(app, &p.approver, &["archive", "verify"])
         .await
         .expect(0);
     assert!(
@@ -628,25 +628,33 @@ async fn release_pipeline_through_budgetctl(app: &TestApp) {
         .json();
     let key_a = status["key"].as_str().unwrap().to_owned();
     let date = key_a.split('/').nth(2).unwrap().to_owned();
-    let dated = budgetctl(app, &reader, &["archive", "verify", "--date", &date])
+    let dated = budgetctl(app, &p.approver, &["archive", "verify", "--date", &date])
         .await
         .expect(0);
     assert!(
         dated.stdout.contains(&format!("created on {date}")),
         "{dated:#?}"
     );
-    let other_day = budgetctl(app, &reader, &["archive", "verify", "--date", "2000-01-01"])
-        .await
-        .expect(0);
+    let other_day = budgetctl(
+        app,
+        &p.approver,
+        &["archive", "verify", "--date", "2000-01-01"],
+    )
+    .await
+    .expect(0);
     assert!(
         other_day
             .stdout
             .contains("0 baseline(s) created on 2000-01-01"),
         "{other_day:#?}"
     );
-    budgetctl(app, &reader, &["archive", "verify", "--date", "01/02/2026"])
-        .await
-        .expect(2);
+    budgetctl(
+        app,
+        &p.approver,
+        &["archive", "verify", "--date", "01/02/2026"],
+    )
+    .await
+    .expect(2);
 
     // …and exit 5 listing every baseline whose object differs or is missing.
     let archive_root = app.archive_dir.path();
@@ -662,7 +670,7 @@ async fn release_pipeline_through_budgetctl(app: &TestApp) {
         .unwrap()
         .to_owned();
     std::fs::remove_file(archived_file(archive_root, &key_c)).unwrap();
-    let broken = budgetctl(app, &reader, &["archive", "verify"])
+    let broken = budgetctl(app, &p.approver, &["archive", "verify"])
         .await
         .expect(5);
     assert!(
@@ -682,7 +690,7 @@ async fn release_pipeline_through_budgetctl(app: &TestApp) {
     }
     assert!(!broken.stdout.contains(&d_id), "{broken:#?}");
     assert!(broken.stderr.contains("2 archived baseline"), "{broken:#?}");
-    let as_json = budgetctl(app, &reader, &["archive", "verify", "--json"])
+    let as_json = budgetctl(app, &p.approver, &["archive", "verify", "--json"])
         .await
         .expect(5)
         .json();

@@ -273,7 +273,7 @@ async fn s3_keys_and_bytes(backend: Backend) {
     wait_archived(&app, &c_id).await;
     wait_archived(&app, &id).await;
     let verify = app
-        .get(&format!("/api/v1/archive/verify?date={date}"), &p.uploader)
+        .get(&format!("/api/v1/archive/verify?date={date}"), &p.approver)
         .await
         .expect(200)
         .json();
@@ -294,7 +294,7 @@ async fn s3_keys_and_bytes(backend: Backend) {
         .await
         .unwrap();
     let verify = app
-        .get("/api/v1/archive/verify", &p.uploader)
+        .get("/api/v1/archive/verify", &p.approver)
         .await
         .expect(200)
         .json();
@@ -521,6 +521,7 @@ async fn two_workers(backend: Backend) {
             mapping: None,
             data,
             uploaded_by: "uma".into(),
+            uploaded_by_owner: "uma".into(),
             created_at: budgetd::service::now(),
         };
         let (run, _) = store_a

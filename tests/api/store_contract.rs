@@ -8,7 +8,10 @@ use budget_core::example::{CHECKOUT_RUN_A, CHECKOUT_TOPOLOGY};
 use budget_core::run::RunUpload;
 use budget_core::Topology;
 use budgetd::auth::Role;
-use budgetd::store::{self, Audit, IdemBegin, IdemResponse, NewRun, Store, StoreError, Verdict};
+use budgetd::store::{
+    self, AgentClaim, AgentStatus, Audit, IdemClaim, IdemLookup, IdemResponse, NewRelease, NewRun,
+    NewToken, Store, StoreError, Verdict,
+};
 use serde_json::json;
 
 use crate::helpers::{Backend, TestDb};
@@ -45,6 +48,7 @@ fn new_run(by: &str) -> NewRun {
         mapping: None,
         data,
         uploaded_by: by.into(),
+        uploaded_by_owner: format!("{by}-owner"),
         created_at: budgetd::service::now(),
     }
 }
@@ -161,12 +165,12 @@ async fn contract(backend: Backend) {
     }
     assert_eq!(revisions, (1..=6).collect());
     let approved = a
-        .list_baselines("checkout", Some(BaselineState::Approved))
+        .list_baselines("checkout", Some(BaselineState::Approved), None, 1000)
         .await
         .unwrap();
     assert_eq!(approved.len(), 1);
     assert_eq!(
-        a.list_baselines("checkout", Some(BaselineState::Superseded))
+        a.list_baselines("checkout", Some(BaselineState::Superseded), None, 1000)
             .await
             .unwrap()
             .len(),
@@ -188,54 +192,170 @@ async fn contract(backend: Backend) {
     assert_eq!(doc.doc.decision.as_ref().unwrap().by, "abe");
     assert!(doc.bytes.contains("\"state\": \"approved\""));
     assert_eq!(doc.run_uploaded_by, "uma");
+    assert_eq!(doc.run_uploaded_by_owner, "uma-owner");
+    // Baselines page newest first, by (created_at, id), whatever the page size.
+    let all = a
+        .list_baselines("checkout", None, None, 1000)
+        .await
+        .unwrap();
+    assert!(all.len() > 4);
+    let mut paged = Vec::new();
+    let mut before = None;
+    loop {
+        let page = b
+            .list_baselines("checkout", None, before.as_ref(), 4)
+            .await
+            .unwrap();
+        before = page.last().map(|x| (x.created_at.clone(), x.id.clone()));
+        let done = page.len() < 4;
+        paged.extend(page.into_iter().map(|x| x.id));
+        if done {
+            break;
+        }
+    }
+    assert_eq!(paged, all.iter().map(|x| x.id.clone()).collect::<Vec<_>>());
 
-    // Idempotency records.
-    let now = budgetd::service::now();
+    // Idempotency: the key's record is written with the effect, in its transaction.
     assert!(matches!(
-        a.idem_begin("uma", "k1", "h1", &now).await.unwrap(),
-        IdemBegin::Started
+        a.idem_lookup("uma", "k1", "h1").await.unwrap(),
+        IdemLookup::Absent
+    ));
+    let claim = || IdemClaim::new("uma".into(), "k1".into(), "h1".into());
+    let first = store::with_idempotency(
+        claim(),
+        a.create_release(release(&approved[0].id), "sha", audit("uma")),
+    )
+    .await
+    .unwrap();
+    // The response was lost (the request died after its commit): the key says so, and the
+    // same write under it answers the committed result, writing nothing.
+    assert!(matches!(
+        b.idem_lookup("uma", "k1", "h1").await.unwrap(),
+        IdemLookup::Committed
+    ));
+    let again = store::with_idempotency(
+        claim(),
+        b.create_release(release(&approved[0].id), "sha", audit("uma")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        again.id, first.id,
+        "the committed release, not a second one"
+    );
+    assert_eq!(
+        a.list_releases(Some(&approved[0].id), None, 100)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // Same key, other request: refused by the lookup and by the store.
+    assert!(matches!(
+        b.idem_lookup("uma", "k1", "h2").await.unwrap(),
+        IdemLookup::Mismatch
     ));
     assert!(matches!(
-        b.idem_begin("uma", "k1", "h1", &now).await.unwrap(),
-        IdemBegin::InFlight
+        store::with_idempotency(
+            IdemClaim::new("uma".into(), "k1".into(), "h2".into()),
+            b.create_release(release(&approved[0].id), "sha", audit("uma")),
+        )
+        .await,
+        Err(StoreError::Conflict(_))
+    ));
+    // A failed write leaves no record: the key runs afresh.
+    assert!(matches!(
+        store::with_idempotency(
+            IdemClaim::new("uma".into(), "k3".into(), "h1".into()),
+            a.revoke_token("nobody", audit("admin")),
+        )
+        .await,
+        Err(StoreError::NotFound(_))
     ));
     assert!(matches!(
-        b.idem_begin("uma", "k1", "h2", &now).await.unwrap(),
-        IdemBegin::Mismatch
+        a.idem_lookup("uma", "k3", "h1").await.unwrap(),
+        IdemLookup::Absent
     ));
-    assert!(matches!(
-        b.idem_begin("abe", "k1", "h2", &now).await.unwrap(),
-        IdemBegin::Started
-    ));
+    // The response is kept once known; keys of other scopes are their own.
     let resp = IdemResponse {
         status: 201,
         content_type: "application/json".into(),
         body: "{\"a\":1}".into(),
     };
     a.idem_finish("uma", "k1", &resp).await.unwrap();
-    match b.idem_begin("uma", "k1", "h1", &now).await.unwrap() {
-        IdemBegin::Done(r) => assert_eq!((r.status, r.body.as_str()), (201, "{\"a\":1}")),
+    match b.idem_lookup("uma", "k1", "h1").await.unwrap() {
+        IdemLookup::Done(r) => assert_eq!((r.status, r.body.as_str()), (201, "{\"a\":1}")),
         other => panic!("expected Done, got {other:?}"),
     }
-    a.idem_abort("abe", "k1").await.unwrap();
     assert!(matches!(
-        a.idem_begin("abe", "k1", "h3", &now).await.unwrap(),
-        IdemBegin::Started
+        b.idem_lookup("abe", "k1", "h2").await.unwrap(),
+        IdemLookup::Absent
     ));
-    assert_eq!(a.idem_expire("9999").await.unwrap(), 2);
+    assert_eq!(a.idem_expire("9999").await.unwrap(), 1);
 
     // Tokens.
-    a.create_token("rita", Role::Reader, "hash-rita", audit("admin"))
+    let token = |name: &str, role, owner: &str, hash: &str| NewToken {
+        name: name.into(),
+        role,
+        owner: owner.into(),
+        hash: hash.into(),
+    };
+    a.create_token(
+        &token("rita", Role::Reader, "rita", "hash-rita"),
+        audit("admin"),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        b.create_token(
+            &token("rita", Role::Admin, "rita", "hash-2"),
+            audit("admin")
+        )
+        .await,
+        Err(StoreError::Conflict(_))
+    ));
+    let rita = b.find_token("hash-rita").await.unwrap().unwrap();
+    assert_eq!(
+        (rita.role, rita.owner.as_str(), rita.token_id.as_str()),
+        (Role::Reader, "rita", "hash-rita")
+    );
+    // Rotation keeps role and owner; the old token stays until revoked.
+    a.create_token(
+        &token("ann-ci", Role::Uploader, "ann", "hash-ann"),
+        audit("admin"),
+    )
+    .await
+    .unwrap();
+    let rotated = b
+        .rotate_token("ann-ci", "ann-ci-2", "hash-ann-2", audit("admin"))
         .await
         .unwrap();
+    assert_eq!(
+        (rotated.role, rotated.owner.as_str()),
+        (Role::Uploader, "ann")
+    );
+    assert_eq!(
+        a.find_token("hash-ann-2").await.unwrap().unwrap().owner,
+        "ann"
+    );
+    assert!(a.find_token("hash-ann").await.unwrap().is_some());
     assert!(matches!(
-        b.create_token("rita", Role::Admin, "hash-2", audit("admin"))
+        a.rotate_token("nobody", "x", "hash-x", audit("admin"))
+            .await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        a.rotate_token("ann-ci", "rita", "hash-x", audit("admin"))
             .await,
         Err(StoreError::Conflict(_))
     ));
+    // The bootstrap token is its own owner.
+    a.upsert_token("admin", Role::Admin, "hash-admin", audit("budgetd"))
+        .await
+        .unwrap();
     assert_eq!(
-        b.find_token("hash-rita").await.unwrap().unwrap().role,
-        Role::Reader
+        a.find_token("hash-admin").await.unwrap().unwrap().owner,
+        "admin"
     );
     b.revoke_token("rita", audit("admin")).await.unwrap();
     assert!(a.find_token("hash-rita").await.unwrap().is_none());
@@ -251,7 +371,144 @@ async fn sqlite_store_contract() {
     contract(Backend::Sqlite).await;
 }
 
+fn agent(id: &str, service: &str, token_id: &str, last_seen: &str) -> AgentStatus {
+    AgentStatus {
+        agent_id: id.into(),
+        service: service.into(),
+        labels: Default::default(),
+        chains: vec!["checkout".into()],
+        replica: "r1".into(),
+        connected: true,
+        delivered: 1,
+        acked: 1,
+        nack_revision: None,
+        nack_error: None,
+        first_seen: last_seen.into(),
+        last_seen: last_seen.into(),
+        token: None,
+        token_id: token_id.into(),
+    }
+}
+
+/// Agents are bound to the token that first claimed them, entries of another token are never
+/// overwritten, pages follow (service, agent_id), and gone agents expire.
+async fn agents_contract(backend: Backend) {
+    let Some((_db, a, b)) = two_stores(backend).await else {
+        return;
+    };
+    for (name, hash) in [("bot-a", "hash-a"), ("bot-b", "hash-b")] {
+        let t = NewToken {
+            name: name.into(),
+            role: Role::Agent,
+            owner: name.into(),
+            hash: hash.into(),
+        };
+        a.create_token(&t, audit("admin")).await.unwrap();
+    }
+    let t0 = "2026-01-01T00:00:00.000Z";
+    let t1 = "2026-01-02T00:00:00.000Z";
+    let bound = |c: AgentClaim| match c {
+        AgentClaim::Bound(s) => *s,
+        AgentClaim::Taken => panic!("expected the claim to succeed"),
+    };
+    let first = bound(
+        a.claim_agent(&agent("order-1", "order", "hash-a", t0))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(first.token.as_deref(), Some("bot-a"));
+    // Another token, on another store (replica): refused, nothing changes.
+    assert_eq!(
+        b.claim_agent(&agent("order-1", "evil", "hash-b", t1))
+            .await
+            .unwrap(),
+        AgentClaim::Taken
+    );
+    assert_eq!(
+        b.agent_token("order-1").await.unwrap().as_deref(),
+        Some("hash-a")
+    );
+    let mut forged = agent("order-1", "evil", "hash-b", t1);
+    forged.nack_revision = Some(9);
+    forged.nack_error = Some("forged".into());
+    b.upsert_agents(&[forged]).await.unwrap();
+    // The same token again: its stored status, which its own updates change.
+    let mut update = agent("order-1", "order", "hash-a", t1);
+    update.acked = 7;
+    a.upsert_agents(&[update]).await.unwrap();
+    let again = bound(
+        b.claim_agent(&agent("order-1", "order", "hash-a", t1))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        (
+            again.service.as_str(),
+            again.acked,
+            again.nack_error,
+            again.first_seen.as_str()
+        ),
+        ("order", 7, None, t0)
+    );
+    // Once its token is revoked, the id is free for another token.
+    a.revoke_token("bot-a", audit("admin")).await.unwrap();
+    assert_eq!(b.agent_token("order-1").await.unwrap(), None);
+    let taken = bound(
+        b.claim_agent(&agent("order-1", "order", "hash-b", t1))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(taken.token.as_deref(), Some("bot-b"));
+
+    // Pages by (service, agent_id), only agents seen since the cutoff.
+    let mut batch = Vec::new();
+    for service in ["a", "b", "c"] {
+        for n in 0..3 {
+            batch.push(agent(&format!("{service}-{n}"), service, "hash-b", t1));
+        }
+    }
+    batch.push(agent("old-1", "a", "hash-b", t0));
+    a.upsert_agents(&batch).await.unwrap();
+    let since = "2026-01-01T12:00:00.000Z";
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = b.list_agents(since, after.as_ref(), 4).await.unwrap();
+        after = page.last().map(|x| (x.service.clone(), x.agent_id.clone()));
+        let done = page.len() < 4;
+        seen.extend(page.into_iter().map(|x| x.agent_id));
+        if done {
+            break;
+        }
+    }
+    assert_eq!(
+        seen,
+        ["a-0", "a-1", "a-2", "b-0", "b-1", "b-2", "c-0", "c-1", "c-2", "order-1"]
+    );
+    assert_eq!(a.expire_agents(since).await.unwrap(), 1);
+    assert_eq!(a.list_agents(t0, None, 100).await.unwrap().len(), 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_agents_contract() {
+    agents_contract(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_agents_contract() {
+    agents_contract(Backend::Postgres).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_store_contract() {
     contract(Backend::Postgres).await;
+}
+
+fn release(baseline_id: &str) -> NewRelease {
+    NewRelease {
+        service: "order".into(),
+        version: "1.2.3".into(),
+        baseline_id: baseline_id.into(),
+        ticket: "CHG-1".into(),
+    }
 }

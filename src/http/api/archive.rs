@@ -2,7 +2,8 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, Query, State};
+use crate::http::extract::{Path, Query};
+use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};

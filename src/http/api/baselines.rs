@@ -2,7 +2,8 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, Query, State};
+use crate::http::extract::{Path, Query};
+use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -11,8 +12,8 @@ use axum::{Json, Router};
 use budget_core::baseline::BaselineState;
 use serde_json::{json, Value};
 
-use super::query_int;
-use crate::auth::{Principal, Role};
+use super::page::PageRequest;
+use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::http::extract::{string_field, JsonBody, OptionalJsonBody};
 use crate::service;
@@ -44,7 +45,6 @@ async fn recompute(
     Path(chain): Path<String>,
     body: JsonBody,
 ) -> ApiResult<Response> {
-    principal.require(&[Role::Uploader, Role::Approver])?;
     let body = Some(body.value);
     let run_id = string_field(&body, "run_id")?.ok_or_else(|| {
         ApiError::validation(
@@ -76,6 +76,8 @@ async fn show(
     ))
 }
 
+/// A page of a chain's baselines, newest first: `?state=`, `?limit=` (default 100, at most
+/// 1000) and `?cursor=` (the previous page's `next_cursor`).
 async fn list(
     State(state): State<AppState>,
     _: Principal,
@@ -91,11 +93,16 @@ async fn list(
             ))
         })?),
     };
-    let limit = query_int(&query, "limit", 1..=1000)?.unwrap_or(1000) as usize;
+    let page = PageRequest::from_query(&query)?;
     state.store.get_topology(&chain, None).await?;
-    let mut baselines = state.store.list_baselines(&chain, filter).await?;
-    baselines.truncate(limit);
-    Ok(Json(json!({ "baselines": baselines })))
+    let baselines = state
+        .store
+        .list_baselines(&chain, filter, page.after.as_ref(), page.fetch())
+        .await?;
+    let (baselines, next_cursor) = page.split(baselines, |b| (&b.created_at, &b.id));
+    Ok(Json(
+        json!({ "baselines": baselines, "next_cursor": next_cursor }),
+    ))
 }
 
 async fn diff(
@@ -114,7 +121,6 @@ async fn approve(
     Path(id): Path<String>,
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> ApiResult<Json<Value>> {
-    principal.require(&[Role::Approver])?;
     let comment = string_field(&body, "comment")?;
     let (stored, published) = service::approve(&state, &principal, &id, comment).await?;
     let doc: Value =
@@ -132,7 +138,6 @@ async fn reject(
     Path(id): Path<String>,
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> ApiResult<Json<Value>> {
-    principal.require(&[Role::Approver])?;
     let comment = string_field(&body, "comment")?;
     let stored = service::reject(&state, &principal, &id, comment).await?;
     let doc: Value =

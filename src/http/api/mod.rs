@@ -5,6 +5,7 @@ pub mod archive;
 pub mod audit;
 pub mod baselines;
 pub mod chains;
+pub mod page;
 pub mod releases;
 pub mod runs;
 pub mod tokens;
@@ -12,10 +13,41 @@ pub mod upload;
 
 use std::collections::HashMap;
 
+use axum::http::Method;
 use axum::Router;
 
+use crate::auth::Role;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+
+/// The roles that may call a route besides `admin`, who may call every route.
+const ANY: &[Role] = &Role::ALL;
+const UPLOADER: &[Role] = &[Role::Uploader];
+const APPROVER: &[Role] = &[Role::Approver];
+const UPLOADER_OR_APPROVER: &[Role] = &[Role::Uploader, Role::Approver];
+const ADMIN: &[Role] = &[Role::Admin];
+
+/// Who may call `method route` (`route` is the template under `/api/v1`, e.g.
+/// `/baselines/{id}/approve`). The one place roles are decided: a route layer checks it
+/// before the handler runs, so a caller without the role never gets a body read. Reads are
+/// open to every role unless listed; a write missing from this table is refused to all but
+/// admin, so a new route fails closed.
+pub fn roles_for(method: &Method, route: &str) -> &'static [Role] {
+    let read = matches!(*method, Method::GET | Method::HEAD);
+    match (read, route) {
+        // Every object is read in full to compare it: costly, so not for every reader.
+        (true, "/archive/verify") => APPROVER,
+        (true, "/tokens") => ADMIN,
+        (true, _) => ANY,
+        (false, "/chains/{chain}/topology" | "/chains/{chain}/runs") => UPLOADER,
+        (false, "/chains/{chain}/baselines" | "/releases") => UPLOADER_OR_APPROVER,
+        (
+            false,
+            "/baselines/{id}/approve" | "/baselines/{id}/reject" | "/chains/{chain}/rollback",
+        ) => APPROVER,
+        (false, _) => ADMIN,
+    }
+}
 
 pub fn router() -> Router<AppState> {
     Router::new()

@@ -81,6 +81,21 @@ fn too_large(limit: u64) -> ApiError {
     .with_details(json!({"limit_bytes": limit}))
 }
 
+/// The largest `map` part (a JSON object of label → segment id) a multipart upload may carry;
+/// it counts against `max_upload_bytes` too.
+pub const MAX_MAP_BYTES: usize = 64 * 1024;
+
+/// The most file parts one multipart upload may carry (each keeps a parser's state).
+pub const MAX_FILES: usize = 256;
+
+fn map_too_large() -> ApiError {
+    ApiError::new(
+        Code::PayloadTooLarge,
+        format!("the map part exceeds {MAX_MAP_BYTES} bytes; a label map is a small JSON object"),
+    )
+    .with_details(json!({"limit_bytes": MAX_MAP_BYTES}))
+}
+
 /// Feeds one file, chunk by chunk, detecting the format from the first bytes when not given.
 struct FileReader {
     name: Option<String>,
@@ -198,7 +213,7 @@ pub async fn read_raw(
     let mut stream = req.into_body().into_data_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk
-            .map_err(|e| ApiError::bad_request(format!("failed to read the request body: {e}")))?;
+            .map_err(|e| crate::http::extract::body_error(e, limit as usize, "max_upload_bytes"))?;
         if file.size + chunk.len() as u64 > limit {
             return Err(too_large(limit));
         }
@@ -229,12 +244,29 @@ pub async fn read_multipart(
     {
         let name = field.name().map(str::to_owned).filter(|n| !n.is_empty());
         if name.as_deref() == Some("map") {
-            let bytes = field
-                .bytes()
+            let mut bytes = Vec::new();
+            while let Some(chunk) = field
+                .chunk()
                 .await
-                .map_err(|e| ApiError::bad_request(format!("invalid map part: {e}")))?;
+                .map_err(|e| ApiError::bad_request(format!("invalid map part: {e}")))?
+            {
+                total += chunk.len() as u64;
+                if total > limit {
+                    return Err(too_large(limit));
+                }
+                if bytes.len() + chunk.len() > MAX_MAP_BYTES {
+                    return Err(map_too_large());
+                }
+                bytes.extend_from_slice(&chunk);
+            }
             map.extend(parse_map(&bytes, "the map part")?);
             continue;
+        }
+        if files.len() >= MAX_FILES {
+            return Err(ApiError::validation(
+                format!("a multipart upload holds at most {MAX_FILES} files"),
+                json!({"limit_files": MAX_FILES}),
+            ));
         }
         let label = name
             .clone()

@@ -1,0 +1,434 @@
+//! The HTTP serve loop: hyper-util's auto connection builder (HTTP/1.1 and HTTP/2, plain TCP or
+//! TLS) with the bounds of SPEC §7 — a connection limit and header-read, idle, body-read and
+//! request timeouts — and a graceful stop that lets in-flight requests finish.
+//!
+//! What each bound covers (settings in [`HttpLimits`]):
+//! - `max_connections`: a semaphore slot is taken *before* `accept`, so at the limit budgetd
+//!   stops accepting and new clients wait in the kernel's listen backlog until a connection
+//!   closes. TLS handshakes hold a slot too.
+//! - `header_read_timeout_secs`: hyper's HTTP/1 `header_read_timeout`. In hyper 1.x (1.12 in
+//!   Cargo.lock) the timer also runs while a kept-alive connection waits for its next request
+//!   (`proto::h1::conn::State::idle` re-arms it as soon as a response is written), so it is
+//!   HTTP/1's keep-alive timeout as well. Before hyper has a connection at all (it reads the
+//!   first bytes to tell HTTP/1 from HTTP/2), and for an HTTP/2 connection that never opens a
+//!   stream, [`Activity`] applies the same deadline to the first request.
+//! - `idle_timeout_secs`: [`Activity`] counts the requests in flight on a connection (until
+//!   their response body is written or dropped); a connection with none for this long is shut
+//!   down gracefully (HTTP/2: GOAWAY). HTTP/2 keep-alive pings additionally close a connection
+//!   whose peer stopped answering.
+//! - `body_read_timeout_secs`: every request body is a [`TimeoutBody`]: when no frame arrives
+//!   for this long, reading it fails and the request is aborted. Uploads of any size keep
+//!   going as long as bytes keep arriving.
+//! - `request_timeout_secs`: a total deadline for a request's handler (body read included),
+//!   answered 503; not applied to the routes in [`UNTIMED`] (load-test uploads stream
+//!   gigabytes; archive verification reads every object).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use anyhow::ensure;
+use axum::body::Body;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header::{REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS};
+use axum::http::{HeaderValue, Method};
+use axum::middleware::{self as mw, Next};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use bytes::Bytes;
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt as _;
+use tower_http::timeout::TimeoutBody;
+
+use crate::config::HttpLimits;
+use crate::error::{ApiError, Code};
+
+/// Routes without a total request timeout (method, route template): load-test uploads stream
+/// gigabytes (bounded by `body_read_timeout_secs` and `max_upload_bytes` instead) and archive
+/// verification reads every archived object (admin only).
+pub const UNTIMED: [(Method, &str); 2] = [
+    (Method::POST, "/api/v1/chains/{chain}/runs"),
+    (Method::GET, "/api/v1/archive/verify"),
+];
+
+/// HTTP/1 read buffer: the largest request head accepted (hyper's default is ~400 KiB), and
+/// what one connection can make the server hold before a handler reads.
+const H1_MAX_BUF: usize = 64 * 1024;
+/// HTTP/2 flow-control windows: the most request body a client can push ahead of the handler
+/// on one stream and on one connection (hyper's defaults are 1 MiB each).
+const H2_STREAM_WINDOW: u32 = 64 * 1024;
+const H2_CONNECTION_WINDOW: u32 = 128 * 1024;
+/// HTTP/2 request headers, decoded, per stream.
+const H2_MAX_HEADER_LIST: u32 = 16 * 1024;
+/// HTTP/2 keep-alive: ping an idle connection this often and drop it when a ping goes
+/// unanswered this long (a peer that vanished without closing).
+const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
+const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// [`HttpLimits`] checked and in the units the serve loop uses.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_connections: usize,
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub body_read_timeout: Duration,
+    pub request_timeout: Duration,
+    pub max_concurrent_streams: u32,
+}
+
+impl Limits {
+    /// Every limit must be set: 0 is refused rather than read as "unbounded".
+    pub fn from_settings(s: &HttpLimits) -> anyhow::Result<Self> {
+        ensure!(
+            (1..=1_000_000).contains(&s.max_connections),
+            "http_limits.max_connections must be between 1 and 1000000, not {}",
+            s.max_connections
+        );
+        for (name, secs) in [
+            ("header_read_timeout_secs", s.header_read_timeout_secs),
+            ("idle_timeout_secs", s.idle_timeout_secs),
+            ("body_read_timeout_secs", s.body_read_timeout_secs),
+            ("request_timeout_secs", s.request_timeout_secs),
+        ] {
+            ensure!(
+                (1..=86_400).contains(&secs),
+                "http_limits.{name} must be between 1 and 86400 seconds, not {secs}"
+            );
+        }
+        ensure!(
+            s.max_concurrent_streams >= 1,
+            "http_limits.max_concurrent_streams must be at least 1"
+        );
+        Ok(Self {
+            max_connections: s.max_connections,
+            header_read_timeout: Duration::from_secs(s.header_read_timeout_secs),
+            idle_timeout: Duration::from_secs(s.idle_timeout_secs),
+            body_read_timeout: Duration::from_secs(s.body_read_timeout_secs),
+            request_timeout: Duration::from_secs(s.request_timeout_secs),
+            max_concurrent_streams: s.max_concurrent_streams,
+        })
+    }
+}
+
+/// Serves `router` on `listener` (TLS when `tls` is set) within `limits` until `shutdown`
+/// resolves; then stops accepting, lets in-flight requests finish (kept-alive HTTP/1
+/// connections close, HTTP/2 ones get GOAWAY) and returns once every connection has closed.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    router: Router,
+    limits: Limits,
+    shutdown: impl Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    let router = router.layer(mw::from_fn_with_state(
+        limits.request_timeout,
+        request_timeout,
+    ));
+    let builder = builder(&limits);
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        // A slot first: at the limit, nothing is accepted until a connection closes.
+        let slot = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break, // never closed
+            },
+        };
+        let (tcp, peer) = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // E.g. too many open files: wait instead of spinning.
+                    tracing::debug!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        // Publications are small writes that must leave at once: no Nagle delay.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "failed to set TCP_NODELAY");
+        }
+        let conn = Conn {
+            builder: builder.clone(),
+            router: router.clone(),
+            limits: limits.clone(),
+            stop: stop_rx.clone(),
+            _slot: slot,
+        };
+        match &tls {
+            None => {
+                tokio::spawn(conn.run(tcp));
+            }
+            Some(acceptor) => {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let handshake = acceptor.accept(tcp);
+                    match tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, handshake).await {
+                        Ok(Ok(stream)) => conn.run(stream).await,
+                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                    }
+                });
+            }
+        }
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    // Every connection holds its slot until it has closed: all slots back means all closed.
+    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    let _ = slots.acquire_many(all).await;
+    Ok(())
+}
+
+fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(H1_MAX_BUF);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(H2_KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .max_header_list_size(H2_MAX_HEADER_LIST)
+        .initial_stream_window_size(H2_STREAM_WINDOW)
+        .initial_connection_window_size(H2_CONNECTION_WINDOW);
+    builder
+}
+
+/// One accepted connection and what it needs to be served.
+struct Conn {
+    builder: auto::Builder<TokioExecutor>,
+    router: Router,
+    limits: Limits,
+    stop: watch::Receiver<bool>,
+    /// Returned to the connection limit when the connection has closed.
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Conn {
+    async fn run<I>(self, io: I)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let activity = Arc::new(Activity::new());
+        let service = TowerToHyperService::new(ConnService {
+            router: self.router,
+            body_read_timeout: self.limits.body_read_timeout,
+            activity: activity.clone(),
+        });
+        let conn = self
+            .builder
+            .serve_connection_with_upgrades(TokioIo::new(io), service);
+        tokio::pin!(conn);
+        let mut stop = self.stop;
+        let mut closing = false;
+        loop {
+            let check = activity.next_check(&self.limits);
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::debug!(error = %e, "HTTP connection ended with an error");
+                    }
+                    break;
+                }
+                () = async { let _ = stop.wait_for(|stop| *stop).await; }, if !closing => {
+                    conn.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+                () = tokio::time::sleep_until(check), if !closing => {
+                    if activity.expired(&self.limits) {
+                        tracing::debug!("closing an idle HTTP connection");
+                        conn.as_mut().graceful_shutdown();
+                        closing = true;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Requests in flight on one connection, and since when it has had none.
+struct Activity {
+    opened: Instant,
+    /// A request has arrived on this connection.
+    served: AtomicBool,
+    in_flight: AtomicUsize,
+    idle_since: Mutex<Instant>,
+}
+
+impl Activity {
+    fn new() -> Self {
+        let now = Instant::now();
+        Self {
+            opened: now,
+            served: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            idle_since: Mutex::new(now),
+        }
+    }
+
+    fn idle_since(&self) -> Instant {
+        *self
+            .idle_since
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// When the connection may next be due for closing.
+    fn next_check(&self, limits: &Limits) -> Instant {
+        if !self.served.load(Ordering::SeqCst) {
+            self.opened + limits.header_read_timeout
+        } else if self.in_flight.load(Ordering::SeqCst) > 0 {
+            Instant::now() + limits.idle_timeout
+        } else {
+            self.idle_since() + limits.idle_timeout
+        }
+    }
+
+    /// No first request within the header-read timeout, or nothing in flight for the idle
+    /// timeout.
+    fn expired(&self, limits: &Limits) -> bool {
+        if !self.served.load(Ordering::SeqCst) {
+            return self.opened.elapsed() >= limits.header_read_timeout;
+        }
+        self.in_flight.load(Ordering::SeqCst) == 0
+            && self.idle_since().elapsed() >= limits.idle_timeout
+    }
+}
+
+/// One request in flight; dropped with its response body (written out, or abandoned).
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn start(activity: &Arc<Activity>) -> Self {
+        activity.served.store(true, Ordering::SeqCst);
+        activity.in_flight.fetch_add(1, Ordering::SeqCst);
+        Self(activity.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        // The time first, so a check that sees no request in flight never sees an old time.
+        *self
+            .0
+            .idle_since
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Instant::now();
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The router as one connection's service: the request body gets the body-read timeout, the
+/// response body carries the request's [`InFlight`] until it is written or dropped.
+#[derive(Clone)]
+struct ConnService {
+    router: Router,
+    body_read_timeout: Duration,
+    activity: Arc<Activity>,
+}
+
+impl tower::Service<hyper::Request<Incoming>> for ConnService {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: hyper::Request<Incoming>) -> Self::Future {
+        let in_flight = InFlight::start(&self.activity);
+        let timeout = self.body_read_timeout;
+        let req = req.map(|body| Body::new(TimeoutBody::new(timeout, body)));
+        let response = self.router.clone().oneshot(req);
+        Box::pin(async move {
+            let response = response.await?;
+            Ok(response.map(|body| {
+                Body::new(Tracked {
+                    body,
+                    _in_flight: in_flight,
+                })
+            }))
+        })
+    }
+}
+
+/// A response body holding its request's [`InFlight`].
+struct Tracked {
+    body: Body,
+    _in_flight: InFlight,
+}
+
+impl hyper::body::Body for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The total deadline of a request, except on [`UNTIMED`] routes.
+async fn request_timeout(State(limit): State<Duration>, req: Request, next: Next) -> Response {
+    let untimed = req.extensions().get::<MatchedPath>().is_some_and(|route| {
+        UNTIMED
+            .iter()
+            .any(|(method, path)| req.method() == method && route.as_str() == *path)
+    });
+    if untimed {
+        return next.run(req).await;
+    }
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => {
+            let mut response = ApiError::new(
+                Code::Unavailable,
+                format!(
+                    "the request took longer than {} s and was abandoned",
+                    limit.as_secs()
+                ),
+            )
+            .into_response();
+            // Outside the router's own layers: the same headers every response carries.
+            let headers = response.headers_mut();
+            headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+            headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+            response
+        }
+    }
+}

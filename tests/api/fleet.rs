@@ -1,0 +1,685 @@
+//! The agents' side of issue 10, through the real gRPC and HTTP stack: Watch streams limited
+//! per token (item 6), gone agents expire and `GET /agents` and baseline lists are paginated
+//! (6), an agent id is bound to the token that first watched it, across replicas (11), and
+//! what agents send is validated, bounded and escaped in logs (12).
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use budget_proto::v1::{AckRequest, BudgetUpdate, WatchRequest};
+use budgetd::Settings;
+use reqwest::Method;
+use serde_json::{json, Value};
+use tonic::{Code, Streaming};
+
+use crate::grpc::{authed, client, watch_req};
+use crate::helpers::{
+    draft_a, settings_for, spawn_app_on, spawn_replica, Backend, TestApp, TestDb, ADMIN_TOKEN,
+};
+
+async fn app_with(backend: Backend, tune: impl FnOnce(&mut Settings)) -> Option<TestApp> {
+    let db = TestDb::new(backend).await?;
+    Some(
+        spawn_app_on(db, |url| {
+            let mut s = settings_for(url);
+            tune(&mut s);
+            s
+        })
+        .await,
+    )
+}
+
+async fn watch(
+    app: &TestApp,
+    token: &str,
+    req: WatchRequest,
+) -> Result<Streaming<BudgetUpdate>, tonic::Status> {
+    client(app)
+        .await
+        .watch(authed(token, req))
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+async fn ack(
+    app: &TestApp,
+    token: &str,
+    agent_id: &str,
+    accepted: bool,
+    error: &str,
+) -> Result<(), tonic::Status> {
+    client(app)
+        .await
+        .ack(authed(
+            token,
+            AckRequest {
+                agent_id: agent_id.into(),
+                revision: 1,
+                accepted,
+                error: error.into(),
+            },
+        ))
+        .await
+        .map(|_| ())
+}
+
+/// Every agent of `GET /agents`, following `next_cursor`.
+async fn all_agents(app: &TestApp, token: &str, limit: usize) -> Vec<Value> {
+    let mut all = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut path = format!("/api/v1/agents?limit={limit}");
+        if let Some(c) = &cursor {
+            path.push_str(&format!("&cursor={c}"));
+        }
+        let page = app.get(&path, token).await.expect(200).json();
+        let items = page["agents"].as_array().unwrap().clone();
+        assert!(items.len() <= limit, "a page holds at most limit items");
+        all.extend(items);
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => return all,
+        }
+    }
+}
+
+async fn agent_ids(app: &TestApp) -> Vec<String> {
+    all_agents(app, ADMIN_TOKEN, 1000)
+        .await
+        .iter()
+        .map(|a| a["agent_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Polls `check` every 100 ms for up to `secs`.
+async fn eventually<F, Fut>(secs: u64, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+// ---- item 6: streams per token, retention, pages ------------------------------------------
+
+async fn watch_streams_are_limited_per_token(backend: Backend) {
+    let Some(app) = app_with(backend, |s| s.agents.max_streams_per_token = 3).await else {
+        return;
+    };
+    let a = app.token("agent", "fleet-a").await;
+    let b = app.token("agent", "fleet-b").await;
+    let mut held = Vec::new();
+    for i in 0..3 {
+        let id = format!("a-{i}");
+        held.push(
+            watch(&app, &a, watch_req(&id, &["checkout"], "order", 0))
+                .await
+                .unwrap(),
+        );
+    }
+    let refused = watch(&app, &a, watch_req("a-3", &["checkout"], "order", 0))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused.message().contains("max_streams_per_token"),
+        "{refused:?}"
+    );
+    // The same agent id counts too: a reconnect storm cannot go past the limit.
+    let again = watch(&app, &a, watch_req("a-0", &["checkout"], "order", 0))
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), Code::ResourceExhausted);
+    // Other tokens are not affected.
+    let _b = watch(&app, &b, watch_req("b-0", &["checkout"], "order", 0))
+        .await
+        .unwrap();
+    // A stream that ends gives its place back.
+    drop(held.pop());
+    assert!(
+        eventually(5, || async {
+            watch(&app, &a, watch_req("a-3", &["checkout"], "order", 0))
+                .await
+                .is_ok()
+        })
+        .await,
+        "the closed stream's place was given back"
+    );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_watch_streams_are_limited_per_token() {
+    watch_streams_are_limited_per_token(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_watch_streams_are_limited_per_token() {
+    watch_streams_are_limited_per_token(Backend::Postgres).await;
+}
+
+async fn gone_agents_expire(backend: Backend) {
+    let Some(app) = app_with(backend, |s| s.agents.retention_secs = 2).await else {
+        return;
+    };
+    let token = app.token("agent", "fleet").await;
+    let gone = watch(&app, &token, watch_req("gone-1", &["checkout"], "order", 0))
+        .await
+        .unwrap();
+    let _stays = watch(
+        &app,
+        &token,
+        watch_req("stays-1", &["checkout"], "order", 0),
+    )
+    .await
+    .unwrap();
+    assert!(
+        eventually(5, || async {
+            let ids = agent_ids(&app).await;
+            ids.contains(&"gone-1".to_owned()) && ids.contains(&"stays-1".to_owned())
+        })
+        .await
+    );
+    drop(gone);
+    // Gone longer than the retention period: out of GET /agents and out of the database.
+    assert!(
+        eventually(10, || async {
+            !agent_ids(&app).await.contains(&"gone-1".to_owned())
+        })
+        .await,
+        "gone-1 expired"
+    );
+    let store = budgetd::store::connect(&app.db_url).await.unwrap();
+    assert!(
+        eventually(5, || async {
+            let rows = store.list_agents("", None, 1000).await.unwrap();
+            !rows.iter().any(|a| a.agent_id == "gone-1")
+        })
+        .await,
+        "gone-1's row was deleted"
+    );
+    // A connected agent stays, however long it has been connected.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let agents = all_agents(&app, ADMIN_TOKEN, 100).await;
+    let stays = agents
+        .iter()
+        .find(|a| a["agent_id"] == "stays-1")
+        .expect("a connected agent is kept");
+    assert_eq!(stays["connected"], true);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_gone_agents_expire() {
+    gone_agents_expire(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_gone_agents_expire() {
+    gone_agents_expire(Backend::Postgres).await;
+}
+
+async fn agents_and_baselines_are_paginated(app: &TestApp) {
+    let token = app.token("agent", "fleet").await;
+    let mut streams = Vec::new();
+    for (service, id) in [
+        ("pay", "p-2"),
+        ("order", "o-1"),
+        ("pay", "p-1"),
+        ("order", "o-2"),
+        ("cart", "c-1"),
+    ] {
+        streams.push(
+            watch(app, &token, watch_req(id, &[], service, 0))
+                .await
+                .unwrap(),
+        );
+    }
+    assert!(eventually(5, || async { agent_ids(app).await.len() == 5 }).await);
+    let first = app
+        .get("/api/v1/agents?limit=2", ADMIN_TOKEN)
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(first["agents"].as_array().unwrap().len(), 2);
+    assert!(first["next_cursor"].is_string(), "{first}");
+    let paged: Vec<String> = all_agents(app, ADMIN_TOKEN, 2)
+        .await
+        .iter()
+        .map(|a| a["agent_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        paged,
+        ["c-1", "o-1", "o-2", "p-1", "p-2"],
+        "by service, then id"
+    );
+    let whole = app
+        .get("/api/v1/agents", ADMIN_TOKEN)
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(whole["agents"].as_array().unwrap().len(), 5);
+    assert_eq!(whole["next_cursor"], Value::Null);
+    for bad in ["limit=0", "limit=1001", "limit=x", "cursor=zz", "cursor=00"] {
+        app.get(&format!("/api/v1/agents?{bad}"), ADMIN_TOKEN)
+            .await
+            .expect(400);
+    }
+
+    // Baselines of a chain, newest first, page by page.
+    let p = app.people().await;
+    let first_id = draft_a(app, &p).await;
+    let run_id = app.baseline(&first_id).await["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut ids = vec![first_id];
+    for _ in 0..4 {
+        let d = app
+            .post(
+                "/api/v1/chains/checkout/baselines",
+                &p.uploader,
+                json!({"run_id": run_id}),
+            )
+            .await
+            .expect(201)
+            .json();
+        ids.push(d["id"].as_str().unwrap().to_owned());
+    }
+    ids.reverse();
+    let mut paged = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/api/v1/chains/checkout/baselines?limit=2&cursor={c}"),
+            None => "/api/v1/chains/checkout/baselines?limit=2".to_owned(),
+        };
+        let page = app.get(&path, &p.uploader).await.expect(200).json();
+        let items = page["baselines"].as_array().unwrap();
+        assert!(items.len() <= 2);
+        paged.extend(items.iter().map(|b| b["id"].as_str().unwrap().to_owned()));
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(paged, ids, "every baseline once, newest first");
+    let drafts = app
+        .get(
+            "/api/v1/chains/checkout/baselines?state=draft&limit=1000",
+            &p.uploader,
+        )
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(drafts["baselines"].as_array().unwrap().len(), 5);
+    assert_eq!(drafts["next_cursor"], Value::Null);
+    app.get("/api/v1/chains/checkout/baselines?cursor=nope", &p.uploader)
+        .await
+        .expect(400);
+    // budgetctl follows the pages.
+    let listed = crate::releases::budgetctl(
+        app,
+        &p.uploader,
+        &["baseline", "list", "--chain", "checkout", "--json"],
+    )
+    .await
+    .expect(0)
+    .json();
+    assert_eq!(listed["baselines"].as_array().unwrap().len(), 5);
+    let listed = crate::releases::budgetctl(app, &p.uploader, &["agents", "--json"])
+        .await
+        .expect(0)
+        .json();
+    assert_eq!(listed["agents"].as_array().unwrap().len(), 5);
+}
+
+// ---- item 11: an agent id belongs to its token --------------------------------------------
+
+async fn agent_ids_are_bound_to_their_token(backend: Backend) {
+    let Some(app) = app_with(backend, |_| {}).await else {
+        return;
+    };
+    let a = app.token("agent", "team-a").await;
+    let b = app.token("agent", "team-b").await;
+    let stream = watch(&app, &a, watch_req("order-1", &["checkout"], "order", 0))
+        .await
+        .unwrap();
+    // Another token can neither watch, ACK nor NACK as order-1.
+    let e = watch(&app, &b, watch_req("order-1", &["checkout"], "evil", 0))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    let e = ack(&app, &b, "order-1", false, "forged refusal")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    let e = ack(&app, &b, "order-1", true, "").await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    ack(&app, &a, "order-1", true, "").await.unwrap();
+    let entry = |agents: Vec<Value>| agents.into_iter().find(|x| x["agent_id"] == "order-1");
+    assert!(
+        eventually(5, || async {
+            entry(all_agents(&app, ADMIN_TOKEN, 100).await)
+                .is_some_and(|x| x["acked"] == 1 && x["token"] == "team-a")
+        })
+        .await
+    );
+    let order_1 = entry(all_agents(&app, ADMIN_TOKEN, 100).await).unwrap();
+    assert_eq!(
+        (order_1["service"].as_str(), &order_1["nack_error"]),
+        (Some("order"), &Value::Null)
+    );
+
+    // The binding is in the database: it holds after the stream ends, on another replica,
+    // and after a restart.
+    drop(stream);
+    assert!(
+        eventually(5, || async {
+            entry(all_agents(&app, ADMIN_TOKEN, 100).await).is_some_and(|x| x["connected"] == false)
+        })
+        .await
+    );
+    let e = watch(&app, &b, watch_req("order-1", &["checkout"], "evil", 0))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    let replica = spawn_replica(&app).await;
+    let e = watch(&replica, &b, watch_req("order-1", &["checkout"], "evil", 0))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    let e = ack(&replica, &b, "order-1", false, "forged")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    // Its own token moves to the other replica freely.
+    let moved = watch(
+        &replica,
+        &a,
+        watch_req("order-1", &["checkout"], "order", 0),
+    )
+    .await
+    .unwrap();
+    drop(moved);
+    replica.stop().await;
+    let app = app.pause().await.start().await;
+    let e = watch(&app, &b, watch_req("order-1", &["checkout"], "evil", 0))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    let order_1 = entry(all_agents(&app, ADMIN_TOKEN, 100).await).unwrap();
+    assert_eq!(
+        (order_1["service"].as_str(), &order_1["nack_error"]),
+        (Some("order"), &Value::Null)
+    );
+
+    // Once its token is revoked, the id may be taken by another token.
+    app.send(Method::DELETE, "/api/v1/tokens/team-a", ADMIN_TOKEN, None)
+        .await
+        .expect(204);
+    let _taken = watch(&app, &b, watch_req("order-1", &["checkout"], "order", 0))
+        .await
+        .unwrap();
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_agent_ids_are_bound_to_their_token() {
+    agent_ids_are_bound_to_their_token(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_agent_ids_are_bound_to_their_token() {
+    agent_ids_are_bound_to_their_token(Backend::Postgres).await;
+}
+
+// ---- item 12: what agents send is validated and bounded -----------------------------------
+
+async fn agent_input_is_validated_and_bounded(app: &TestApp) {
+    let token = app.token("agent", "fleet").await;
+    let mut with_label = watch_req("l-1", &["checkout"], "order", 0);
+    with_label.labels.insert("host".into(), "a\nb".into());
+    let many_chains: Vec<String> = (0..300).map(|i| format!("c{i}")).collect();
+    let many_chains: Vec<&str> = many_chains.iter().map(String::as_str).collect();
+    let huge_chain = "c".repeat(100_000);
+    for (what, bad) in [
+        (
+            "service with a newline",
+            watch_req("s-1", &["checkout"], "order\nFORGED", 0),
+        ),
+        (
+            "3 MiB service",
+            watch_req("s-2", &["checkout"], &"s".repeat(3 << 20), 0),
+        ),
+        (
+            "agent id with a control character",
+            watch_req("s\u{1b}[31m", &["checkout"], "order", 0),
+        ),
+        (
+            "129-character agent id",
+            watch_req(&"a".repeat(129), &["checkout"], "order", 0),
+        ),
+        ("label with a newline", with_label),
+        ("300 chains", watch_req("s-3", &many_chains, "order", 0)),
+        (
+            "huge chain name",
+            watch_req("s-4", &[huge_chain.as_str()], "order", 0),
+        ),
+    ] {
+        let e = watch(app, &token, bad).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{what}: {e:?}");
+        assert!(
+            e.message().len() < 512,
+            "{what}: the error does not echo the input"
+        );
+    }
+    // A NACK's error is kept, cut to 4 KiB at a character boundary.
+    let _s = watch(app, &token, watch_req("n-1", &["checkout"], "order", 0))
+        .await
+        .unwrap();
+    let long = "é".repeat(5000);
+    ack(app, &token, "n-1", false, &long).await.unwrap();
+    let nack_error = || async {
+        let agents = all_agents(app, ADMIN_TOKEN, 100).await;
+        agents
+            .iter()
+            .find(|a| a["agent_id"] == "n-1")
+            .and_then(|a| a["nack_error"].as_str().map(str::to_owned))
+    };
+    assert!(eventually(5, || async { nack_error().await.is_some() }).await);
+    let kept = nack_error().await.unwrap();
+    assert!(
+        kept.len() <= 4096 && kept.len() > 4000,
+        "{} bytes kept",
+        kept.len()
+    );
+    assert!(long.starts_with(&kept));
+}
+
+/// A `budgetd serve` child process whose log (stderr) is collected.
+struct LoggingServer {
+    child: std::process::Child,
+    http: String,
+    grpc: String,
+    log: Arc<Mutex<Vec<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl LoggingServer {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_budgetd"))
+            .args([
+                "serve",
+                "--http",
+                "127.0.0.1:0",
+                "--grpc",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
+            .arg(dir.path())
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("BUDGETD_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("budgetd starts");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (sink, stderr) = (log.clone(), child.stderr.take().unwrap());
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                sink.lock().unwrap().push(line.unwrap_or_default());
+            }
+        });
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let (mut http, mut grpc) = (None, None);
+        while http.is_none() || grpc.is_none() {
+            let line = lines
+                .next()
+                .expect("budgetd printed its addresses")
+                .unwrap();
+            if let Some(rest) = line.strip_prefix("budgetd: HTTP API on ") {
+                http = Some(rest.trim_end_matches("/api/v1").to_owned());
+            } else if let Some(rest) =
+                line.strip_prefix("budgetd: gRPC (budget.v1.BudgetControl) on ")
+            {
+                grpc = Some(format!("http://{rest}"));
+            }
+        }
+        std::thread::spawn(move || for _ in lines {});
+        Self {
+            child,
+            http: http.unwrap(),
+            grpc: grpc.unwrap(),
+            log,
+            reader: Some(reader),
+            _dir: dir,
+        }
+    }
+
+    /// SIGTERM, wait, and the whole log.
+    fn stop(mut self) -> Vec<String> {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl Drop for LoggingServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Without ANSI escapes (in case colours are on).
+fn plain(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untrusted_text_cannot_forge_log_lines() {
+    let server = tokio::task::spawn_blocking(LoggingServer::start)
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let created: Value = http
+        .post(format!("{}/api/v1/tokens", server.http))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"role": "agent", "name": "fleet"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = created["token"].as_str().unwrap().to_owned();
+    let mut c =
+        budget_proto::v1::budget_control_client::BudgetControlClient::connect(server.grpc.clone())
+            .await
+            .unwrap();
+    let forged = "\n2099-01-01T00:00:00.000000Z ERROR FORGED-LINE: approved by nobody";
+    let e = c
+        .watch(authed(
+            &token,
+            watch_req("log-1", &["checkout"], &format!("order{forged}"), 0),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let _stream = c
+        .watch(authed(
+            &token,
+            watch_req("log-1", &["checkout"], "order", 0),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    c.ack(authed(
+        &token,
+        AckRequest {
+            agent_id: "log-1".into(),
+            revision: 1,
+            accepted: false,
+            error: format!("bad config{forged}"),
+        },
+    ))
+    .await
+    .unwrap();
+    drop(_stream);
+    let log = tokio::task::spawn_blocking(move || server.stop())
+        .await
+        .unwrap();
+    let lines: Vec<String> = log.iter().map(|l| plain(l)).collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("NACK") && l.contains("FORGED-LINE")),
+        "the NACK is logged, its error escaped on the same line:\n{}",
+        lines.join("\n")
+    );
+    for l in &lines {
+        assert!(
+            !l.trim_start().starts_with("2099"),
+            "a forged log line: {l:?}\n{}",
+            lines.join("\n")
+        );
+    }
+}
+
+crate::on_both_backends!(
+    agents_and_baselines_are_paginated,
+    agent_input_is_validated_and_bounded
+);
