@@ -1137,3 +1137,70 @@ crate::on_both_backends!(
     publication_times_never_go_backwards,
     security_headers_on_every_response,
 );
+
+/// Item 2: a 60 MiB oha or k6 "summary" is refused once it passes the 4 MiB cap for tool
+/// summaries, without the server holding it (the old parser buffered it whole and built a
+/// JSON tree of it: about 1 GiB of RSS).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_tool_summaries_are_capped() {
+    const BODY: u64 = 60 * 1024 * 1024;
+    let server = start_process().await;
+    let http = reqwest::Client::new();
+    let uploader = process_token(&server, &http, "uploader", "uma").await;
+    let (status, v) = process_call(
+        &http,
+        Method::PUT,
+        server.url("/api/v1/chains/checkout/topology"),
+        &uploader,
+        Some(labelled_topology()),
+    )
+    .await;
+    assert_eq!(status, 201, "{v}");
+    for (format, prefix) in [
+        (
+            "oha",
+            &b"{\"summary\": {\"successRate\": 1.0}, \"pad\": [\""[..],
+        ),
+        ("k6", &b"{\"metrics\": {}, \"pad\": [\""[..]),
+    ] {
+        let before = server.rss_kib();
+        let sampler = RssSampler::start(server.pid());
+        let head = format!(
+            "POST /api/v1/chains/checkout/runs?format={format}&label=inventory HTTP/1.1\r\n\
+             host: {}\r\nauthorization: Bearer {uploader}\r\ncontent-type: application/octet-stream",
+            server.http
+        );
+        let answer = raw_request(
+            server.http,
+            &head,
+            RawBody {
+                prefix: prefix.to_vec(),
+                fill: b'a',
+                fill_len: BODY,
+                suffix: b"\"]}".to_vec(),
+                stall_after: None,
+            },
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("an answer to the 60 MiB summary");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let peak = sampler.finish();
+        let growth = peak.saturating_sub(before);
+        eprintln!(
+            "{format} 60 MiB summary: RSS before {before} KiB, peak {peak} KiB, growth {growth} \
+             KiB (bound {SUMMARY_RSS_BOUND_KIB} KiB); status {}, {} of {BODY} body bytes sent",
+            answer.status, answer.sent
+        );
+        let text = String::from_utf8_lossy(&answer.body);
+        assert_eq!(answer.status, 422, "{text}");
+        assert!(text.contains("4 MiB"), "names the limit: {text}");
+        assert!(
+            growth < SUMMARY_RSS_BOUND_KIB,
+            "server RSS grew by {growth} KiB (bound {SUMMARY_RSS_BOUND_KIB} KiB)"
+        );
+    }
+}
+
+/// What a capped tool summary may cost the server: the 4 MiB buffer and its growth.
+const SUMMARY_RSS_BOUND_KIB: u64 = 32 * 1024;
