@@ -11,8 +11,8 @@
 //!   (`proto::h1::conn::State::idle` re-arms it as soon as a response is written), so it is
 //!   HTTP/1's keep-alive timeout as well. Before hyper has a connection at all (it reads the
 //!   first bytes to tell HTTP/1 from HTTP/2), and for an HTTP/2 connection that never opens a
-//!   stream, [`Activity`] applies the same deadline to the first request.
-//! - `idle_timeout_secs`: [`Activity`] counts the requests in flight on a connection (until
+//!   stream, `Activity` applies the same deadline to the first request.
+//! - `idle_timeout_secs`: `Activity` counts the requests in flight on a connection (until
 //!   their response body is written or dropped); a connection with none for this long is shut
 //!   down gracefully (HTTP/2: GOAWAY). HTTP/2 keep-alive pings additionally close a connection
 //!   whose peer stopped answering.
