@@ -1,129 +1,25 @@
-//! The agent a service embeds: start (from the control plane or the cache), the live budgets,
-//! and calls under R-retry.
+//! [`Agent`], the handle a service embeds: how it starts (control plane, else cache), the
+//! live budgets and `deadline`, and calls under R-retry with their retry counters. It wires
+//! the other modules together and holds no protocol of its own.
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::warn;
 
+use crate::cache;
 use crate::call::{self, Attempt, CallError};
+use crate::config::AgentConfig;
+use crate::error::AgentError;
+use crate::live::Live;
 use crate::policy::{self, Cause, Classify};
 use crate::snapshot::{Refusal, Snapshot};
-use crate::watch::Conn;
-
-/// How an agent reaches the control plane and what it watches.
-#[derive(Clone)]
-pub struct AgentConfig {
-    /// gRPC endpoint of budgetd: `http://127.0.0.1:50051` (plaintext HTTP/2) or
-    /// `https://budgetd.internal:50051` (TLS; the server's certificate is verified).
-    pub endpoint: String,
-    /// Other replicas to fail over to, tried in order after `endpoint` (same scheme, token
-    /// and TLS settings). A stream that breaks reconnects to the next one.
-    pub fallback_endpoints: Vec<String>,
-    /// Bearer token with role `agent`, sent as `authorization: Bearer <token>`. Never logged.
-    pub token: String,
-    /// Stable id of this agent instance, e.g. `order-7f9c-1`.
-    pub agent_id: String,
-    /// The service the agent runs in.
-    pub service: String,
-    /// Chains to watch; empty means every chain where `service` is a caller or callee.
-    pub chains: Vec<String>,
-    /// Where the last good config is cached; `None` disables the cache.
-    pub cache_path: Option<PathBuf>,
-    /// Free-form labels shown in fleet status (host, version …).
-    pub labels: BTreeMap<String, String>,
-    /// Longest wait for a TCP/HTTP2 connection.
-    pub connect_timeout: Duration,
-    /// Longest wait, once connected, for the first config at start; then the cache is used.
-    pub first_config_timeout: Duration,
-    /// PEM file of the CA (one or more certificates) that signed budgetd's certificate; with
-    /// it only these CAs are trusted, without it the system's roots. Needs an `https://`
-    /// endpoint; read once at start.
-    pub ca_cert: Option<PathBuf>,
-    /// The name the server's certificate must carry, when it differs from the endpoint's
-    /// host (e.g. connecting by IP address to a certificate for `budgetd.internal`).
-    pub tls_domain: Option<String>,
-}
-
-impl AgentConfig {
-    /// A config with no chain filter, no cache, no labels, a 3 s connect timeout and a 5 s
-    /// first-config timeout.
-    pub fn new(
-        endpoint: impl Into<String>,
-        token: impl Into<String>,
-        agent_id: impl Into<String>,
-        service: impl Into<String>,
-    ) -> Self {
-        Self {
-            endpoint: endpoint.into(),
-            fallback_endpoints: Vec::new(),
-            token: token.into(),
-            agent_id: agent_id.into(),
-            service: service.into(),
-            chains: Vec::new(),
-            cache_path: None,
-            labels: BTreeMap::new(),
-            connect_timeout: Duration::from_secs(3),
-            first_config_timeout: Duration::from_secs(5),
-            ca_cert: None,
-            tls_domain: None,
-        }
-    }
-}
-
-impl std::fmt::Debug for AgentConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AgentConfig")
-            .field("endpoint", &self.endpoint)
-            .field("fallback_endpoints", &self.fallback_endpoints)
-            .field("token", &"<redacted>")
-            .field("agent_id", &self.agent_id)
-            .field("service", &self.service)
-            .field("chains", &self.chains)
-            .field("cache_path", &self.cache_path)
-            .field("labels", &self.labels)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("first_config_timeout", &self.first_config_timeout)
-            .field("ca_cert", &self.ca_cert)
-            .field("tls_domain", &self.tls_domain)
-            .finish()
-    }
-}
-
-/// Why an agent could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum AgentError {
-    /// The [`AgentConfig`] itself is unusable (bad endpoint, token not a header value …).
-    #[error("invalid agent config: {0}")]
-    Config(String),
-    /// The config received (or cached) has an error finding, e.g. an inversion: a service
-    /// refuses to start with it. `message` carries the numbers.
-    #[error("refused the budgets of chain {chain:?} at segment {segment:?}: {message}")]
-    Refused {
-        chain: String,
-        segment: String,
-        message: String,
-    },
-    /// Neither the control plane nor a usable cache gave a config.
-    #[error("no budgets: control plane unavailable and no usable cached config ({reason})")]
-    Unavailable { reason: String },
-}
-
-impl From<Refusal> for AgentError {
-    fn from(r: Refusal) -> Self {
-        Self::Refused {
-            chain: r.chain,
-            segment: r.segment,
-            message: r.message,
-        }
-    }
-}
+use crate::watch::Watcher;
 
 /// Where the config an agent started with came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,28 +32,6 @@ pub enum Source {
     Static,
 }
 
-/// State shared by the agent handle and its background task.
-pub(crate) struct Shared {
-    pub(crate) tx: watch::Sender<Arc<Snapshot>>,
-    pub(crate) last_refusal: Mutex<Option<(i64, Refusal)>>,
-    retries: Mutex<BTreeMap<(String, Cause), u64>>,
-}
-
-impl Shared {
-    fn new(snapshot: Snapshot) -> Arc<Self> {
-        let (tx, _rx) = watch::channel(Arc::new(snapshot));
-        Arc::new(Self {
-            tx,
-            last_refusal: Mutex::new(None),
-            retries: Mutex::new(BTreeMap::new()),
-        })
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// The client library a service embeds. Cheap to clone; the background task stops when the
 /// last clone is dropped or on [`Agent::shutdown`].
 #[derive(Clone)]
@@ -166,7 +40,9 @@ pub struct Agent {
 }
 
 struct Inner {
-    shared: Arc<Shared>,
+    live: Arc<Live>,
+    /// Retries made by calls: (segment, cause) → count.
+    retries: Mutex<BTreeMap<(String, Cause), u64>>,
     source: Source,
     task: Option<AbortHandle>,
 }
@@ -203,45 +79,23 @@ impl Agent {
     ///
     /// Must be called inside a tokio runtime.
     pub async fn start(config: AgentConfig) -> Result<Agent, AgentError> {
-        let mut conn = Conn::new(&config)?;
-        match conn.first_config().await {
-            Ok((mut client, stream, update)) => {
-                let revision = update.revision;
-                let snapshot = match Snapshot::default().apply(update) {
-                    Ok(s) => s,
-                    Err(refusal) => {
-                        warn!(revision, %refusal, "refusing to start with the budgets received");
-                        conn.ack(&mut client, revision, Err(&refusal)).await;
-                        return Err(refusal.into());
-                    }
-                };
-                conn.write_cache(&snapshot).await;
-                conn.ack(&mut client, revision, Ok(())).await;
-                info!(
-                    revision,
-                    chains = snapshot.chains.len(),
-                    "started with budgets from the control plane"
-                );
-                let shared = Shared::new(snapshot);
-                let task = tokio::spawn(conn.run(shared.clone(), Some(client), Some(stream)));
-                Ok(Self::with(
-                    shared,
-                    Source::ControlPlane,
-                    Some(task.abort_handle()),
-                ))
+        let mut watcher = Watcher::new(&config)?;
+        match watcher.first_config().await {
+            Ok((mut stream, update)) => {
+                let snapshot = watcher.accept_first(&mut stream, update).await?;
+                let live = Live::new(snapshot);
+                let task = tokio::spawn(watcher.run(live.clone(), Some(stream))).abort_handle();
+                Ok(Self::with(live, Source::ControlPlane, Some(task)))
             }
             Err(reason) => {
                 let Some(path) = config.cache_path.clone() else {
                     return Err(AgentError::Unavailable { reason });
                 };
-                let read = tokio::task::spawn_blocking(move || crate::cache::read(&path))
+                let snapshot = cache::load(path)
                     .await
                     .map_err(|e| AgentError::Unavailable {
-                        reason: format!("{reason}; cache read failed: {e}"),
+                        reason: format!("{reason}; {e}"),
                     })?;
-                let snapshot = read.map_err(|e| AgentError::Unavailable {
-                    reason: format!("{reason}; {e}"),
-                })?;
                 if let Err(refusal) = snapshot.check() {
                     warn!(revision = snapshot.revision, %refusal, "refusing to start with the cached budgets");
                     return Err(refusal.into());
@@ -251,9 +105,9 @@ impl Agent {
                     revision = snapshot.revision,
                     "control plane unavailable; starting from the cached budgets"
                 );
-                let shared = Shared::new(snapshot);
-                let task = tokio::spawn(conn.run(shared.clone(), None, None));
-                Ok(Self::with(shared, Source::Cache, Some(task.abort_handle())))
+                let live = Live::new(snapshot);
+                let task = tokio::spawn(watcher.run(live.clone(), None)).abort_handle();
+                Ok(Self::with(live, Source::Cache, Some(task)))
             }
         }
     }
@@ -262,13 +116,14 @@ impl Agent {
     /// The snapshot is validated like any received config.
     pub fn from_snapshot(snapshot: Snapshot) -> Result<Agent, AgentError> {
         snapshot.check()?;
-        Ok(Self::with(Shared::new(snapshot), Source::Static, None))
+        Ok(Self::with(Live::new(snapshot), Source::Static, None))
     }
 
-    fn with(shared: Arc<Shared>, source: Source, task: Option<AbortHandle>) -> Self {
+    fn with(live: Arc<Live>, source: Source, task: Option<AbortHandle>) -> Self {
         Self {
             inner: Arc::new(Inner {
-                shared,
+                live,
+                retries: Mutex::new(BTreeMap::new()),
                 source,
                 task,
             }),
@@ -282,22 +137,22 @@ impl Agent {
 
     /// The live config now.
     pub fn snapshot(&self) -> Arc<Snapshot> {
-        self.inner.shared.tx.borrow().clone()
+        self.inner.live.current()
     }
 
     /// A receiver that sees every config the agent applies (the newest, never a backlog).
     pub fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
-        self.inner.shared.tx.subscribe()
+        self.inner.live.subscribe()
     }
 
     /// The revision of the live config (0 for none).
     pub fn revision(&self) -> i64 {
-        self.inner.shared.tx.borrow().revision
+        self.inner.live.current().revision
     }
 
     /// The budget of `segment` (`caller->callee`), retries included, from any chain watched.
     pub fn budget(&self, segment: &str) -> Option<Duration> {
-        self.inner.shared.tx.borrow().budget(segment)
+        self.inner.live.current().budget(segment)
     }
 
     /// The deadline for a call of `segment` starting now: the earlier of now + its budget and
@@ -347,9 +202,9 @@ impl Agent {
         let Some(seg) = snapshot.segment(segment) else {
             return Err(CallError::UnknownSegment(segment.to_owned()));
         };
-        let shared = &self.inner.shared;
         call::run(seg, idempotency_key.is_some(), inherited, op, |cause| {
-            *lock(&shared.retries)
+            *self
+                .retries()
                 .entry((segment.to_owned(), cause))
                 .or_default() += 1;
         })
@@ -358,7 +213,7 @@ impl Agent {
 
     /// Retries made by this agent on `segment` for `cause`.
     pub fn retry_count(&self, segment: &str, cause: Cause) -> u64 {
-        lock(&self.inner.shared.retries)
+        self.retries()
             .get(&(segment.to_owned(), cause))
             .copied()
             .unwrap_or(0)
@@ -366,12 +221,19 @@ impl Agent {
 
     /// Every retry counter: (segment, cause) → retries.
     pub fn retry_counts(&self) -> BTreeMap<(String, Cause), u64> {
-        lock(&self.inner.shared.retries).clone()
+        self.retries().clone()
     }
 
     /// The last config refused (NACKed) since start, with its revision.
     pub fn last_refusal(&self) -> Option<(i64, Refusal)> {
-        lock(&self.inner.shared.last_refusal).clone()
+        self.inner.live.last_refusal()
+    }
+
+    fn retries(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, Cause), u64>> {
+        self.inner
+            .retries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Stops the background task now, even if clones of this agent remain. The live config

@@ -7,7 +7,9 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::Snapshot;
+use tracing::{debug, warn};
+
+use crate::snapshot::Snapshot;
 
 /// A cache file that cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +72,26 @@ fn write_then_rename(tmp: &Path, path: &Path, snapshot: &Snapshot) -> std::io::R
     std::fs::rename(tmp, path)?;
     sync_dir(path);
     Ok(())
+}
+
+/// Reads the snapshot cached at `path` off the async runtime, as the agent does when it
+/// starts without the control plane. The error is a one-line reason.
+pub(crate) async fn load(path: PathBuf) -> Result<Snapshot, String> {
+    match tokio::task::spawn_blocking(move || read(&path)).await {
+        Ok(read) => read.map_err(|e| e.to_string()),
+        Err(e) => Err(format!("cache read failed: {e}")),
+    }
+}
+
+/// Caches `snapshot` at `path` off the async runtime, as the agent does after each config it
+/// accepts. Failures are only logged: the live config never depends on the disk.
+pub(crate) async fn save(path: PathBuf, snapshot: Snapshot) {
+    let shown = path.display().to_string();
+    match tokio::task::spawn_blocking(move || write(&path, &snapshot)).await {
+        Ok(Ok(())) => debug!(path = %shown, "cached the budgets"),
+        Ok(Err(e)) => warn!(path = %shown, error = %e, "failed to cache the budgets"),
+        Err(e) => warn!(path = %shown, error = %e, "failed to cache the budgets"),
+    }
 }
 
 /// Makes the rename itself durable where directories can be synced (best effort).

@@ -7,6 +7,7 @@ use std::time::Duration;
 use budget_core::live::LiveSegment;
 use tokio::time::Instant;
 
+use crate::jitter::random_pick;
 use crate::policy::{self, Cause, Classify, Decision, Failure, RetryState};
 
 /// One attempt of a call, handed to the operation.
@@ -136,7 +137,7 @@ where
             key_given,
             &mut state,
             remaining,
-            policy::random_pick,
+            random_pick,
         ) {
             Decision::Retry {
                 cause,

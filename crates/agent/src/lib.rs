@@ -27,11 +27,41 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Modules, one concern each
+//!
+//! - `agent`: the [`Agent`] handle — start (control plane, else cache), live view, calls.
+//! - `config`: [`AgentConfig`]. `error`: [`AgentError`].
+//! - `connect`: the replicas in failover order, TLS, the token as metadata.
+//! - `watch`: Watch + ACK/NACK, and the task reconnecting with [`backoff`] (not R-retry's).
+//! - [`cache`]: the last good config on disk. `snapshot`: a validated config ([`Snapshot`]);
+//!   `live`: the one in force.
+//! - [`policy`]: the pure R-retry rules; `call`: their async loop; `jitter`: the randomness.
+//!
+//! Imports point one way, always to a later line (`src/tests/layers.rs` checks this graph
+//! against the code):
+//!
+//! ```text
+//! agent   -> watch call cache live policy snapshot config error
+//! watch   -> connect backoff jitter cache live snapshot config error
+//! call    -> policy jitter
+//! connect -> config error
+//! cache   -> snapshot
+//! live    -> snapshot
+//! error   -> snapshot
+//! backoff policy jitter snapshot config   (leaves: no crate module imported)
+//! ```
 #![forbid(unsafe_code)]
 
 mod agent;
+pub mod backoff;
 pub mod cache;
 mod call;
+mod config;
+mod connect;
+mod error;
+mod jitter;
+mod live;
 pub mod policy;
 mod snapshot;
 mod watch;
@@ -41,8 +71,10 @@ mod test_support;
 #[cfg(test)]
 mod tests;
 
-pub use agent::{Agent, AgentConfig, AgentError, Source};
+pub use agent::{Agent, Source};
 pub use budget_core::live::{LiveChain, LiveSegment};
 pub use call::{Attempt, CallError};
+pub use config::AgentConfig;
+pub use error::AgentError;
 pub use policy::{Cause, Classify, Failure};
 pub use snapshot::{Refusal, Snapshot};

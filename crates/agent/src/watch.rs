@@ -1,145 +1,70 @@
-//! The control-plane connection: `Watch` and `Ack` over gRPC, and the background task that
-//! keeps the live config current (reconnect forever, exponential backoff with full jitter,
-//! resuming from the revision held).
+//! The watch + ACK protocol (xDS-style) and the background task that keeps the live config
+//! current.
+//!
+//! `Watch` is opened from the revision held; every update is validated ([`Snapshot::apply`]):
+//! a good one is put in force, cached and ACKed, a bad one NACKed while the previous config
+//! stays. A stream that ends or breaks is reopened forever — next replica first
+//! ([`Endpoints::rotate`]), after a [`ReconnectBackoff`] delay.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use budget_proto::v1::{self, budget_control_client::BudgetControlClient};
+use budget_proto::v1;
 use tokio::time::Instant;
 use tonic::codec::Streaming;
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tracing::{debug, info, warn};
 
-use crate::agent::{AgentConfig, AgentError, Shared};
-use crate::policy::{random_pick, ReconnectBackoff};
+use crate::backoff::ReconnectBackoff;
+use crate::cache;
+use crate::config::AgentConfig;
+use crate::connect::{status, Client, Endpoints};
+use crate::error::AgentError;
+use crate::jitter::random_pick;
+use crate::live::Live;
 use crate::snapshot::{Refusal, Snapshot};
 
-type Client = BudgetControlClient<Channel>;
+/// An open watch stream and the client it came from.
+pub(crate) struct Stream {
+    client: Client,
+    updates: Streaming<v1::BudgetUpdate>,
+}
 
-/// Everything needed to talk to the control plane; owned by the background task.
-pub(crate) struct Conn {
-    /// `endpoint` first, then the fallbacks; `current` is the one in use.
-    endpoints: Vec<Endpoint>,
-    current: usize,
-    auth: MetadataValue<Ascii>,
+/// Who the agent is, what it watches and where it caches; owned by the background task.
+pub(crate) struct Watcher {
+    endpoints: Endpoints,
     agent_id: String,
     service: String,
     chains: Vec<String>,
     labels: BTreeMap<String, String>,
     cache_path: Option<PathBuf>,
-    connect_timeout: Duration,
     first_config_timeout: Duration,
 }
 
-/// An error and its sources on one line (tonic's transport errors say little at the top).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
-}
-
-fn status(s: &tonic::Status) -> String {
-    format!("{:?}: {}", s.code(), s.message())
-}
-
-/// TLS for an `https://` endpoint: the configured CA file (only it) or the system's roots,
-/// ALPN h2, and the name to verify. A CA file or domain with an `http://` endpoint is an error:
-/// it would silently go unencrypted.
-fn with_tls(endpoint: Endpoint, config: &AgentConfig) -> Result<Endpoint, AgentError> {
-    let https = endpoint.uri().scheme_str() == Some("https");
-    if !https {
-        if config.ca_cert.is_some() || config.tls_domain.is_some() {
-            return Err(AgentError::Config(format!(
-                "ca_cert/tls_domain need an https:// endpoint, not {:?}",
-                config.endpoint
-            )));
-        }
-        return Ok(endpoint);
-    }
-    let mut tls = ClientTlsConfig::new();
-    tls = match &config.ca_cert {
-        Some(path) => {
-            let pem = std::fs::read(path).map_err(|e| {
-                AgentError::Config(format!("cannot read ca_cert {}: {e}", path.display()))
-            })?;
-            if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
-                return Err(AgentError::Config(format!(
-                    "ca_cert {} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
-                    path.display()
-                )));
-            }
-            tls.ca_certificate(Certificate::from_pem(pem))
-        }
-        None => tls.with_native_roots(),
-    };
-    if let Some(domain) = &config.tls_domain {
-        tls = tls.domain_name(domain.clone());
-    }
-    endpoint
-        .tls_config(tls)
-        .map_err(|e| AgentError::Config(format!("TLS for {:?}: {}", config.endpoint, chain(&e))))
-}
-
-impl Conn {
+impl Watcher {
     pub(crate) fn new(config: &AgentConfig) -> Result<Self, AgentError> {
-        let mut endpoints = Vec::new();
-        for url in std::iter::once(&config.endpoint).chain(&config.fallback_endpoints) {
-            let endpoint = Endpoint::from_shared(url.clone())
-                .map_err(|e| AgentError::Config(format!("endpoint {url:?}: {}", chain(&e))))?
-                .connect_timeout(config.connect_timeout)
-                // Detect half-open connections on a long-idle watch stream.
-                .http2_keep_alive_interval(Duration::from_secs(30))
-                .keep_alive_timeout(Duration::from_secs(10))
-                .keep_alive_while_idle(true);
-            endpoints.push(with_tls(endpoint, config)?);
-        }
-        let mut auth: MetadataValue<Ascii> = format!("Bearer {}", config.token)
-            .parse()
-            .map_err(|_| AgentError::Config("token is not a valid header value".into()))?;
-        auth.set_sensitive(true);
+        let endpoints = Endpoints::new(config)?;
         if config.agent_id.is_empty() {
             return Err(AgentError::Config("agent_id must not be empty".into()));
         }
         Ok(Self {
             endpoints,
-            current: 0,
-            auth,
             agent_id: config.agent_id.clone(),
             service: config.service.clone(),
             chains: config.chains.clone(),
             labels: config.labels.clone(),
             cache_path: config.cache_path.clone(),
-            connect_timeout: config.connect_timeout,
             first_config_timeout: config.first_config_timeout,
         })
     }
 
-    fn target(&self) -> String {
-        self.endpoints[self.current].uri().to_string()
-    }
-
-    /// Moves to the next endpoint (wrapping); returns a client for it.
-    fn rotate(&mut self) -> Client {
-        self.current = (self.current + 1) % self.endpoints.len();
-        BudgetControlClient::new(self.endpoints[self.current].connect_lazy())
-    }
-
-    /// The first config from the first endpoint that gives one, trying each in order.
-    pub(crate) async fn first_config(
-        &mut self,
-    ) -> Result<(Client, Streaming<v1::BudgetUpdate>, v1::BudgetUpdate), String> {
+    /// The first config from the first endpoint that gives one, trying each in order. The
+    /// error is a one-line reason for the log and [`AgentError::Unavailable`].
+    pub(crate) async fn first_config(&mut self) -> Result<(Stream, v1::BudgetUpdate), String> {
         let mut reasons = Vec::new();
         for i in 0..self.endpoints.len() {
-            self.current = i;
+            self.endpoints.select(i);
             match self.first_config_from_current().await {
                 Ok(found) => return Ok(found),
                 Err(reason) => reasons.push(reason),
@@ -149,34 +74,21 @@ impl Conn {
     }
 
     /// Connects, opens the watch stream from revision 0 and waits for its first update.
-    /// The error is a one-line reason for the log and [`AgentError::Unavailable`].
-    async fn first_config_from_current(
-        &self,
-    ) -> Result<(Client, Streaming<v1::BudgetUpdate>, v1::BudgetUpdate), String> {
-        let target = self.target();
-        let endpoint = &self.endpoints[self.current];
-        let channel = tokio::time::timeout(self.connect_timeout, endpoint.connect())
-            .await
-            .map_err(|_| {
-                format!(
-                    "no connection to {target} within {:?}",
-                    self.connect_timeout
-                )
-            })?
-            .map_err(|e| format!("failed to connect to {target}: {}", chain(&e)))?;
-        let mut client = BudgetControlClient::new(channel);
+    async fn first_config_from_current(&self) -> Result<(Stream, v1::BudgetUpdate), String> {
+        let target = self.endpoints.target();
+        let mut client = self.endpoints.connect().await?;
         let first = async {
-            let mut stream = self
+            let mut updates = self
                 .watch(&mut client, 0)
                 .await
                 .map_err(|s| format!("watch on {target} failed: {}", status(&s)))?;
-            match stream.message().await {
-                Ok(Some(update)) => Ok((stream, update)),
+            match updates.message().await {
+                Ok(Some(update)) => Ok((updates, update)),
                 Ok(None) => Err(format!("watch on {target} ended before the first config")),
                 Err(s) => Err(format!("watch on {target} failed: {}", status(&s))),
             }
         };
-        let (stream, update) = tokio::time::timeout(self.first_config_timeout, first)
+        let (updates, update) = tokio::time::timeout(self.first_config_timeout, first)
             .await
             .map_err(|_| {
                 format!(
@@ -184,7 +96,33 @@ impl Conn {
                     self.first_config_timeout
                 )
             })??;
-        Ok((client, stream, update))
+        Ok((Stream { client, updates }, update))
+    }
+
+    /// Validates the first config: cached and ACKed when good, NACKed and refused when not
+    /// (a service refuses to start with an inverted config).
+    pub(crate) async fn accept_first(
+        &self,
+        stream: &mut Stream,
+        update: v1::BudgetUpdate,
+    ) -> Result<Snapshot, Refusal> {
+        let revision = update.revision;
+        let snapshot = match Snapshot::default().apply(update) {
+            Ok(s) => s,
+            Err(refusal) => {
+                warn!(revision, %refusal, "refusing to start with the budgets received");
+                self.ack(&mut stream.client, revision, Err(&refusal)).await;
+                return Err(refusal);
+            }
+        };
+        self.save(&snapshot).await;
+        self.ack(&mut stream.client, revision, Ok(())).await;
+        info!(
+            revision,
+            chains = snapshot.chains.len(),
+            "started with budgets from the control plane"
+        );
+        Ok(snapshot)
     }
 
     async fn watch(
@@ -192,35 +130,24 @@ impl Conn {
         client: &mut Client,
         known_revision: i64,
     ) -> Result<Streaming<v1::BudgetUpdate>, tonic::Status> {
-        let mut request = tonic::Request::new(v1::WatchRequest {
+        let request = self.endpoints.authorized(v1::WatchRequest {
             agent_id: self.agent_id.clone(),
             service: self.service.clone(),
             chains: self.chains.clone(),
             known_revision,
             labels: self.labels.clone().into_iter().collect(),
         });
-        request
-            .metadata_mut()
-            .insert("authorization", self.auth.clone());
         Ok(client.watch(request).await?.into_inner())
     }
 
     /// ACK (`Ok`) or NACK (`Err`, with the reason) of `revision`; failures are only logged.
-    pub(crate) async fn ack(
-        &self,
-        client: &mut Client,
-        revision: i64,
-        result: Result<(), &Refusal>,
-    ) {
-        let mut request = tonic::Request::new(v1::AckRequest {
+    async fn ack(&self, client: &mut Client, revision: i64, result: Result<(), &Refusal>) {
+        let request = self.endpoints.authorized(v1::AckRequest {
             agent_id: self.agent_id.clone(),
             revision,
             accepted: result.is_ok(),
             error: result.err().map(ToString::to_string).unwrap_or_default(),
         });
-        request
-            .metadata_mut()
-            .insert("authorization", self.auth.clone());
         let limit = self.first_config_timeout.max(Duration::from_secs(1));
         match tokio::time::timeout(limit, client.ack(request)).await {
             Ok(Ok(_)) => debug!(revision, accepted = result.is_ok(), "acknowledged"),
@@ -229,24 +156,17 @@ impl Conn {
         }
     }
 
-    /// Caches `snapshot` on disk (when a cache path is set); failures are only logged.
-    pub(crate) async fn write_cache(&self, snapshot: &Snapshot) {
-        let Some(path) = self.cache_path.clone() else {
-            return;
-        };
-        let snapshot = snapshot.clone();
-        let shown = path.display().to_string();
-        match tokio::task::spawn_blocking(move || crate::cache::write(&path, &snapshot)).await {
-            Ok(Ok(())) => debug!(path = %shown, "cached the budgets"),
-            Ok(Err(e)) => warn!(path = %shown, error = %e, "failed to cache the budgets"),
-            Err(e) => warn!(path = %shown, error = %e, "failed to cache the budgets"),
+    /// Caches `snapshot` on disk when a cache path is set.
+    async fn save(&self, snapshot: &Snapshot) {
+        if let Some(path) = self.cache_path.clone() {
+            cache::save(path, snapshot.clone()).await;
         }
     }
 
-    /// Validates and applies one update: ACK + cache + publish, or NACK and keep the old one.
-    async fn handle(&self, client: &mut Client, shared: &Shared, update: v1::BudgetUpdate) {
+    /// Validates and applies one update: publish + cache + ACK, or NACK and keep the old one.
+    async fn handle(&self, client: &mut Client, live: &Live, update: v1::BudgetUpdate) {
         let revision = update.revision;
-        let current = shared.tx.borrow().clone();
+        let current = live.current();
         match current.apply(update) {
             Ok(next) => {
                 if revision <= current.revision {
@@ -257,9 +177,9 @@ impl Conn {
                     );
                 }
                 let next = Arc::new(next);
-                shared.tx.send_replace(next.clone());
+                live.publish(next.clone());
                 info!(revision, "applied new budgets");
-                self.write_cache(&next).await;
+                self.save(&next).await;
                 self.ack(client, revision, Ok(())).await;
             }
             Err(refusal) => {
@@ -269,36 +189,29 @@ impl Conn {
                     %refusal,
                     "refused new budgets; keeping the previous ones"
                 );
-                *shared
-                    .last_refusal
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner()) =
-                    Some((revision, refusal.clone()));
+                live.refuse(revision, refusal.clone());
                 self.ack(client, revision, Err(&refusal)).await;
             }
         }
     }
 
-    /// The background task: consumes the watch stream, reconnecting forever.
-    pub(crate) async fn run(
-        mut self,
-        shared: Arc<Shared>,
-        client: Option<Client>,
-        mut stream: Option<Streaming<v1::BudgetUpdate>>,
-    ) {
-        let mut client = client.unwrap_or_else(|| {
-            BudgetControlClient::new(self.endpoints[self.current].connect_lazy())
-        });
+    /// The background task: consumes the watch stream (`stream`, when start opened one),
+    /// reconnecting forever.
+    pub(crate) async fn run(mut self, live: Arc<Live>, stream: Option<Stream>) {
+        let (mut client, mut updates) = match stream {
+            Some(s) => (s.client, Some(s.updates)),
+            None => (self.endpoints.lazy(), None),
+        };
         let mut backoff = ReconnectBackoff::default();
         let mut failing = false;
         loop {
-            if let Some(mut s) = stream.take() {
+            if let Some(mut s) = updates.take() {
                 let opened = Instant::now();
                 loop {
                     match s.message().await {
                         Ok(Some(update)) => {
                             backoff.reset();
-                            self.handle(&mut client, &shared, update).await;
+                            self.handle(&mut client, &live, update).await;
                         }
                         Ok(None) => {
                             info!("watch stream ended; reconnecting");
@@ -315,65 +228,33 @@ impl Conn {
                 }
                 // The replica went away or broke the stream: try the next one first.
                 if self.endpoints.len() > 1 {
-                    client = self.rotate();
+                    client = self.endpoints.rotate();
                 }
             }
             tokio::time::sleep(backoff.next_delay(random_pick)).await;
-            let known_revision = shared.tx.borrow().revision;
-            let limit = self.connect_timeout + self.first_config_timeout;
+            let known_revision = live.current().revision;
+            let limit = self.endpoints.connect_timeout() + self.first_config_timeout;
             let reason =
                 match tokio::time::timeout(limit, self.watch(&mut client, known_revision)).await {
                     Ok(Ok(s)) => {
                         info!(known_revision, "watch stream open");
-                        stream = Some(s);
+                        updates = Some(s);
                         failing = false;
                         continue;
                     }
                     Ok(Err(s)) => status(&s),
                     Err(_) => format!("no answer within {limit:?}"),
                 };
+            let target = self.endpoints.target();
             if failing {
-                debug!(target = %self.target(), %reason, "still cannot watch the control plane");
+                debug!(%target, %reason, "still cannot watch the control plane");
             } else {
-                warn!(target = %self.target(), %reason, "cannot watch the control plane; retrying with backoff");
+                warn!(%target, %reason, "cannot watch the control plane; retrying with backoff");
                 failing = true;
             }
             if self.endpoints.len() > 1 {
-                client = self.rotate();
+                client = self.endpoints.rotate();
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tls_tests {
-    use super::*;
-
-    fn err(config: &AgentConfig) -> String {
-        match Conn::new(config) {
-            Err(AgentError::Config(e)) => e,
-            Err(e) => panic!("not a config error: {e}"),
-            Ok(_) => panic!("accepted"),
-        }
-    }
-
-    #[test]
-    fn tls_settings_are_checked_at_start() {
-        let dir = tempfile::tempdir().unwrap();
-        let ca = dir.path().join("ca.pem");
-        let mut c = AgentConfig::new("http://127.0.0.1:1", "t", "a-1", "order");
-        c.ca_cert = Some(ca.clone());
-        assert!(err(&c).contains("https://"));
-
-        c.endpoint = "https://127.0.0.1:1".into();
-        let e = err(&c);
-        assert!(e.contains("ca.pem") && e.contains("cannot read"), "{e}");
-
-        std::fs::write(&ca, "garbage").unwrap();
-        let e = err(&c);
-        assert!(
-            e.contains("ca.pem") && e.contains("no PEM certificate"),
-            "{e}"
-        );
     }
 }
