@@ -8,18 +8,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::transport::server::TcpIncoming;
 
 use crate::archive::{self, worker::Archiver, Archive};
-use crate::auth::{generate_token, hash_token, Principal, Role};
+use crate::auth::{generate_token, Principal, Role};
 use crate::config::{redact_url, Settings};
 use crate::fleet::Fleet;
 use crate::publish::Hub;
 use crate::state::AppState;
-use crate::store::{self, Audit};
+use crate::store;
 use crate::tls::Tls;
 use crate::{grpc, http, service};
 
@@ -69,7 +68,7 @@ impl App {
         }
         archive.check().await?;
         let store = store::connect_with(&url, &archive_prefix).await?;
-        tracing::info!(database = %redact_url(&url), backend = store.backend(), "store ready");
+        tracing::info!(database = %redact_url(&url), backend = %store.backend(), "store ready");
         tracing::info!(archive = %archive.describe(), prefix = %archive_prefix, "archive ready");
         let admin_token_file = bootstrap_admin(&*store, &settings).await?;
         let listener = TcpListener::bind(settings.http)
@@ -152,7 +151,7 @@ impl App {
             state.archiver.spawn(Duration::from_secs(1)),
         ];
         let url = state.settings.database_url();
-        if state.store.backend() == "postgres" {
+        if state.store.backend() == store::Backend::Postgres {
             background.push(state.hub.spawn_pg_listener(url));
         }
         if let Some(reloader) = self.tls.as_ref().and_then(|tls| tls.spawn_reloader()) {
@@ -285,43 +284,27 @@ async fn bootstrap_admin(
     store: &dyn store::Store,
     settings: &Settings,
 ) -> anyhow::Result<Option<PathBuf>> {
-    let audit = |action| Audit {
-        actor: "budgetd".into(),
-        action,
-        chain: None,
-        subject: Some("admin".into()),
-        detail: json!({}),
-        at: service::now(),
-    };
+    let failed =
+        |what: &'static str| move |e: crate::error::ApiError| e.into_anyhow().context(what);
     if let Some(token) = &settings.admin_token {
         check_admin_token(&token.0)?;
-        store
-            .upsert_token(
-                "admin",
-                Role::Admin,
-                &hash_token(&token.0),
-                audit("token.bootstrap"),
-            )
+        service::tokens::install_admin(store, &token.0, "token.bootstrap")
             .await
-            .context("failed to install the admin token")?;
+            .map_err(failed("failed to install the admin token"))?;
         return Ok(None);
     }
-    let tokens = store.list_tokens().await.context("failed to read tokens")?;
-    if tokens.iter().any(|t| t.role == Role::Admin) {
+    if service::tokens::has_admin(store)
+        .await
+        .map_err(failed("failed to read tokens"))?
+    {
         return Ok(None);
     }
     let token = generate_token();
     // The file first: a token the store knows but nobody can read would lock the admin out.
     let path = write_secret_file(&settings.data_dir, ADMIN_TOKEN_FILE, &token)?;
-    let stored = store
-        .upsert_token(
-            "admin",
-            Role::Admin,
-            &hash_token(&token),
-            audit("token.generate"),
-        )
+    let stored = service::tokens::install_admin(store, &token, "token.generate")
         .await
-        .context("failed to store the generated admin token");
+        .map_err(failed("failed to store the generated admin token"));
     if let Err(e) = stored {
         let _ = std::fs::remove_file(&path);
         return Err(e);
@@ -372,7 +355,7 @@ async fn expire_idempotency_keys(state: AppState) {
         tick.tick().await;
         let cutoff = (chrono::Utc::now() - chrono::Duration::hours(24))
             .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        match state.store.idem_expire(&cutoff).await {
+        match service::idempotency::expire(&state, &cutoff).await {
             Ok(n) if n > 0 => tracing::info!(removed = n, "expired idempotency keys"),
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "failed to expire idempotency keys"),
@@ -381,7 +364,11 @@ async fn expire_idempotency_keys(state: AppState) {
 }
 
 async fn load_demo(state: &AppState) -> anyhow::Result<bool> {
-    if !state.store.list_chains().await?.is_empty() {
+    if !service::chains::list(state)
+        .await
+        .map_err(|e| anyhow::anyhow!("demo: {e}"))?
+        .is_empty()
+    {
         return Ok(false);
     }
     let uploader = Principal::internal("demo-uploader", Role::Uploader);

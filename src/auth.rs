@@ -1,8 +1,14 @@
 //! Bearer tokens and roles. Tokens are random, shown once, and stored as SHA-256 hashes.
+//!
+//! [`authenticate`] resolves a caller for both transports: the HTTP middleware passes the
+//! `Authorization` header, gRPC the `authorization` metadata.
 
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
+
+use crate::error::{ApiError, ApiResult, Code};
+use crate::state::AppState;
 
 /// What a token may do. Every role may read; writes need the role named on each route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -85,6 +91,54 @@ impl Principal {
     /// Whether the caller has one of `roles`; `admin` may do everything.
     pub fn has_any(&self, roles: &[Role]) -> bool {
         self.role == Role::Admin || roles.contains(&self.role)
+    }
+}
+
+/// Where a caller's bearer token travels; only the explanation of a missing token differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// The HTTP `Authorization` header.
+    Header,
+    /// The gRPC `authorization` metadata.
+    Metadata,
+}
+
+impl Via {
+    fn missing(self) -> &'static str {
+        match self {
+            Self::Header => "missing bearer token: send Authorization: Bearer <token>",
+            Self::Metadata => "missing bearer token in the authorization metadata",
+        }
+    }
+}
+
+/// The token of an `Authorization` value `Bearer <token>` (or `bearer <token>`), trimmed;
+/// `None` when absent or empty.
+pub fn bearer(authorization: Option<&str>) -> Option<&str> {
+    authorization
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// The caller whose token is in `authorization` (the header's or metadata's value):
+/// `unauthorized` when it is missing, unknown or revoked. Roles are checked by the caller.
+pub async fn authenticate(
+    state: &AppState,
+    authorization: Option<&str>,
+    via: Via,
+) -> ApiResult<Principal> {
+    let token =
+        bearer(authorization).ok_or_else(|| ApiError::new(Code::Unauthorized, via.missing()))?;
+    match state.store.find_token(&hash_token(token)).await? {
+        Some(record) => Ok(Principal::from(record)),
+        None => Err(ApiError::new(
+            Code::Unauthorized,
+            "invalid or revoked token",
+        )),
     }
 }
 

@@ -1,4 +1,5 @@
-//! The server's one error type. Each code maps to an HTTP status here, in one place.
+//! The server's one error type. Each code maps to an HTTP status and a gRPC status code
+//! here, in one place; both transports answer every error through it.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -21,6 +22,11 @@ pub enum Code {
     ValidationFailed,
     /// The client stopped sending its request body.
     RequestTimeout,
+    /// The caller holds as many of a limited resource as it may (e.g. Watch streams).
+    TooManyRequests,
+    /// The request is valid but the state it needs is not there (e.g. an Ack without a
+    /// Watch stream on this replica).
+    FailedPrecondition,
     Internal,
     Unavailable,
 }
@@ -41,6 +47,8 @@ impl Code {
             Self::Internal => "internal",
             Self::Unavailable => "unavailable",
             Self::RequestTimeout => "request_timeout",
+            Self::TooManyRequests => "too_many_requests",
+            Self::FailedPrecondition => "failed_precondition",
         }
     }
 
@@ -58,6 +66,8 @@ impl Code {
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
+            Self::FailedPrecondition => StatusCode::PRECONDITION_FAILED,
         }
     }
 }
@@ -118,6 +128,15 @@ impl ApiError {
         }
     }
 
+    /// This error outside a request (start-up, `budgetd` commands): the cause of a 5xx, or
+    /// the message alone (no code prefix).
+    pub fn into_anyhow(self) -> anyhow::Error {
+        match self.source {
+            Some(source) => source,
+            None => anyhow::anyhow!(self.message),
+        }
+    }
+
     /// The JSON body of this error.
     pub fn body(&self) -> Value {
         json!({"error": {"code": self.code.as_str(), "message": self.message, "details": self.details}})
@@ -147,6 +166,8 @@ impl Code {
             Self::Internal => tonic::Code::Internal,
             Self::Unavailable => tonic::Code::Unavailable,
             Self::RequestTimeout => tonic::Code::DeadlineExceeded,
+            Self::TooManyRequests => tonic::Code::ResourceExhausted,
+            Self::FailedPrecondition => tonic::Code::FailedPrecondition,
         }
     }
 }

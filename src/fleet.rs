@@ -4,7 +4,7 @@
 //! stream's own [`Slot`]; the status is written to the store in batches by [`Fleet::flush`],
 //! so `GET /api/v1/agents` shows the agents of every replica.
 //!
-//! Every `agent_id` is bound to the token that first watched it ([`Store::claim_agent`], in
+//! Every `agent_id` is bound to the token that first watched it ([`Fleet::claim_agent`](crate::store::Fleet::claim_agent), in
 //! the database, so the binding holds across restarts and replicas): another token can neither
 //! watch, ACK nor overwrite it. Memory is bounded: a slot lives while the agent has a stream
 //! here (at most `agents.max_streams_per_token` per token, [`Fleet::open_stream`]) and until
@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::clock::now;
 use crate::config::AgentSettings;
-use crate::service::now;
 use crate::store::{AgentClaim, AgentStatus, Store, StoreError};
 
 /// One agent's status; shared by its streams and the fleet.

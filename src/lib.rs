@@ -7,6 +7,7 @@
 pub mod app;
 pub mod archive;
 pub mod auth;
+pub mod clock;
 pub mod config;
 pub mod ctl;
 pub mod error;

@@ -8,8 +8,12 @@
 //   api      — fetch wrapper: bearer token, JSON, the {"error":{code,message,details}} shape
 //   caps     — role detection by harmless probes (the server still enforces everything)
 //   ui       — shared widgets: error box, badges, tables, definition lists
-//   drift    — change markers (> 20 % highlighted) and the latest-run drift of a chain
-//   tree     — the call tree drawn to scale as SVG
+//   drift    — change markers (the server's drift flags highlighted) and a chain's latest-run drift
+//   tree     — the call tree drawn to scale as SVG, from the server's numbers
+//
+// The console computes no rule: findings, drift flags and thresholds, stage needs, inversions
+// and budget parts all come from the server (the baseline document, /diff, /tree, the runs'
+// vs_live comparison); this file only lays them out.
 //   views    — one function per page: signIn, chains, baseline, runs, agents, history
 //   router   — location.hash → view, with per-view cleanup (polling timers)
 'use strict';
@@ -299,10 +303,6 @@
   // drift — change markers and a chain's latest-run drift
   // ---------------------------------------------------------------------------------------
   const drift = {
-    THRESHOLD: 20,
-    isBig(pct) {
-      return pct !== null && pct !== undefined && Math.abs(pct) > this.THRESHOLD;
-    },
     /** "▲ +30.0 %" (text marker, so colour is never the only signal). */
     marker(pct) {
       if (pct === null || pct === undefined) return '';
@@ -310,37 +310,29 @@
       const arrow = pct > 0 ? '▲' : pct < 0 ? '▼' : '=';
       return arrow + ' ' + fmt.pct(pct);
     },
-    /** A change cell: marker, with class "change-big" past 20 %. */
-    cell(change, unit) {
+    /** A change cell of /diff: marker, with class "change-big" where the server flags drift. */
+    cell(change, unit, threshold) {
       if (!change) return '—';
       const pct = change.change_pct;
-      const big = this.isBig(pct);
+      const big = Boolean(change.drift);
       return h('span', { class: ['change', big ? 'change-big' : null, pct === 0 ? 'change-none' : null] },
         pct === undefined ? 'n/a' : this.marker(pct),
-        big ? h('span', { class: 'tag' }, ' > 20 %') : null,
+        big ? h('span', { class: 'tag' }, ' > ' + threshold + ' %') : null,
         change.from !== change.to ? h('span', { class: 'sub' }, ' (' + fmt.num(change.from) + ' → ' + fmt.num(change.to) + (unit || '') + ')') : null);
     },
     /**
-     * The latest run compared with the live baseline, the way R-drift compares: p999 for every
-     * segment, p99 too for stable ones. Returns the largest change (or null without either).
+     * The latest run against the live baseline, as the server compared them (the run's
+     * vs_live): the entry with the largest change. Null without a live baseline.
      */
-    latest(run, baseline) {
-      if (!run || !baseline) return null;
-      const bySeg = new Map(baseline.segments.map((x) => [x.id, x]));
+    latest(run) {
+      const live = run && run.vs_live;
+      if (!live) return null;
       let worst = null;
-      for (const r of run.segments) {
-        const b = bySeg.get(r.id);
-        if (!b) continue;
-        const metrics = b.class === 'stable' ? ['p99', 'p999'] : ['p999'];
-        for (const m of metrics) {
-          const from = b[m + '_ms'];
-          const to = r[m + '_ms'];
-          if (from === undefined || from === null || !from || to === undefined) continue;
-          const pct = Math.round(((to - from) / from) * 1000) / 10;
-          if (!worst || Math.abs(pct) > Math.abs(worst.pct)) worst = { segment: r.id, metric: m, pct, from, to };
-        }
+      for (const e of live.comparison) {
+        if (e.change_pct === null || e.change_pct === undefined) continue;
+        if (!worst || Math.abs(e.change_pct) > Math.abs(worst.change_pct)) worst = e;
       }
-      return worst ? { run: run.id, ...worst, drift: this.isBig(worst.pct) } : null;
+      return worst ? { run: run.id, segment: worst.segment, metric: worst.metric, pct: worst.change_pct, drift: worst.drift, threshold: live.drift_threshold_pct } : null;
     },
   };
 
@@ -352,48 +344,42 @@
   // time (timeout − reserve), starting with it: stages one after another, the children of one
   // stage side by side (stacked rows, same start). Under each parent, a "need" row sums the
   // stages; the part beyond the available time is red and says "INVERTED: N ms over".
+  //
+  // Every number — stages and their needs, need / available / excess, budget parts — is the
+  // server's (GET /baselines/{id}/tree); this only places them.
   // ---------------------------------------------------------------------------------------
+  /** "2 × 44 + 120": a budget's parts as the server took it apart. */
+  function budgetParts(b) {
+    return b.attempts + ' × ' + b.timeout_ms + (b.backoff_ms ? ' + ' + b.backoff_ms : '');
+  }
+
   const tree = {
     ROW: 30,
     LABEL_W: 300,
     WIDTH: 1200,
 
-    /** Children of `parentId` grouped by stage, in order of first appearance (as the server). */
-    stages(segments, parentId) {
-      const stages = [];
-      for (const c of segments.filter((x) => x.parent === parentId)) {
-        const st = c.stage !== undefined && c.stage !== null ? stages.find((g) => g.stage === c.stage) : null;
-        if (st) {
-          st.children.push(c);
-          st.need = Math.max(st.need, c.budget_ms);
-        } else {
-          stages.push({ stage: c.stage === undefined ? null : c.stage, children: [c], need: c.budget_ms });
-        }
-      }
-      return stages;
-    },
-
-    /** Rows with absolute start times (ms). */
-    layout(doc) {
+    /** Rows with absolute start times (ms), from the document's segments and the tree's numbers. */
+    layout(doc, numbers) {
       const rows = [];
-      const segs = doc.segments;
+      const byId = new Map(doc.segments.map((x) => [x.id, x]));
+      const parents = new Map(numbers.parents.map((p) => [p.segment, p]));
+      // a parent is inverted when the server's findings say so
+      const inverted = new Set(doc.findings.filter((f) => f.check === 'inversion').map((f) => f.segment));
       const walk = (seg, start, depth) => {
         rows.push({ kind: 'seg', seg, start, depth });
-        const stages = this.stages(segs, seg.id);
-        if (!stages.length) return;
-        const available = seg.timeout_ms - (seg.reserve_ms || 0);
+        const p = parents.get(seg.id);
+        if (!p) return;
         let t = start;
         const bands = [];
-        stages.forEach((st, i) => {
+        p.stages.forEach((st, i) => {
           const first = rows.length;
-          for (const c of st.children) walk(c, t, depth + 1);
-          bands.push({ index: i + 1, stage: st.stage, start: t, need: st.need, firstRow: first, lastRow: rows.length - 1, parallel: st.children.length > 1 });
-          t += st.need;
+          for (const id of st.segments) walk(byId.get(id), t, depth + 1);
+          bands.push({ index: i + 1, stage: st.stage, start: t, need: st.max_budget_ms, firstRow: first, lastRow: rows.length - 1, parallel: st.segments.length > 1 });
+          t += st.max_budget_ms;
         });
-        const need = t - start;
-        rows.push({ kind: 'need', seg, start, depth: depth + 1, need, available, excess: need - available, bands });
+        rows.push({ kind: 'need', seg, start, depth: depth + 1, need: p.need_ms, available: p.available_ms, excess: p.excess_ms, inverted: inverted.has(seg.id), bands });
       };
-      for (const root of segs.filter((x) => !x.parent)) walk(root, 0, 0);
+      for (const root of doc.segments.filter((x) => !x.parent)) walk(root, 0, 0);
       return rows;
     },
 
@@ -404,8 +390,10 @@
       return 10 * p;
     },
 
-    render(doc) {
-      const rows = this.layout(doc);
+    render(doc, numbers) {
+      if (!numbers) return ui.note('The call tree is unavailable (its numbers could not be read).');
+      const parts = new Map(numbers.segments.map((b) => [b.segment, b]));
+      const rows = this.layout(doc, numbers);
       let maxMs = 1;
       for (const r of rows) {
         maxMs = Math.max(maxMs, r.start + (r.kind === 'seg' ? r.seg.budget_ms : Math.max(r.need, r.available)));
@@ -419,7 +407,7 @@
       const height = top + rows.length * this.ROW + 10;
       const titleId = 'tree-title-' + doc.id;
       const descId = 'tree-desc-' + doc.id;
-      const inversions = rows.filter((r) => r.kind === 'need' && r.excess > 0);
+      const inversions = rows.filter((r) => r.kind === 'need' && r.inverted);
 
       const svg = s('svg', {
         class: 'tree', viewBox: '0 0 ' + this.WIDTH + ' ' + height, width: this.WIDTH, height,
@@ -427,7 +415,7 @@
       });
       svg.appendChild(s('title', { id: titleId }, 'Call tree of ' + doc.id + ' to scale (0 to ' + scaleMax + ' ms)'));
       svg.appendChild(s('desc', { id: descId }, rows.filter((r) => r.kind === 'need').map((r) =>
-        'children of ' + r.seg.id + ' need ' + r.need + ' ms of ' + r.available + ' ms available' + (r.excess > 0 ? ', INVERTED: ' + r.excess + ' ms over' : '') + '. ').join('')));
+        'children of ' + r.seg.id + ' need ' + r.need + ' ms of ' + r.available + ' ms available' + (r.inverted ? ', INVERTED: ' + r.excess + ' ms over' : '') + '. ').join('')));
       svg.appendChild(s('defs', null,
         s('pattern', { id: 'hatch', width: 6, height: 6, patternUnits: 'userSpaceOnUse', patternTransform: 'rotate(45)' },
           s('rect', { width: 6, height: 6, class: 'hatch-bg' }), s('line', { x1: 0, y1: 0, x2: 0, y2: 6, class: 'hatch-line' })),
@@ -467,14 +455,15 @@
           const stage = seg.parent && seg.stage !== undefined && seg.stage !== null ? seg.stage : null;
           g.appendChild(s('text', { x: 8 + indent, y: y + barH / 2 + 9, class: 'label' }, (r.depth ? '└ ' : '') + seg.id,
             stage !== null ? s('tspan', { class: 'stage-label', dx: 6 }, 'stage ' + stage) : null));
-          const retries = seg.budget_ms > seg.timeout_ms;
+          const b = parts.get(seg.id);
+          const retries = Boolean(b && b.attempts > 1);
           const xs = x(r.start);
           const firstEnd = x(r.start + seg.timeout_ms);
           g.appendChild(s('rect', { x: xs, y: y + 5, width: Math.max(1, firstEnd - xs), height: barH, class: 'bar bar-' + seg.class + (seg.parent ? '' : ' bar-root') },
             s('title', null, seg.id + ': timeout ' + seg.timeout_ms + ' ms, budget ' + seg.budget_ms + ' ms')));
           if (retries) {
             g.appendChild(s('rect', { x: firstEnd, y: y + 5, width: Math.max(1, x(r.start + seg.budget_ms) - firstEnd), height: barH, class: 'bar bar-retry', fill: 'url(#hatch)' },
-              s('title', null, 'one deadline retry after a full timeout, worst-case backoff 120 ms')));
+              s('title', null, (b.attempts - 1) + ' deadline retr' + (b.attempts > 2 ? 'ies' : 'y') + ' after a full timeout, worst-case backoff ' + b.backoff_ms + ' ms')));
           }
           if (seg.reserve_ms) {
             const rs = x(r.start + seg.timeout_ms - seg.reserve_ms);
@@ -482,11 +471,11 @@
               s('title', null, 'reserve ' + seg.reserve_ms + ' ms (the handler\'s own work)')));
           }
           const text = seg.parent
-            ? (retries ? 'budget ' + seg.budget_ms + ' ms = 2 × ' + seg.timeout_ms + ' + 120' : 'budget ' + seg.budget_ms + ' ms')
+            ? (retries ? 'budget ' + seg.budget_ms + ' ms = ' + budgetParts(b) : 'budget ' + seg.budget_ms + ' ms')
             : 'timeout ' + seg.timeout_ms + ' ms (entry)';
           g.appendChild(s('text', { x: x(r.start + seg.budget_ms) + 6, y: y + barH / 2 + 9, class: 'value' }, text + (seg.reserve_ms ? ', reserve ' + seg.reserve_ms : '')));
         } else {
-          const over = r.excess > 0;
+          const over = r.inverted;
           const indent = r.depth * 16;
           g.setAttribute('class', 'row row-need' + (over ? ' inverted' : ''));
           g.appendChild(s('text', { x: 8 + indent, y: y + barH / 2 + 9, class: 'label label-need' }, 'Σ children of ' + r.seg.callee + (over ? ': ' + r.need + ' of ' + r.available + ' ms' : '')));
@@ -508,7 +497,7 @@
 
       // children past their parent's available time: red overlay on the offending part
       rows.forEach((r) => {
-        if (r.kind !== 'need' || r.excess <= 0) return;
+        if (r.kind !== 'need' || !r.inverted) return;
         const limit = r.start + r.available;
         r.bands.forEach((b) => {
           for (let i = b.firstRow; i <= b.lastRow; i++) {
@@ -525,7 +514,7 @@
       const legend = h('ul', { class: 'legend', 'aria-label': 'Legend' },
         h('li', null, h('span', { class: 'swatch sw-volatile' }), 'volatile (p999 + 30 %)'),
         h('li', null, h('span', { class: 'swatch sw-stable' }), 'stable (p99 + 10 %)'),
-        h('li', null, h('span', { class: 'swatch sw-retry' }), 'deadline retry (2 × timeout + 120 ms)'),
+        h('li', null, h('span', { class: 'swatch sw-retry' }), 'deadline retry (attempts × timeout + worst-case backoff)'),
         doc.segments.some((x) => x.reserve_ms) ? h('li', null, h('span', { class: 'swatch sw-reserve' }), 'reserve (the handler\'s own work, not available to children)') : null,
         h('li', null, h('span', { class: 'swatch sw-band' }), 'stage: children side by side run in parallel; stages run one after another'),
         h('li', null, h('span', { class: 'swatch sw-over' }), 'over the parent\'s available time (INVERTED)'));
@@ -617,15 +606,14 @@
         ui.fill(drafts, api.getAll('/chains/' + chainQ + '/baselines?state=draft', 'baselines').then(({ items }) => ({ baselines: items })), (r) =>
           h('span', { class: 'draft-list' }, r.baselines.map((b) => h('span', { class: 'draft-item' }, ui.baselineLink(b.id), b.has_errors ? h('span', { class: 'badge badge-error' }, 'errors') : null))));
       }
-      const current = c.current_baseline ? api.get('/baselines/' + enc(c.current_baseline)) : Promise.resolve(null);
       const latestRun = api.get('/chains/' + chainQ + '/runs?limit=1').then((r) => r.runs[0] || null);
-      ui.fill(driftCell, Promise.all([latestRun, current]), ([run, doc]) => {
+      ui.fill(driftCell, latestRun, (run) => {
         if (!run) return h('span', { class: 'muted' }, '— (no runs)');
-        const d = drift.latest(run, doc);
+        const d = drift.latest(run);
         if (!d) return h('span', { title: 'no approved baseline to compare ' + run.id + ' with' }, '—');
         return h('span', { class: ['change', d.drift ? 'change-big' : null] },
           drift.marker(d.pct), ' ', h('span', { class: 'sub' }, d.segment + ' ' + d.metric),
-          d.drift ? h('span', { class: 'tag' }, ' DRIFT') : h('span', { class: 'sub' }, ' (within 20 %)'),
+          d.drift ? h('span', { class: 'tag' }, ' DRIFT') : h('span', { class: 'sub' }, ' (within ' + d.threshold + ' %)'),
           h('br'), h('span', { class: 'sub mono' }, run.id));
       });
       if (c.current_baseline) {
@@ -662,10 +650,12 @@
     const c = caps.current();
     const chainQ = enc(doc.chain);
     const errors = doc.findings.filter((f) => f.severity === 'error');
-    const [diff, run] = await Promise.all([
+    const [diff, run, numbers] = await Promise.all([
       api.get('/baselines/' + idQ + '/diff?against=current').catch((e) => ({ error: e })),
       api.get('/chains/' + chainQ + '/runs/' + enc(doc.run_id)).catch(() => null),
+      api.get('/baselines/' + idQ + '/tree').catch(() => null),
     ]);
+    const budgetOf = new Map(numbers ? numbers.segments.map((b) => [b.segment, b]) : []);
 
     root.appendChild(pageHead('Baseline ' + doc.id,
       h('p', { class: 'lead' }, ui.state(doc.state), ' ', fmt.reason(doc.reason), ' · chain ', h('a', { href: '#/chains/' + chainQ }, doc.chain),
@@ -701,19 +691,20 @@
     let diffNote = null;
     if (diff && !diff.error) {
       for (const d of diff.segments) diffBy.set(d.id, d);
-      diffNote = diff.from === doc.id ? 'This is the live baseline.' : 'Change vs the live baseline ' + diff.from + '; changes over 20 % are marked ▲/▼ and “> 20 %”.';
+      const over = diff.drift_threshold_pct + ' %';
+      diffNote = diff.from === doc.id ? 'This is the live baseline.' : 'Change vs the live baseline ' + diff.from + '; changes over ' + over + ' are marked ▲/▼ and “> ' + over + '”.';
     } else {
       diffNote = diff && diff.error && diff.error.status === 404 ? 'No approved baseline to compare with.' : 'Comparison unavailable: ' + (diff && diff.error ? diff.error.message : '');
     }
     const segRows = doc.segments.map((seg) => {
       const d = diffBy.get(seg.id);
-      const big = d && ['budget_ms', 'timeout_ms', 'p99_ms', 'p999_ms'].some((k) => d[k] && drift.isBig(d[k].change_pct));
+      const big = d && ['budget_ms', 'timeout_ms', 'p99_ms', 'p999_ms'].some((k) => d[k] && d[k].drift);
       let change = '—';
       if (d && d.status === 'added') change = 'new segment';
       else if (d) {
-        const parts = [h('span', null, 'budget ', drift.cell(d.budget_ms, ' ms'))];
+        const parts = [h('span', null, 'budget ', drift.cell(d.budget_ms, ' ms', diff.drift_threshold_pct))];
         for (const k of ['p999_ms', 'p99_ms']) {
-          if (d[k] && d[k].change_pct) parts.push(h('span', { class: 'sub-line' }, k.replace('_ms', '') + ' ', drift.cell(d[k], ' ms')));
+          if (d[k] && d[k].change_pct) parts.push(h('span', { class: 'sub-line' }, k.replace('_ms', '') + ' ', drift.cell(d[k], ' ms', diff.drift_threshold_pct)));
         }
         change = parts;
       }
@@ -727,7 +718,7 @@
           fmt.ms(seg.p999_ms),
           fmt.rule(seg.rule),
           fmt.ms(seg.timeout_ms),
-          [fmt.ms(seg.budget_ms), seg.budget_ms > seg.timeout_ms ? h('span', { class: 'sub' }, ' (2 × ' + seg.timeout_ms + ' + 120)') : null],
+          [fmt.ms(seg.budget_ms), budgetOf.has(seg.id) && budgetOf.get(seg.id).attempts > 1 ? h('span', { class: 'sub' }, ' (' + budgetParts(budgetOf.get(seg.id)) + ')') : null],
           change,
         ],
       };
@@ -740,7 +731,7 @@
       ], segRows, { id: 'segments-table', label: 'Segments', rowHeader: true }))));
 
     // the tree to scale
-    grid.appendChild(h('div', { class: 'area-tree' }, ui.section('Call tree to scale', tree.render(doc))));
+    grid.appendChild(h('div', { class: 'area-tree' }, ui.section('Call tree to scale', tree.render(doc, numbers))));
 
     // rollout, archive, releases
     const rollout = h('div', null, ui.loading());
@@ -980,7 +971,8 @@
     if (!res.comparison || !res.comparison.length) {
       parts.push(ui.note('Nothing compared: the chain has no approved baseline.'));
     } else {
-      parts.push(ui.note(res.drift.length ? res.drift.length + ' percentile(s) moved more than 20 % from ' + res.compared_to + ': drift.' : 'No percentile moved more than 20 % from ' + res.compared_to + '.'));
+      const over = res.drift_threshold_pct + ' %';
+      parts.push(ui.note(res.drift.length ? res.drift.length + ' percentile(s) moved more than ' + over + ' from ' + res.compared_to + ': drift.' : 'No percentile moved more than ' + over + ' from ' + res.compared_to + '.'));
       parts.push(ui.table([{ label: 'Segment' }, { label: 'Metric' }, { label: 'Live baseline', num: true }, { label: 'This run', num: true }, { label: 'Change' }, { label: 'Drift' }],
         res.comparison.map((d) => ({
           class: d.drift ? 'row-big-change' : null,

@@ -1,12 +1,13 @@
-//! `budgetd`: serve the control plane, manage tokens offline, print the configuration.
+//! `budgetd`: serve the control plane, manage tokens offline, print the configuration, check
+//! the archive, export and import a store. Thin: parse the arguments, build the settings,
+//! call the app or one function of `budgetd::service`, print.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use budgetd::auth::{generate_token, hash_token, valid_token_name, Role};
 use budgetd::config::{LogFormat, Secret, Settings, EXAMPLE};
-use budgetd::store::{self, Audit};
+use budgetd::service::admin;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
@@ -222,14 +223,7 @@ async fn serve(common: Common, listen: Listen, demo: bool) -> anyhow::Result<()>
 }
 
 async fn token(command: TokenCommand) -> anyhow::Result<()> {
-    let audit = |action, name: &str| Audit {
-        actor: "budgetd-cli".into(),
-        action,
-        chain: None,
-        subject: Some(name.to_owned()),
-        detail: serde_json::json!({}),
-        at: budgetd::service::now(),
-    };
+    use budgetd::service::tokens::{self, CreateToken};
     match command {
         TokenCommand::Create {
             common,
@@ -237,43 +231,21 @@ async fn token(command: TokenCommand) -> anyhow::Result<()> {
             name,
             owner,
         } => {
-            let role = Role::parse(&role).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "unknown role {role:?}: use reader, uploader, approver, agent or admin"
-                )
-            })?;
-            anyhow::ensure!(
-                valid_token_name(&name),
-                "invalid token name {name:?}: 1-64 letters, digits, '-', '_', '.', '@'"
-            );
-            let owner = owner.unwrap_or_else(|| name.clone());
-            anyhow::ensure!(
-                valid_token_name(&owner),
-                "invalid owner {owner:?}: 1-64 letters, digits, '-', '_', '.', '@'"
-            );
-            let store = store::connect(&common.settings()?.database_url()).await?;
-            let token = generate_token();
-            let mut created = audit("token.create", &name);
-            created.detail = serde_json::json!({"role": role, "owner": owner});
-            let new = store::NewToken {
-                name: name.clone(),
-                role,
+            let request = CreateToken {
+                name: Some(name),
+                role: Some(role),
                 owner,
-                hash: hash_token(&token),
             };
-            store
-                .create_token(&new, created)
-                .await
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            println!("{token}");
-            eprintln!("created {role} token {name:?}; the secret above is shown only once");
+            let issued =
+                tokens::create_offline(&common.settings()?.database_url(), request).await?;
+            println!("{}", issued.secret.unwrap_or_default());
+            eprintln!(
+                "created {} token {:?}; the secret above is shown only once",
+                issued.record.role, issued.record.name
+            );
         }
         TokenCommand::Revoke { common, name } => {
-            let store = store::connect(&common.settings()?.database_url()).await?;
-            store
-                .revoke_token(&name, audit("token.revoke", &name))
-                .await
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            tokens::revoke_offline(&common.settings()?.database_url(), &name).await?;
             eprintln!("revoked token {name:?}");
         }
     }
@@ -281,22 +253,8 @@ async fn token(command: TokenCommand) -> anyhow::Result<()> {
 }
 
 async fn backfill(common: Common, date: Option<String>) -> anyhow::Result<()> {
-    use budgetd::archive::{self, verify};
-    if let Some(d) = &date {
-        anyhow::ensure!(verify::valid_date(d), "--date {d:?} must be YYYY-MM-DD");
-    }
-    let settings = common.settings()?;
-    let (archive, url_prefix) = archive::open(&settings.archive_url()).await?;
-    archive.check().await?;
-    let prefix = url_prefix.unwrap_or_else(|| settings.archive_prefix.trim_matches('/').to_owned());
-    let store = store::connect_with(&settings.database_url(), &prefix).await?;
-    let report = verify::verify(&*store, &*archive, &prefix, date.as_deref())
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let queued = verify::backfill(&*store, &report, &budgetd::service::now())
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    for p in &report.problems {
+    let done = budgetd::service::archive::backfill(&common.settings()?, date.as_deref()).await?;
+    for p in &done.report.problems {
         println!(
             "{}\t{}\t{}{}",
             p.baseline_id,
@@ -310,10 +268,11 @@ async fn backfill(common: Common, date: Option<String>) -> anyhow::Result<()> {
         );
     }
     println!(
-        "checked {} baseline(s) in {}: {} problem(s), {queued} upload(s) queued",
-        report.checked,
-        archive.describe(),
-        report.problems.len()
+        "checked {} baseline(s) in {}: {} problem(s), {} upload(s) queued",
+        done.report.checked,
+        done.archive,
+        done.report.problems.len(),
+        done.queued
     );
     Ok(())
 }
@@ -325,7 +284,7 @@ fn report_progress(verb: &'static str) -> impl Fn(&str, u64) + Send + Sync {
 }
 
 async fn export(common: Common, output: PathBuf) -> anyhow::Result<()> {
-    let store = store::connect(&common.settings()?.database_url()).await?;
+    let url = common.settings()?.database_url();
     let mut out: Box<dyn std::io::Write + Send> = if output.as_os_str() == "-" {
         Box::new(std::io::BufWriter::new(std::io::stdout()))
     } else {
@@ -333,16 +292,12 @@ async fn export(common: Common, output: PathBuf) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", output.display()))?;
         Box::new(std::io::BufWriter::new(file))
     };
-    let progress = report_progress("exported");
-    let counts = store
-        .export_all(&mut *out, &progress)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let total: u64 = counts.iter().map(|(_, n)| n).sum();
+    let moved = admin::export(&url, &mut *out, &report_progress("exported")).await?;
     eprintln!(
-        "budgetd: exported {total} row(s) from {} tables of the {} store",
-        counts.len(),
-        store.backend()
+        "budgetd: exported {} row(s) from {} tables of the {} store",
+        moved.total(),
+        moved.counts.len(),
+        moved.backend
     );
     Ok(())
 }
@@ -356,23 +311,15 @@ async fn import(common: Common, input: PathBuf) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", input.display()))?,
         )
     };
-    let export: store::Export = tokio::task::spawn_blocking(move || {
-        serde_json::from_reader(std::io::BufReader::new(reader))
-    })
-    .await?
-    .map_err(|e| anyhow::anyhow!("{} is not a budgetd export: {e}", input.display()))?;
-    let store = store::connect(&common.settings()?.database_url()).await?;
-    let progress = report_progress("imported");
-    let counts = store
-        .import_all(&export, &progress)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let total: u64 = counts.iter().map(|(_, n)| n).sum();
+    let export = admin::read_export(reader, input.display().to_string()).await?;
+    let url = common.settings()?.database_url();
+    let moved = admin::import(&url, &export, &report_progress("imported")).await?;
     eprintln!(
-        "budgetd: imported {total} row(s) (exported {} from {}) into the {} store",
+        "budgetd: imported {} row(s) (exported {} from {}) into the {} store",
+        moved.total(),
         export.exported_at,
         export.backend,
-        store.backend()
+        moved.backend
     );
     Ok(())
 }

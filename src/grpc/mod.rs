@@ -1,11 +1,12 @@
 //! gRPC transport: `budget.v1.BudgetControl` (Watch, Ack), health and reflection.
 //!
-//! Every field an agent sends is validated and bounded before it is kept or logged, and logged
-//! with `?` (escaped), so a newline in it cannot forge a log line. An agent id belongs to the
-//! token that first watched it ([`Fleet::connected`]); each token has a limited number of
-//! streams per replica ([`Fleet::open_stream`]).
+//! Each call authenticates ([`auth::authenticate`]), converts its message, calls one function
+//! of [`service::agents`](crate::service::agents) (which validates and bounds every field an agent sends, binds agent
+//! ids to tokens and limits streams per token) and maps the result; every error is an
+//! [`ApiError`] turned into a `Status` by the one mapping in `crate::error`. What is left here
+//! is the stream itself: sending each chain's newest publication the agent does not have.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -16,11 +17,11 @@ use futures_util::Stream;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
-use crate::auth::{hash_token, Principal, Role};
+use crate::auth::{self, Principal, Via};
 use crate::error::ApiError;
-use crate::fleet::{AckOutcome, ConnectError, Fleet, Slot, StreamPermit};
+use crate::fleet::{Fleet, Slot, StreamPermit};
 use crate::publish::{ChainEntry, Hub, HubState};
-use crate::service::check_chain_name;
+use crate::service::agents::{self, Selection};
 use crate::state::AppState;
 use std::sync::Arc;
 
@@ -46,103 +47,28 @@ impl Control {
         }
     }
 
-    async fn authenticate<T>(&self, req: &Request<T>) -> Result<Principal, Status> {
-        let token = req
+    /// The caller of `req`, from its `authorization` metadata.
+    async fn authenticate<T>(&self, req: &Request<T>) -> Result<Principal, ApiError> {
+        let authorization = req
             .metadata()
             .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| {
-                Status::unauthenticated("missing bearer token in the authorization metadata")
-            })?;
-        let record = self
-            .state
-            .store
-            .find_token(&hash_token(token))
-            .await
-            .map_err(|e| Status::from(ApiError::from(e)))?
-            .ok_or_else(|| Status::unauthenticated("invalid or revoked token"))?;
-        let principal = Principal::from(record);
-        if principal.has_any(&[Role::Agent]) {
-            Ok(principal)
-        } else {
-            Err(Status::permission_denied(format!(
-                "token {:?} has role {}; Watch and Ack need agent",
-                principal.name, principal.role
-            )))
-        }
+            .and_then(|v| v.to_str().ok());
+        auth::authenticate(&self.state, authorization, Via::Metadata).await
     }
 }
 
-/// Longest agent id or service name.
-pub const MAX_ID_LEN: usize = 128;
-/// Most chains one Watch may name.
-pub const MAX_CHAINS: usize = 256;
-/// Longest NACK error kept (bytes); longer ones are cut at a character boundary.
-pub const MAX_NACK_ERROR_BYTES: usize = 4096;
-
-/// Agent ids and service names: 1-128 printable ASCII characters (no spaces, no control
-/// characters). The value is not echoed: it may be huge or hostile.
-fn check_id(field: &str, v: &str) -> Result<(), Status> {
-    if v.is_empty() || v.len() > MAX_ID_LEN || !v.chars().all(|c| c.is_ascii_graphic()) {
-        return Err(Status::invalid_argument(format!(
-            "{field} must be 1-{MAX_ID_LEN} printable ASCII characters (no spaces or control characters)"
-        )));
-    }
-    Ok(())
-}
-
-/// Labels: at most 32, keys ≤ 64 and values ≤ 256 bytes, no control characters.
-fn check_labels(labels: &HashMap<String, String>) -> Result<(), Status> {
-    let bad = |t: &str, max: usize| t.len() > max || t.chars().any(char::is_control);
-    if labels.len() > 32
-        || labels
-            .iter()
-            .any(|(k, v)| k.is_empty() || bad(k, 64) || bad(v, 256))
-    {
-        return Err(Status::invalid_argument(
-            "labels: at most 32, keys 1-64 and values at most 256 bytes, no control characters",
-        ));
-    }
-    Ok(())
-}
-
-/// `text` cut to at most `max` bytes, at a character boundary.
-fn truncate(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
-/// Which chains a stream receives.
-enum Selection {
-    Chains(BTreeSet<String>),
-    Service(String),
-}
-
-impl Selection {
-    fn pick<'a>(
-        &'a self,
-        state: &'a HubState,
-    ) -> impl Iterator<Item = &'a std::sync::Arc<ChainEntry>> + 'a {
-        state.iter().filter_map(move |(name, entry)| {
-            let wanted = match self {
-                Self::Chains(set) => set.contains(name),
-                Self::Service(service) => entry.involves(service),
-            };
-            wanted.then_some(entry)
-        })
-    }
+/// The chains of the hub's `state` that `selection` receives.
+fn pick<'a>(
+    selection: &'a Selection,
+    state: &'a HubState,
+) -> impl Iterator<Item = &'a Arc<ChainEntry>> + 'a {
+    state.iter().filter_map(move |(name, entry)| {
+        let wanted = match selection {
+            Selection::Chains(set) => set.contains(name),
+            Selection::Service(service) => entry.involves(service),
+        };
+        wanted.then_some(entry)
+    })
 }
 
 /// Marks the agent disconnected, and gives its token's stream back, when its stream ends,
@@ -151,12 +77,6 @@ struct Connection {
     slot: Arc<Slot>,
     fleet: Fleet,
     _permit: StreamPermit,
-}
-
-fn agent_taken(agent_id: &str) -> Status {
-    Status::permission_denied(format!(
-        "agent_id {agent_id:?} belongs to another token: each agent id is bound to the token that first watched it"
-    ))
 }
 
 impl Drop for Connection {
@@ -182,7 +102,7 @@ impl StreamState {
         let mut revision = self.known;
         let mut chains = Vec::new();
         let mut new_chains = Vec::new();
-        for entry in self.selection.pick(&state) {
+        for entry in pick(&self.selection, &state) {
             revision = revision.max(entry.revision());
             match self.sent.get_mut(&entry.live.chain) {
                 Some(have) if entry.revision() > *have => {
@@ -217,70 +137,26 @@ impl BudgetControl for Control {
     async fn watch(&self, req: Request<WatchRequest>) -> Result<Response<WatchStream>, Status> {
         let principal = self.authenticate(&req).await?;
         let req = req.into_inner();
-        check_id("agent_id", &req.agent_id)?;
-        if req.known_revision < 0 {
-            return Err(Status::invalid_argument(
-                "known_revision must not be negative",
-            ));
-        }
-        if !req.service.is_empty() || req.chains.is_empty() {
-            check_id("service (or chains)", &req.service)?;
-        }
-        let selection = if req.chains.is_empty() {
-            Selection::Service(req.service.clone())
-        } else {
-            if req.chains.len() > MAX_CHAINS {
-                return Err(Status::invalid_argument(format!(
-                    "chains: at most {MAX_CHAINS}"
-                )));
-            }
-            for c in &req.chains {
-                check_chain_name(c).map_err(Status::from)?;
-            }
-            Selection::Chains(req.chains.iter().cloned().collect())
+        let request = agents::WatchRequest {
+            agent_id: req.agent_id,
+            service: req.service,
+            chains: req.chains,
+            known_revision: req.known_revision,
+            labels: req.labels,
         };
-        check_labels(&req.labels)?;
-        let Some(permit) = self.fleet.open_stream(&principal.token_id) else {
-            tracing::warn!(token = ?principal.name, agent = ?req.agent_id, "watch refused: the token holds its stream limit");
-            return Err(Status::resource_exhausted(format!(
-                "token {:?} already holds {} Watch streams on this replica (agents.max_streams_per_token); close one, or give these agents a token of their own",
-                principal.name,
-                self.fleet.max_streams_per_token()
-            )));
-        };
-        let labels: BTreeMap<String, String> = req.labels.into_iter().collect();
-        let slot = match self
-            .fleet
-            .connected(
-                &req.agent_id,
-                &principal.token_id,
-                &principal.name,
-                &req.service,
-                labels,
-                req.known_revision,
-            )
-            .await
-        {
-            Ok(slot) => slot,
-            Err(ConnectError::Taken) => {
-                tracing::warn!(agent = ?req.agent_id, token = ?principal.name, "watch refused: the agent id belongs to another token");
-                return Err(agent_taken(&req.agent_id));
-            }
-            Err(ConnectError::Store(e)) => return Err(Status::from(ApiError::from(e))),
-        };
-        tracing::info!(agent = ?req.agent_id, service = ?req.service, token = ?principal.name, known = req.known_revision, "watch opened");
+        let watch = agents::watch(&self.state, &principal, request).await?;
         let mut rx = self.hub.subscribe();
         rx.mark_changed();
         let state = StreamState {
             rx,
             shutdown: self.shutdown.clone(),
-            selection,
+            selection: watch.selection,
             sent: HashMap::new(),
-            known: req.known_revision,
+            known: watch.known_revision,
             conn: Connection {
-                slot,
+                slot: watch.slot,
                 fleet: self.fleet.clone(),
-                _permit: permit,
+                _permit: watch.permit,
             },
         };
         let stream = futures_util::stream::unfold(state, |mut st| async move {
@@ -307,46 +183,13 @@ impl BudgetControl for Control {
     async fn ack(&self, req: Request<AckRequest>) -> Result<Response<AckResponse>, Status> {
         let principal = self.authenticate(&req).await?;
         let req = req.into_inner();
-        check_id("agent_id", &req.agent_id)?;
-        if req.revision <= 0 {
-            return Err(Status::invalid_argument("revision must be positive"));
-        }
-        if !req.accepted && req.error.trim().is_empty() {
-            return Err(Status::invalid_argument(
-                "a NACK (accepted=false) needs the error that made the agent refuse",
-            ));
-        }
-        let error = truncate(&req.error, MAX_NACK_ERROR_BYTES);
-        let outcome = self.fleet.acked(
-            &req.agent_id,
-            &principal.token_id,
-            req.revision,
-            req.accepted,
-            error,
-        );
-        match outcome {
-            AckOutcome::Recorded => {}
-            AckOutcome::OtherToken => return Err(agent_taken(&req.agent_id)),
-            AckOutcome::Unknown => {
-                let bound = self
-                    .state
-                    .store
-                    .agent_token(&req.agent_id)
-                    .await
-                    .map_err(|e| Status::from(ApiError::from(e)))?;
-                if bound.is_some_and(|t| t != principal.token_id) {
-                    return Err(agent_taken(&req.agent_id));
-                }
-                return Err(Status::failed_precondition(format!(
-                    "agent {:?} has no Watch stream on this replica; open one first",
-                    req.agent_id
-                )));
-            }
-        }
-        if !req.accepted {
-            tracing::warn!(agent = ?req.agent_id, revision = req.revision, error = ?error, "agent refused a config (NACK)");
-        }
-        crate::observe::acked(req.accepted);
+        let request = agents::AckRequest {
+            agent_id: req.agent_id,
+            revision: req.revision,
+            accepted: req.accepted,
+            error: req.error,
+        };
+        agents::ack(&self.state, &principal, request).await?;
         Ok(Response::new(AckResponse {}))
     }
 }

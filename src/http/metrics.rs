@@ -81,7 +81,8 @@ pub async fn render(State(state): State<AppState>) -> Response {
     out.push_str("# HELP budgetd_watch_streams Open Watch streams on this replica.\n# TYPE budgetd_watch_streams gauge\n");
     let _ = writeln!(out, "budgetd_watch_streams {}", state.hub.subscribers());
     crate::observe::render(&mut out);
-    let pool = state.store.pool_status();
+    let gauges = crate::service::admin::gauges(&state).await;
+    let pool = gauges.pool;
     out.push_str("# HELP budgetd_db_pool_connections Database pool connections by state.\n# TYPE budgetd_db_pool_connections gauge\n");
     let _ = writeln!(
         out,
@@ -97,7 +98,7 @@ pub async fn render(State(state): State<AppState>) -> Response {
         out.push_str("# HELP process_resident_memory_bytes Resident memory of this process.\n# TYPE process_resident_memory_bytes gauge\n");
         let _ = writeln!(out, "process_resident_memory_bytes {rss}");
     }
-    if let Ok((pending, oldest)) = state.store.archive_backlog().await {
+    if let Some((pending, oldest)) = gauges.archive_backlog {
         out.push_str("# HELP budgetd_archive_pending Archive uploads waiting in the outbox.\n# TYPE budgetd_archive_pending gauge\n");
         let _ = writeln!(out, "budgetd_archive_pending {pending}");
         let age = oldest
@@ -111,7 +112,7 @@ pub async fn render(State(state): State<AppState>) -> Response {
         out.push_str("# HELP budgetd_archive_oldest_pending_seconds Age of the oldest waiting archive upload.\n# TYPE budgetd_archive_oldest_pending_seconds gauge\n");
         let _ = writeln!(out, "budgetd_archive_oldest_pending_seconds {age}");
     }
-    if let Ok(chains) = state.store.list_chains().await {
+    if let Some(chains) = gauges.chains {
         out.push_str("# HELP budgetd_chains Chains known to this control plane.\n# TYPE budgetd_chains gauge\n");
         let _ = writeln!(out, "budgetd_chains {}", chains.len());
         out.push_str("# HELP budgetd_drafts Draft baselines waiting for a decision.\n# TYPE budgetd_drafts gauge\n");

@@ -11,41 +11,32 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::Digest;
 
-use crate::auth::{hash_token, Principal};
+use crate::auth::{self, Principal, Via};
 use crate::error::{ApiError, Code};
+use crate::service::idempotency::{self, with_idempotency, IdemClaim, IdemLookup, IdemResponse};
 use crate::state::AppState;
-use crate::store::{with_idempotency, IdemClaim, IdemLookup, IdemResponse};
 
-/// Resolves the bearer token to a [`Principal`]; `401` when missing or unknown.
+/// Resolves the bearer token to a [`Principal`] ([`auth::authenticate`]); `401` when missing
+/// or unknown.
 pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    let token = req
+    let authorization = req
         .headers()
         .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
-        .map(str::trim);
-    let unauthorized = |message: &str| {
-        let mut resp = ApiError::new(Code::Unauthorized, message).into_response();
-        resp.headers_mut().insert(
-            WWW_AUTHENTICATE,
-            HeaderValue::from_static("Bearer realm=\"budgetd\""),
-        );
-        resp
-    };
-    let Some(token) = token.filter(|t| !t.is_empty()) else {
-        return unauthorized("missing bearer token: send Authorization: Bearer <token>");
-    };
-    let hash = hash_token(token);
-    match state.store.find_token(&hash).await {
-        Ok(Some(record)) => {
-            req.extensions_mut().insert(Principal::from(record));
+        .and_then(|v| v.to_str().ok());
+    match auth::authenticate(&state, authorization, Via::Header).await {
+        Ok(principal) => {
+            req.extensions_mut().insert(principal);
             next.run(req).await
         }
-        Ok(None) => unauthorized("invalid or revoked token"),
-        Err(e) => ApiError::from(e).into_response(),
+        Err(e) if e.code == Code::Unauthorized => {
+            let mut resp = e.into_response();
+            resp.headers_mut().insert(
+                WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"budgetd\""),
+            );
+            resp
+        }
+        Err(e) => e.into_response(),
     }
 }
 
@@ -84,7 +75,7 @@ type KeySlot = (String, String);
 
 /// Same key and request → the first response again, byte for byte; same key, other request →
 /// 409. Keys are scoped to the token's identity. The key's record is written by the store in
-/// the transaction of the request's effect (see [`crate::store::IdemClaim`]): a request that
+/// the transaction of the request's effect (see [`IdemClaim`]): a request that
 /// died before committing leaves nothing (a repeat runs afresh), one that died after its
 /// commit leaves the committed result (a repeat answers it). Responses with status ≥ 500 are
 /// not kept.
@@ -174,8 +165,8 @@ async fn run_once(
     bytes: axum::body::Bytes,
     next: Next,
 ) -> Response {
-    match state.store.idem_lookup(scope, key, &request_hash).await {
-        Err(e) => return ApiError::from(e).into_response(),
+    match idempotency::lookup(state, scope, key, &request_hash).await {
+        Err(e) => return e.into_response(),
         Ok(IdemLookup::Mismatch) => {
             return ApiError::conflict(format!(
                 "Idempotency-Key {key:?} was already used with a different request"
@@ -214,7 +205,7 @@ async fn run_once(
         body: String::from_utf8_lossy(&body).into_owned(),
     };
     // Kept only where the request committed a write under the key (the store's record).
-    if let Err(e) = state.store.idem_finish(scope, key, &stored).await {
+    if let Err(e) = idempotency::finish(state, scope, key, &stored).await {
         tracing::warn!(error = %e, "failed to keep an idempotent response; a repeat answers the committed result");
     }
     parts.headers.remove(axum::http::header::CONTENT_LENGTH);

@@ -64,8 +64,8 @@ async fn healthz() -> Json<serde_json::Value> {
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
-    match state.store.ping().await {
-        Ok(()) => Json(json!({"status": "ready", "store": state.store.backend()})).into_response(),
+    match crate::service::admin::ready(&state).await {
+        Ok(backend) => Json(json!({"status": "ready", "store": backend})).into_response(),
         Err(e) => {
             tracing::warn!(error = %e, "readiness check failed");
             ApiError::new(Code::Unavailable, "the database does not answer").into_response()

@@ -6,6 +6,7 @@ use anyhow::Context as _;
 use sqlx::any::AnyPoolOptions;
 
 use super::sql::SqlStore;
+use super::Backend;
 
 /// Connects to PostgreSQL at `url` and applies migrations (sqlx takes an advisory lock, so
 /// replicas starting together migrate once).
@@ -21,5 +22,5 @@ pub async fn open(url: &str) -> anyhow::Result<SqlStore> {
         .run(&pool)
         .await
         .context("failed to apply PostgreSQL migrations")?;
-    Ok(SqlStore::new(pool, "postgres"))
+    Ok(SqlStore::new(pool, Backend::Postgres))
 }

@@ -9,6 +9,7 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::Executor as _;
 
 use super::sql::SqlStore;
+use super::Backend;
 
 /// Opens (creating if needed) the SQLite database at `url` and applies migrations.
 pub async fn open(url: &str) -> anyhow::Result<SqlStore> {
@@ -39,7 +40,7 @@ pub async fn open(url: &str) -> anyhow::Result<SqlStore> {
         .run(&pool)
         .await
         .context("failed to apply SQLite migrations")?;
-    Ok(SqlStore::new(pool, "sqlite"))
+    Ok(SqlStore::new(pool, Backend::Sqlite))
 }
 
 /// Creates the database file readable by its owner only (it holds token hashes and every

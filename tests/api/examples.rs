@@ -213,4 +213,122 @@ async fn example_c_drift(app: &TestApp) {
     let _ = ADMIN_TOKEN;
 }
 
-crate::on_both_backends!(example_a, example_b_inversion, example_c_drift);
+/// The numbers the console draws, computed by the server: the call tree (`/tree`), the
+/// diff's drift flags and a run's comparison with the live baseline (`vs_live`).
+async fn numbers_for_the_console(app: &TestApp) {
+    let p = app.people().await;
+    let a_id = draft_a(app, &p).await;
+    let uploader = p.uploader.as_str();
+    let tree = |id: String| async move {
+        app.get(&format!("/api/v1/baselines/{id}/tree"), uploader)
+            .await
+            .expect(200)
+            .json()
+    };
+    let a = tree(a_id.clone()).await;
+    let root = &a["parents"][0];
+    assert_eq!(root["segment"], "gateway->order");
+    assert_eq!(
+        (
+            root["need_ms"].as_i64(),
+            root["available_ms"].as_i64(),
+            root["excess_ms"].as_i64()
+        ),
+        (Some(607), Some(800), Some(-193))
+    );
+    assert_eq!(root["stages"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        a["segments"][1],
+        json!({"segment": "order->inventory", "timeout_ms": 44, "attempts": 2, "backoff_ms": 120, "budget_ms": 208})
+    );
+    app.get("/api/v1/baselines/bl-20000101-001/tree", &p.uploader)
+        .await
+        .expect(404);
+    app.approve(&p.approver, &a_id).await.expect(200);
+
+    // Example C drifts: the diff flags payment, the run's vs_live says so too.
+    let c = app
+        .upload(&p.uploader, "checkout", example(CHECKOUT_RUN_C))
+        .await
+        .expect(201)
+        .json();
+    assert_eq!(c["drift_threshold_pct"], 20);
+    let c_id = c["baseline_id"].as_str().unwrap();
+    let diff = app
+        .get(
+            &format!("/api/v1/baselines/{c_id}/diff?against=current"),
+            &p.uploader,
+        )
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(diff["drift_threshold_pct"], 20);
+    let flags: Vec<(String, bool)> = diff["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_str().unwrap().to_owned(),
+                s["budget_ms"]["drift"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        flags,
+        [
+            ("gateway->order".to_owned(), false),
+            ("order->inventory".to_owned(), false),
+            ("order->payment".to_owned(), true),
+            ("order->user".to_owned(), false),
+        ]
+    );
+    let runs = app
+        .get("/api/v1/chains/checkout/runs?limit=1", &p.uploader)
+        .await
+        .expect(200)
+        .json();
+    let live = &runs["runs"][0]["vs_live"];
+    assert_eq!(live["baseline_id"], a_id.as_str());
+    assert_eq!(live["drift"], true);
+    let drifted: Vec<&Value> = live["comparison"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["drift"] == true)
+        .collect();
+    assert_eq!(drifted.len(), 1);
+    assert_eq!(
+        (&drifted[0]["segment"], &drifted[0]["change_pct"]),
+        (&json!("order->payment"), &json!(30.0))
+    );
+
+    // Example B: the tree shows the inversion's numbers.
+    app.apply_topology(&p.uploader, "checkout", CHECKOUT_TOPOLOGY_B)
+        .await
+        .expect(201);
+    let b = app
+        .post(
+            "/api/v1/chains/checkout/baselines",
+            &p.uploader,
+            json!({"run_id": c["run_id"]}),
+        )
+        .await
+        .expect(201)
+        .json();
+    let b = tree(b["id"].as_str().unwrap().to_owned()).await;
+    assert_eq!(
+        (
+            b["parents"][0]["need_ms"].as_i64(),
+            b["parents"][0]["excess_ms"].as_i64()
+        ),
+        (Some(909), Some(109))
+    );
+}
+
+crate::on_both_backends!(
+    example_a,
+    example_b_inversion,
+    example_c_drift,
+    numbers_for_the_console
+);

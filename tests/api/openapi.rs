@@ -7,7 +7,7 @@ use serde_json::Value;
 
 /// Every `(method, path)` the router serves, read from `src/http/mod.rs` and
 /// `src/http/api/*.rs` (the `/api/v1` routes are nested there). Update with the router.
-const ROUTES: [(&str, &str); 32] = [
+const ROUTES: [(&str, &str); 33] = [
     // src/http/mod.rs
     ("get", "/healthz"),
     ("get", "/readyz"),
@@ -29,6 +29,7 @@ const ROUTES: [(&str, &str); 32] = [
     ("get", "/api/v1/chains/{chain}/baselines"),
     ("get", "/api/v1/baselines/{id}"),
     ("get", "/api/v1/baselines/{id}/diff"),
+    ("get", "/api/v1/baselines/{id}/tree"),
     ("post", "/api/v1/baselines/{id}/approve"),
     ("post", "/api/v1/baselines/{id}/reject"),
     // src/http/api/audit.rs

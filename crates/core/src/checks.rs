@@ -112,6 +112,43 @@ pub fn stages_of(
     stages
 }
 
+/// What the children of one parent need against what the parent has: the numbers of the
+/// `inversion` check, for every parent (inverted or not).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentNeed {
+    /// The parent segment.
+    pub segment: String,
+    /// Σ over stages of the stage's largest budget.
+    pub need_ms: u64,
+    /// The parent's timeout minus its reserve.
+    pub available_ms: i64,
+    /// `need_ms − available_ms`: over zero is an inversion.
+    pub excess_ms: i64,
+    pub stages: Vec<StageNeed>,
+}
+
+/// [`ParentNeed`] of every segment with children, in topology order.
+pub fn parent_needs(topology: &Topology, segments: &[BaselineSegment]) -> Vec<ParentNeed> {
+    segments
+        .iter()
+        .filter_map(|parent| {
+            let stages = stages_of(topology, segments, &parent.id);
+            if stages.is_empty() {
+                return None;
+            }
+            let need_ms: u64 = stages.iter().map(|s| s.max_budget_ms).sum();
+            let available_ms = parent.timeout_ms as i64 - parent.reserve_ms as i64;
+            Some(ParentNeed {
+                segment: parent.id.clone(),
+                need_ms,
+                available_ms,
+                excess_ms: need_ms as i64 - available_ms,
+                stages,
+            })
+        })
+        .collect()
+}
+
 /// Runs every check over computed segments. Findings come in topology order, check by check.
 /// The checks that need only budgets, not measurements: what an agent re-runs on a config it
 /// receives (`inversion`, `breaker_window`, `idempotency_ttl`).
@@ -137,25 +174,25 @@ fn inversion<'a>(
     topology: &'a Topology,
     segments: &'a [BaselineSegment],
 ) -> impl Iterator<Item = Finding> + 'a {
-    segments.iter().filter_map(move |parent| {
-        let stages = stages_of(topology, segments, &parent.id);
-        if stages.is_empty() {
-            return None;
-        }
-        let need: u64 = stages.iter().map(|s| s.max_budget_ms).sum();
-        let available = parent.timeout_ms as i64 - parent.reserve_ms as i64;
-        let excess = need as i64 - available;
-        (excess > 0).then(|| {
-            let parts: Vec<String> = stages.iter().map(|s| s.max_budget_ms.to_string()).collect();
+    parent_needs(topology, segments).into_iter().filter_map(|p| {
+        (p.excess_ms > 0).then(|| {
+            let parts: Vec<String> = p.stages.iter().map(|s| s.max_budget_ms.to_string()).collect();
             Finding {
                 message: format!(
-                    "children of {} need {} ms ({}), only {available} ms available — {excess} ms over: budget inversion",
-                    parent.id,
-                    need,
+                    "children of {} need {} ms ({}), only {} ms available — {} ms over: budget inversion",
+                    p.segment,
+                    p.need_ms,
                     parts.join(" + "),
+                    p.available_ms,
+                    p.excess_ms,
                 ),
-                kind: FindingKind::Inversion { need_ms: need, available_ms: available, excess_ms: excess, stages },
-                segment: parent.id.clone(),
+                kind: FindingKind::Inversion {
+                    need_ms: p.need_ms,
+                    available_ms: p.available_ms,
+                    excess_ms: p.excess_ms,
+                    stages: p.stages,
+                },
+                segment: p.segment,
                 severity: Severity::Error,
             }
         })

@@ -4,6 +4,8 @@ use serde::Serialize;
 
 use crate::baseline::{BaselineDocument, BaselineSegment};
 use crate::checks::Finding;
+use crate::drift::DRIFT_THRESHOLD_PCT;
+use crate::ms_to_us;
 
 /// A value in the old and the new baseline.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -13,33 +15,47 @@ pub struct Change<T> {
     /// Percent change, one decimal; `None` when either side is missing or `from` is zero.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub change_pct: Option<f64>,
+    /// Whether the value moved more than the R-drift threshold (20 %) either way; false when
+    /// there is no `change_pct`.
+    pub drift: bool,
+}
+
+/// `|to − from| > 20 % of from`, in integers (as R-drift compares); never for `from` = 0.
+fn beyond_threshold(from: u64, to: u64) -> bool {
+    from != 0 && to.abs_diff(from) * 100 > DRIFT_THRESHOLD_PCT * from
 }
 
 fn pct(from: f64, to: f64) -> Option<f64> {
     (from != 0.0).then(|| ((to - from) * 1000.0 / from).round() / 10.0)
 }
 
+/// A change of milliseconds as measured (fractional): compared in whole microseconds.
 fn change<T: Copy + Into<f64>>(from: Option<T>, to: Option<T>) -> Change<T> {
-    let change_pct = match (from, to) {
-        (Some(f), Some(t)) => pct(f.into(), t.into()),
-        _ => None,
+    let (change_pct, drift) = match (from, to) {
+        (Some(f), Some(t)) => {
+            let (f, t) = (f.into(), t.into());
+            (pct(f, t), beyond_threshold(ms_to_us(f), ms_to_us(t)))
+        }
+        _ => (None, false),
     };
     Change {
         from,
         to,
         change_pct,
+        drift,
     }
 }
 
 fn change_u64(from: Option<u64>, to: Option<u64>) -> Change<u64> {
-    let change_pct = match (from, to) {
-        (Some(f), Some(t)) => pct(f as f64, t as f64),
-        _ => None,
+    let (change_pct, drift) = match (from, to) {
+        (Some(f), Some(t)) => (pct(f as f64, t as f64), beyond_threshold(f, t)),
+        _ => (None, false),
     };
     Change {
         from,
         to,
         change_pct,
+        drift,
     }
 }
 
@@ -58,6 +74,8 @@ pub struct SegmentDiff {
 pub struct BaselineDiff {
     pub from: String,
     pub to: String,
+    /// The threshold of every change's `drift` flag, in percent.
+    pub drift_threshold_pct: u64,
     pub segments: Vec<SegmentDiff>,
     /// Findings of `to` that `from` did not have.
     pub findings_added: Vec<Finding>,
@@ -103,6 +121,7 @@ pub fn diff(from: &BaselineDocument, to: &BaselineDocument) -> BaselineDiff {
     BaselineDiff {
         from: from.id.clone(),
         to: to.id.clone(),
+        drift_threshold_pct: DRIFT_THRESHOLD_PCT,
         segments,
         findings_added: to
             .findings
@@ -232,7 +251,8 @@ mod tests {
             Change {
                 from: Some(300.0),
                 to: Some(390.0),
-                change_pct: Some(30.0)
+                change_pct: Some(30.0),
+                drift: true,
             }
         );
         assert_eq!(
@@ -240,7 +260,8 @@ mod tests {
             Change {
                 from: Some(210.0),
                 to: Some(210.0),
-                change_pct: Some(0.0)
+                change_pct: Some(0.0),
+                drift: false,
             }
         );
         // Back down: −117 / 507 = −23.08 % → −23.1, one decimal.
@@ -342,7 +363,8 @@ mod tests {
             Change {
                 from: None,
                 to: Some(12.5),
-                change_pct: None
+                change_pct: None,
+                drift: false,
             }
         );
         assert_eq!(
@@ -350,7 +372,8 @@ mod tests {
             Change {
                 from: Some(20.0),
                 to: None,
-                change_pct: None
+                change_pct: None,
+                drift: false,
             }
         );
         check(
@@ -422,7 +445,33 @@ mod tests {
         // Serialized without the percentage when there is none.
         assert_eq!(
             serde_json::to_value(&c).unwrap(),
-            json!({"from": 0.0, "to": 5.0})
+            json!({"from": 0.0, "to": 5.0, "drift": false})
         );
+    }
+
+    #[test]
+    fn drift_is_more_than_20_percent_either_way() {
+        let check = |(from, to): (u64, u64), expect: bool| {
+            assert_eq!(
+                change_u64(Some(from), Some(to)).drift,
+                expect,
+                "{from} → {to}"
+            );
+            let ms = |v: u64| Some(v as f64 / 10.0);
+            assert_eq!(
+                change(ms(from), ms(to)).drift,
+                expect,
+                "{from} → {to} (÷ 10 ms)"
+            );
+        };
+        check((300, 390), true);
+        check((300, 360), false);
+        check((300, 361), true);
+        check((300, 240), false);
+        check((300, 239), true);
+        check((300, 300), false);
+        check((0, 5), false);
+        check((5, 0), true);
+        assert!(!change_u64(None, Some(5)).drift);
     }
 }

@@ -10,16 +10,21 @@
 //! - [`checks`]: the findings (`inversion`, `breaker_window`, `idempotency_ttl`, `entry_headroom`);
 //! - [`baseline`]: computing a baseline document from a topology and a run;
 //! - [`drift`]: R-drift, comparing a run with an approved baseline;
+//! - [`intake`]: whether a run opens a draft (first run, no approved baseline, drift), and the draft;
+//! - [`lifecycle`]: approve / reject / rollback eligibility, four eyes by owner;
+//! - [`capacity`]: every parent's need against its time, and how each budget is made;
 //! - [`diff`]: comparing two baselines segment by segment.
 #![forbid(unsafe_code)]
 
 pub mod baseline;
+pub mod capacity;
 pub mod checks;
 pub mod diff;
 pub mod drift;
 pub mod duration;
 pub mod example;
-pub mod ingest;
+pub mod intake;
+pub mod lifecycle;
 pub mod live;
 pub mod rules;
 pub mod run;

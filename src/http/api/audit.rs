@@ -27,12 +27,8 @@ async fn list(
         .get("chain")
         .map(String::as_str)
         .filter(|c| !c.is_empty());
-    if let Some(chain) = chain {
-        service::check_chain_name(chain)?;
-    }
     let limit = query_int(&query, "limit", 1..=1000)?.unwrap_or(100);
     let before = query_int(&query, "before", 1..=i64::MAX)?;
-    Ok(Json(
-        json!({ "entries": state.store.audit_log(chain, limit, before).await? }),
-    ))
+    let entries = service::audit::log(&state, chain, limit, before).await?;
+    Ok(Json(json!({ "entries": entries })))
 }

@@ -1,4 +1,4 @@
-//! Baselines: recompute, read, list, diff, approve, reject.
+//! Baselines: recompute, read, list, diff, the call tree's numbers, approve, reject.
 
 use std::collections::HashMap;
 
@@ -25,6 +25,7 @@ pub fn router() -> Router<AppState> {
         .route("/chains/{chain}/baselines", post(recompute).get(list))
         .route("/baselines/{id}", get(show))
         .route("/baselines/{id}/diff", get(diff))
+        .route("/baselines/{id}/tree", get(tree))
         .route("/baselines/{id}/approve", post(approve))
         .route("/baselines/{id}/reject", post(reject))
 }
@@ -72,7 +73,7 @@ async fn show(
 ) -> ApiResult<Response> {
     Ok(document(
         StatusCode::OK,
-        &state.store.get_baseline(&id).await?,
+        &service::baselines::get(&state, &id).await?,
     ))
 }
 
@@ -84,7 +85,6 @@ async fn list(
     Path(chain): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
-    service::check_chain_name(&chain)?;
     let filter = match query.get("state").map(String::as_str) {
         None | Some("") => None,
         Some(s) => Some(BaselineState::parse(s).ok_or_else(|| {
@@ -94,11 +94,8 @@ async fn list(
         })?),
     };
     let page = PageRequest::from_query(&query)?;
-    state.store.get_topology(&chain, None).await?;
-    let baselines = state
-        .store
-        .list_baselines(&chain, filter, page.after.as_ref(), page.fetch())
-        .await?;
+    let baselines =
+        service::baselines::list(&state, &chain, filter, page.after.as_ref(), page.fetch()).await?;
     let (baselines, next_cursor) = page.split(baselines, |b| (&b.created_at, &b.id));
     Ok(Json(
         json!({ "baselines": baselines, "next_cursor": next_cursor }),
@@ -113,6 +110,16 @@ async fn diff(
 ) -> ApiResult<Json<Value>> {
     let against = query.get("against").map_or("current", String::as_str);
     Ok(Json(json!(service::diff(&state, &id, against).await?)))
+}
+
+/// Every parent's need against its time, and how each budget is made: what the console's
+/// call tree draws.
+async fn tree(
+    State(state): State<AppState>,
+    _: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(json!(service::baselines::tree(&state, &id).await?)))
 }
 
 async fn approve(

@@ -28,7 +28,9 @@ pub fn router() -> Router<AppState> {
 }
 
 async fn list(State(state): State<AppState>, _: Principal) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({ "chains": state.store.list_chains().await? })))
+    Ok(Json(
+        json!({ "chains": service::chains::list(&state).await? }),
+    ))
 }
 
 async fn get_topology(
@@ -37,10 +39,9 @@ async fn get_topology(
     Path(chain): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
-    service::check_chain_name(&chain)?;
     let version = query_int(&query, "version", 1..=i64::MAX)?;
     Ok(Json(json!(
-        state.store.get_topology(&chain, version).await?
+        service::chains::topology(&state, &chain, version).await?
     )))
 }
 

@@ -45,9 +45,8 @@ async fn list(
         .map(String::as_str)
         .filter(|s| !s.is_empty());
     let limit = query_int(&query, "limit", 1..=1000)?.unwrap_or(100);
-    Ok(Json(
-        json!({ "releases": state.store.list_releases(baseline, svc, limit).await? }),
-    ))
+    let releases = service::releases::list(&state, baseline, svc, limit).await?;
+    Ok(Json(json!({ "releases": releases })))
 }
 
 async fn of_baseline(
@@ -55,8 +54,6 @@ async fn of_baseline(
     _: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    state.store.get_baseline(&id).await?;
-    Ok(Json(
-        json!({ "releases": state.store.list_releases(Some(&id), None, 1000).await? }),
-    ))
+    let releases = service::releases::of_baseline(&state, &id).await?;
+    Ok(Json(json!({ "releases": releases })))
 }

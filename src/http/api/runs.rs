@@ -7,8 +7,7 @@ use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use budget_core::ingest::Format;
-use budget_core::us_to_ms;
+use budget_ingest::Format;
 use serde_json::{json, Value};
 
 use super::query_int;
@@ -18,7 +17,6 @@ use crate::error::ApiResult;
 use crate::http::extract::JsonBody;
 use crate::service;
 use crate::state::AppState;
-use crate::store::StoredRun;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -43,39 +41,19 @@ async fn upload(
     let native =
         matches!(q.format, Some(Format::Native)) || (q.format.is_none() && upload::is_json(&req));
     let outcome = if upload::is_multipart(&req) {
-        state.store.get_topology(&chain, None).await?;
+        // An unknown chain is refused before its files are read.
+        service::chains::require(&state, &chain).await?;
         let (files, sources, map) = upload::read_multipart(&state, req, &q).await?;
         service::upload_tool_run(&state, &principal, &chain, files, sources, &map).await?
     } else if native {
         let body = JsonBody::from_request(req, &state).await?;
         service::upload_run(&state, &principal, &chain, body.value, &body.raw).await?
     } else {
-        state.store.get_topology(&chain, None).await?;
+        service::chains::require(&state, &chain).await?;
         let (files, sources) = upload::read_raw(&state, req, &q).await?;
         service::upload_tool_run(&state, &principal, &chain, files, sources, &q.map).await?
     };
     Ok((StatusCode::CREATED, Json(json!(outcome))))
-}
-
-fn view(run: &StoredRun) -> Value {
-    let segments: Vec<Value> = run
-        .data
-        .segments
-        .iter()
-        .map(|(id, s)| {
-            json!({
-                "id": id,
-                "samples": s.samples,
-                "failures": s.failures,
-                "p50_ms": s.p50_us.map(us_to_ms),
-                "p99_ms": us_to_ms(s.p99_us),
-                "p999_ms": us_to_ms(s.p999_us),
-            })
-        })
-        .collect();
-    let mut v = json!(run);
-    v["segments"] = Value::Array(segments);
-    v
 }
 
 async fn show(
@@ -83,8 +61,9 @@ async fn show(
     _: Principal,
     Path((chain, run_id)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
-    service::check_chain_name(&chain)?;
-    Ok(Json(view(&state.store.get_run(&chain, &run_id).await?)))
+    Ok(Json(json!(
+        service::runs::get(&state, &chain, &run_id).await?
+    )))
 }
 
 async fn list(
@@ -93,11 +72,7 @@ async fn list(
     Path(chain): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
-    service::check_chain_name(&chain)?;
-    state.store.get_topology(&chain, None).await?;
     let limit = query_int(&query, "limit", 1..=1000)?.unwrap_or(100);
-    let runs = state.store.list_runs(&chain, limit).await?;
-    Ok(Json(
-        json!({ "runs": runs.iter().map(view).collect::<Vec<_>>() }),
-    ))
+    let runs = service::runs::list(&state, &chain, limit).await?;
+    Ok(Json(json!({ "runs": runs })))
 }

@@ -12,13 +12,12 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use crate::auth::{generate_token, hash_token, valid_token_name, Principal, Role};
-use crate::error::{ApiError, ApiResult};
+use crate::auth::{Principal, Role};
+use crate::error::ApiResult;
 use crate::http::extract::{string_field, JsonBody};
 use crate::http::middleware::NotReplayable;
-use crate::service::now;
+use crate::service::{self, tokens::CreateToken, tokens::Issued};
 use crate::state::AppState;
-use crate::store::{Audit, NewToken, TokenRecord};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -45,7 +44,9 @@ async fn whoami(principal: Principal) -> Json<Value> {
 }
 
 async fn list(State(state): State<AppState>) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({ "tokens": state.store.list_tokens().await? })))
+    Ok(Json(
+        json!({ "tokens": service::tokens::list(&state).await? }),
+    ))
 }
 
 async fn create(
@@ -54,52 +55,13 @@ async fn create(
     body: JsonBody,
 ) -> ApiResult<Response> {
     let body = Some(body.value);
-    let violation = |pointer: &str, message: String| {
-        ApiError::validation(
-            message.clone(),
-            json!({"violations": [{"pointer": pointer, "message": message}]}),
-        )
+    let request = CreateToken {
+        name: string_field(&body, "name")?,
+        role: string_field(&body, "role")?,
+        owner: string_field(&body, "owner")?,
     };
-    let name = string_field(&body, "name")?
-        .ok_or_else(|| violation("/name", "name is required".into()))?;
-    if !valid_token_name(&name) {
-        return Err(violation(
-            "/name",
-            format!("invalid token name {name:?}: 1-64 letters, digits, '-', '_', '.', '@'"),
-        ));
-    }
-    let role_name = string_field(&body, "role")?
-        .ok_or_else(|| violation("/role", "role is required".into()))?;
-    let role = Role::parse(&role_name).ok_or_else(|| {
-        violation(
-            "/role",
-            format!("unknown role {role_name:?}: use reader, uploader, approver, agent or admin"),
-        )
-    })?;
-    let owner = string_field(&body, "owner")?.unwrap_or_else(|| name.clone());
-    if !valid_token_name(&owner) {
-        return Err(violation(
-            "/owner",
-            format!("invalid owner {owner:?}: 1-64 letters, digits, '-', '_', '.', '@'"),
-        ));
-    }
-    let token = generate_token();
-    let audit = Audit {
-        actor: principal.name.clone(),
-        action: "token.create",
-        chain: None,
-        subject: Some(name.clone()),
-        detail: json!({"role": role, "owner": owner, "by_owner": principal.owner}),
-        at: now(),
-    };
-    let new = NewToken {
-        name,
-        role,
-        owner,
-        hash: hash_token(&token),
-    };
-    let record = state.store.create_token(&new, audit).await?;
-    created(&state, record, &token, &new.hash).await
+    let issued = service::tokens::create(&state, &principal, request).await?;
+    Ok(created(issued))
 }
 
 /// A new token with the role and owner of `{name}` and a new secret, named by the body's
@@ -110,58 +72,30 @@ async fn rotate(
     Path(old): Path<String>,
     body: JsonBody,
 ) -> ApiResult<Response> {
-    let body = Some(body.value);
-    let name = string_field(&body, "name")?.ok_or_else(|| {
-        ApiError::validation(
-            "name (of the new token) is required",
-            json!({"violations": [{"pointer": "/name", "message": "required"}]}),
-        )
-    })?;
-    if !valid_token_name(&name) {
-        return Err(ApiError::validation(
-            format!("invalid token name {name:?}: 1-64 letters, digits, '-', '_', '.', '@'"),
-            json!({"violations": [{"pointer": "/name", "message": "1-64 letters, digits, '-', '_', '.', '@'"}]}),
-        ));
-    }
-    let token = generate_token();
-    let hash = hash_token(&token);
-    let audit = Audit {
-        actor: principal.name.clone(),
-        action: "token.rotate",
-        chain: None,
-        subject: Some(name.clone()),
-        detail: json!({"rotated": old, "by_owner": principal.owner}),
-        at: now(),
-    };
-    let record = state.store.rotate_token(&old, &name, &hash, audit).await?;
-    created(&state, record, &token, &hash).await
+    let name = string_field(&Some(body.value), "name")?;
+    let issued = service::tokens::rotate(&state, &principal, &old, name).await?;
+    Ok(created(issued))
 }
 
-/// `201` with the new token's secret (never kept for an `Idempotency-Key` repeat).
-async fn created(
-    state: &AppState,
-    record: TokenRecord,
-    token: &str,
-    hash: &str,
-) -> ApiResult<Response> {
-    let created = json!({"name": record.name, "role": record.role, "owner": record.owner, "created_at": record.created_at});
-    if state.store.find_token(hash).await?.is_none() {
-        // A repeat of a creation that committed under its Idempotency-Key: the secret was
-        // answered once and is kept nowhere.
-        let mut created = created;
+/// `201` with the new token's secret (never kept for an `Idempotency-Key` repeat), or `200`
+/// without it for a repeat of a creation that committed under its `Idempotency-Key`.
+fn created(issued: Issued) -> Response {
+    let record = issued.record;
+    let mut created = json!({"name": record.name, "role": record.role, "owner": record.owner, "created_at": record.created_at});
+    let Some(token) = issued.secret else {
+        // The secret was answered once and is kept nowhere.
         created["token"] = Value::Null;
         created["message"] = json!(
             "this Idempotency-Key already created the token; its secret is shown only once \
              (revoke the token and create another if it was lost)"
         );
-        return Ok((StatusCode::OK, Json(created)).into_response());
-    }
-    let mut created = created;
+        return (StatusCode::OK, Json(created)).into_response();
+    };
     created["token"] = json!(token);
     let mut response = (StatusCode::CREATED, Json(created)).into_response();
     // Never kept for repeats: it carries the secret.
     response.extensions_mut().insert(NotReplayable);
-    Ok(response)
+    response
 }
 
 async fn revoke(
@@ -169,14 +103,6 @@ async fn revoke(
     principal: Principal,
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let audit = Audit {
-        actor: principal.name.clone(),
-        action: "token.revoke",
-        chain: None,
-        subject: Some(name.clone()),
-        detail: json!({}),
-        at: now(),
-    };
-    state.store.revoke_token(&name, audit).await?;
+    service::tokens::revoke(&state, &principal, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -1,17 +1,18 @@
 //! Streaming run uploads in load-tool formats: a raw body (`?format=`, or detected), or
 //! `multipart/form-data` with one part per file (single-endpoint tools: the part's name is the
 //! label) and an optional `map` part. Bytes go to the parser as they arrive; nothing buffers
-//! the whole file.
+//! the whole file. Reading one file (format detection, parsing, SHA-256) is
+//! `budget_ingest::reader`; this module is the HTTP side: limits, multipart parts, API errors.
 
 use std::collections::{BTreeMap, HashMap};
 
 use axum::body::Body;
 use axum::extract::{FromRequest, Multipart, Request};
 use axum::http::header::CONTENT_TYPE;
-use budget_core::ingest::{self, Extracted, Format, Ingest, IngestError, Options, TimeUnit};
+use budget_ingest::reader::{FileReader, ReadError};
+use budget_ingest::{Extracted, Format, IngestError, Options, TimeUnit};
 use futures_util::StreamExt;
 use serde_json::json;
-use sha2::Digest;
 
 use crate::error::{ApiError, ApiResult, Code};
 use crate::state::AppState;
@@ -96,106 +97,44 @@ fn map_too_large() -> ApiError {
     .with_details(json!({"limit_bytes": MAX_MAP_BYTES}))
 }
 
-/// Feeds one file, chunk by chunk, detecting the format from the first bytes when not given.
-struct FileReader {
-    name: Option<String>,
-    format: Option<Format>,
-    options: Options,
-    parser: Option<Box<dyn Ingest>>,
-    head: Vec<u8>,
-    sha: sha2::Sha256,
-    size: u64,
-}
-
-const SNIFF_BYTES: usize = 4096;
-
-impl FileReader {
-    fn new(name: Option<String>, format: Option<Format>, options: Options) -> Self {
-        Self {
-            name,
-            format,
-            options,
-            parser: None,
-            head: Vec::new(),
-            sha: sha2::Sha256::new(),
-            size: 0,
+/// The API error of a file that could not be read, with the messages and details the API has
+/// always answered.
+fn read_error(name: Option<&str>, e: ReadError) -> ApiError {
+    let prefix = name.map(|n| format!("{n}: ")).unwrap_or_default();
+    match e {
+        ReadError::Undetected => ApiError::validation(
+            format!(
+                "{prefix}cannot tell the load-test format from the content; pass ?format=locust|oha|k6|jmeter|hdrhistogram|wrk2"
+            ),
+            json!({"file": name}),
+        ),
+        ReadError::Native => ApiError::bad_request(
+            "native runs are uploaded as one application/json body, not as a load-tool file",
+        ),
+        ReadError::Empty => {
+            ApiError::validation(format!("{prefix}the file is empty"), json!({"file": name}))
         }
-    }
-
-    fn start(&mut self) -> ApiResult<()> {
-        let format = match self.format {
-            Some(f) => f,
-            None => ingest::detect(&self.head).ok_or_else(|| {
-                ApiError::validation(
-                    format!(
-                        "{}cannot tell the load-test format from the content; pass ?format=locust|oha|k6|jmeter|hdrhistogram|wrk2",
-                        self.name.as_ref().map(|n| format!("{n}: ")).unwrap_or_default()
-                    ),
-                    json!({"file": self.name}),
-                )
-            })?,
-        };
-        if format == Format::Native {
-            return Err(ApiError::bad_request(
-                "native runs are uploaded as one application/json body, not as a load-tool file",
-            ));
-        }
-        self.format = Some(format);
-        let mut parser = ingest::parser(format, &self.options)
-            .map_err(|e| ingest_error(self.name.as_deref(), e))?;
-        let head = std::mem::take(&mut self.head);
-        push(&mut *parser, &head).map_err(|e| ingest_error(self.name.as_deref(), e))?;
-        self.parser = Some(parser);
-        Ok(())
-    }
-
-    fn push(&mut self, chunk: &[u8]) -> ApiResult<()> {
-        self.sha.update(chunk);
-        self.size += chunk.len() as u64;
-        match &mut self.parser {
-            Some(p) => push(&mut **p, chunk).map_err(|e| ingest_error(self.name.as_deref(), e)),
-            None => {
-                self.head.extend_from_slice(chunk);
-                if self.head.len() >= SNIFF_BYTES || self.format.is_some() {
-                    self.start()?;
-                }
-                Ok(())
-            }
-        }
-    }
-
-    fn finish(mut self) -> ApiResult<(Extracted, RunSource)> {
-        if self.size == 0 {
-            return Err(ApiError::validation(
-                format!(
-                    "{}the file is empty",
-                    self.name
-                        .as_ref()
-                        .map(|n| format!("{n}: "))
-                        .unwrap_or_default()
-                ),
-                json!({"file": self.name}),
-            ));
-        }
-        if self.parser.is_none() {
-            self.start()?;
-        }
-        let parser = self.parser.take().expect("started above");
-        let extracted = tokio::task::block_in_place(|| parser.finish())
-            .map_err(|e| ingest_error(self.name.as_deref(), e))?;
-        let source = RunSource {
-            name: self.name.clone(),
-            format: extracted.format.as_str().into(),
-            sha256: hex::encode(self.sha.finalize()),
-            size: self.size as i64,
-        };
-        Ok((extracted, source))
+        ReadError::Ingest(e) => ingest_error(name, e),
     }
 }
 
-/// Parsing is CPU work: keep it off the async workers' hot path.
-fn push(parser: &mut dyn Ingest, chunk: &[u8]) -> Result<(), IngestError> {
-    tokio::task::block_in_place(|| parser.push(chunk))
+/// Feeds `chunk` to `file`. Parsing is CPU work: keep it off the async workers' hot path.
+fn push(file: &mut FileReader, chunk: &[u8]) -> ApiResult<()> {
+    tokio::task::block_in_place(|| file.push(chunk)).map_err(|e| read_error(file.name(), e))
+}
+
+/// Ends `file`: what it holds and where it came from.
+fn finish(file: FileReader) -> ApiResult<(Extracted, RunSource)> {
+    let name = file.name().map(str::to_owned);
+    let (extracted, source) = tokio::task::block_in_place(|| file.finish())
+        .map_err(|e| read_error(name.as_deref(), e))?;
+    let source = RunSource {
+        name: source.name,
+        format: source.format.as_str().into(),
+        sha256: source.sha256,
+        size: source.size as i64,
+    };
+    Ok((extracted, source))
 }
 
 /// Reads a raw (non-multipart) body as one file.
@@ -214,12 +153,12 @@ pub async fn read_raw(
     while let Some(chunk) = stream.next().await {
         let chunk = chunk
             .map_err(|e| crate::http::extract::body_error(e, limit as usize, "max_upload_bytes"))?;
-        if file.size + chunk.len() as u64 > limit {
+        if file.size() + chunk.len() as u64 > limit {
             return Err(too_large(limit));
         }
-        file.push(&chunk)?;
+        push(&mut file, &chunk)?;
     }
-    let (extracted, source) = file.finish()?;
+    let (extracted, source) = finish(file)?;
     Ok((vec![extracted], vec![source]))
 }
 
@@ -285,9 +224,9 @@ pub async fn read_multipart(
             if total > limit {
                 return Err(too_large(limit));
             }
-            file.push(&chunk)?;
+            push(&mut file, &chunk)?;
         }
-        let (extracted, source) = file.finish()?;
+        let (extracted, source) = finish(file)?;
         files.push(extracted);
         sources.push(source);
     }

@@ -1,0 +1,530 @@
+//! Locust `*_stats.csv` (`locust --csv PREFIX`): one row per request name, then `Aggregated`.
+//!
+//! Columns are found by name. Locust ≥ 1.0 writes `Type,Name,Request Count,Failure Count,
+//! Median Response Time,…,Failures/s,50%,66%,75%,80%,90%,95%,98%,99%,99.9%,99.99%,100%`; the
+//! older `# requests` / `# failures` names are accepted too. Per row: label = `Name`, samples =
+//! `Request Count`, failures = `Failure Count`, p50 / p99 / p99.9 = the `50%`, `99%` and `99.9%`
+//! columns: milliseconds as Locust rounded them, turned into µs.
+//!
+//! - A row without requests has `N/A` percentiles: it gives no label (and is no error).
+//! - The `Aggregated` row is a label like the others; the mapping layer ignores it unless mapped.
+//! - When one `Name` has rows of several `Type`s (`GET user` and `POST user`), those rows are
+//!   labelled `"{Type} {Name}"`.
+//! - Locust always ends the file with `Aggregated`: a file without it is taken as truncated.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::framing::csv::{first_line, parse_u64, shown, unquote, CsvRecords, Record};
+use crate::{Extracted, Format, Ingest, IngestError, LabelStats, Options};
+
+/// Rows accepted (Locust writes one per request name; this bounds memory).
+const MAX_ROWS: usize = 10_000;
+/// `Name` of Locust's total row.
+const AGGREGATED: &str = "Aggregated";
+
+/// Whether the start of an input looks like a Locust stats CSV (`Type,Name,Request Count…`).
+pub fn sniff(head: &[u8]) -> bool {
+    let mut fields = first_line(head).split(|&b| b == b',').map(unquote);
+    match (fields.next(), fields.next(), fields.next()) {
+        (Some(kind), Some(name), Some(count)) => {
+            kind.eq_ignore_ascii_case(b"Type")
+                && name.eq_ignore_ascii_case(b"Name")
+                && is_requests(count)
+        }
+        _ => false,
+    }
+}
+
+pub fn parser(_options: &Options) -> Result<Box<dyn Ingest>, IngestError> {
+    Ok(Box::new(Stats {
+        csv: CsvRecords::new(b','),
+        body: Body::default(),
+    }))
+}
+
+fn is_requests(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"Request Count") || name.eq_ignore_ascii_case(b"# requests")
+}
+
+fn is_failures(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"Failure Count") || name.eq_ignore_ascii_case(b"# failures")
+}
+
+struct Stats {
+    csv: CsvRecords,
+    body: Body,
+}
+
+impl Ingest for Stats {
+    fn push(&mut self, chunk: &[u8]) -> Result<(), IngestError> {
+        self.csv.push(chunk, |r| self.body.record(r))
+    }
+
+    fn finish(mut self: Box<Self>) -> Result<Extracted, IngestError> {
+        let this = &mut *self;
+        this.csv.finish(|r| this.body.record(r))?;
+        self.body.finish()
+    }
+}
+
+/// Where the columns are.
+#[derive(Debug, Clone, Copy)]
+struct Columns {
+    kind: Option<usize>,
+    name: usize,
+    requests: usize,
+    failures: usize,
+    p50: usize,
+    p99: usize,
+    p999: usize,
+    fields: usize,
+}
+
+struct Row {
+    line: u64,
+    kind: String,
+    name: String,
+    /// `None` for a row without requests (`N/A` percentiles).
+    stats: Option<LabelStats>,
+}
+
+#[derive(Default)]
+struct Body {
+    columns: Option<Columns>,
+    rows: Vec<Row>,
+    aggregated: bool,
+}
+
+impl Body {
+    fn record(&mut self, rec: &Record<'_>) -> Result<(), IngestError> {
+        let Some(c) = self.columns else {
+            self.columns = Some(header(rec)?);
+            return Ok(());
+        };
+        if rec.len() != c.fields {
+            return Err(IngestError::at_line(
+                rec.line(),
+                format!(
+                    "expected {} fields, found {} (truncated or malformed row)",
+                    c.fields,
+                    rec.len()
+                ),
+            ));
+        }
+        if self.rows.len() >= MAX_ROWS {
+            return Err(IngestError::at_line(
+                rec.line(),
+                format!("more than {MAX_ROWS} rows"),
+            ));
+        }
+        let text = |i: usize, field: &str| {
+            std::str::from_utf8(rec.field(i))
+                .map(str::to_owned)
+                .map_err(|_| IngestError::at_line(rec.line(), "not valid UTF-8").field(field))
+        };
+        let name = text(c.name, "Name")?;
+        let kind = match c.kind {
+            Some(i) => text(i, "Type")?,
+            None => String::new(),
+        };
+        let count = |i: usize, field: &str| {
+            parse_u64(rec.field(i)).ok_or_else(|| {
+                IngestError::at_line(
+                    rec.line(),
+                    format!("{} is not a count", shown(rec.field(i))),
+                )
+                .field(field)
+            })
+        };
+        let samples = count(c.requests, "Request Count")?;
+        let failures = count(c.failures, "Failure Count")?;
+        let cells = [(c.p50, "50%"), (c.p99, "99%"), (c.p999, "99.9%")];
+        let stats = if cells.iter().any(|&(i, _)| rec.field(i) == b"N/A") {
+            None
+        } else {
+            let [p50, p99, p999] = cells.map(|(i, field)| ms_to_us(rec, i, field));
+            Some(LabelStats {
+                label: String::new(),
+                samples,
+                failures,
+                p50_us: Some(p50?),
+                p99_us: p99?,
+                p999_us: p999?,
+            })
+        };
+        self.aggregated |= name == AGGREGATED;
+        self.rows.push(Row {
+            line: rec.line(),
+            kind,
+            name,
+            stats,
+        });
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Extracted, IngestError> {
+        if self.columns.is_none() {
+            return Err(IngestError::new("empty input: no Locust stats header"));
+        }
+        if !self.aggregated {
+            return Err(IngestError::new(
+                "no `Aggregated` row: Locust always writes it last, the file looks truncated",
+            ));
+        }
+        let mut per_name: HashMap<&str, usize> = HashMap::new();
+        for row in &self.rows {
+            *per_name.entry(&row.name).or_default() += 1;
+        }
+        let mut labels: Vec<LabelStats> = Vec::new();
+        let mut seen = HashSet::new();
+        for row in &self.rows {
+            let label = if per_name[row.name.as_str()] > 1 && !row.kind.is_empty() {
+                format!("{} {}", row.kind, row.name)
+            } else {
+                row.name.clone()
+            };
+            if !seen.insert(label.clone()) {
+                return Err(IngestError::at_line(
+                    row.line,
+                    format!(
+                        "a second row for Type {:?} and Name {:?}",
+                        row.kind, row.name
+                    ),
+                )
+                .field("Name"));
+            }
+            if let Some(stats) = &row.stats {
+                labels.push(LabelStats {
+                    label,
+                    ..stats.clone()
+                });
+            }
+        }
+        Ok(Extracted {
+            format: Format::Locust,
+            tool: Some("locust".to_owned()),
+            labels,
+        })
+    }
+}
+
+fn header(rec: &Record<'_>) -> Result<Columns, IngestError> {
+    let find = |field: &str, matches: &dyn Fn(&[u8]) -> bool| {
+        (0..rec.len())
+            .find(|&i| matches(rec.field(i)))
+            .ok_or_else(|| {
+                IngestError::at_line(rec.line(), "missing column in the Locust stats header")
+                    .field(field)
+            })
+    };
+    let named = |name: &'static str| move |f: &[u8]| f.eq_ignore_ascii_case(name.as_bytes());
+    Ok(Columns {
+        kind: find("Type", &named("Type")).ok(),
+        name: find("Name", &named("Name"))?,
+        requests: find("Request Count", &is_requests)?,
+        failures: find("Failure Count", &is_failures)?,
+        p50: find("50%", &named("50%"))?,
+        p99: find("99%", &named("99%"))?,
+        p999: find("99.9%", &named("99.9%"))?,
+        fields: rec.len(),
+    })
+}
+
+/// A cell in milliseconds (Locust's unit), in µs.
+fn ms_to_us(rec: &Record<'_>, i: usize, field: &str) -> Result<u64, IngestError> {
+    let cell = rec.field(i);
+    std::str::from_utf8(cell)
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .map(|ms| (ms * 1000.0).round() as u64)
+        .ok_or_else(|| {
+            IngestError::at_line(
+                rec.line(),
+                format!("{} is not a number of milliseconds", shown(cell)),
+            )
+            .field(field)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::detect;
+    use crate::format::jmeter;
+    use crate::testkit::{self, kit_tests};
+
+    const SHOP: &[u8] = include_bytes!("../../../../tests/fixtures/locust/shop_stats.csv");
+    const SHOP_SUMMARY: &str = include_str!("../../../../tests/fixtures/locust/shop_summary.txt");
+    const IDLE: &[u8] = include_bytes!("../../../../tests/fixtures/locust/idle_stats.csv");
+
+    const HEADER: &str = "Type,Name,Request Count,Failure Count,Median Response Time,Average Response Time,\
+                          Min Response Time,Max Response Time,Average Content Size,Requests/s,Failures/s,\
+                          50%,66%,75%,80%,90%,95%,98%,99%,99.9%,99.99%,100%\n";
+
+    /// A data row of the current header: type, name, requests, failures, 50 %, 99 %, 99.9 %.
+    fn row(kind: &str, name: &str, requests: &str, failures: &str, p: [&str; 3]) -> String {
+        let [p50, p99, p999] = p;
+        format!("{kind},{name},{requests},{failures},{p50},1.5,1,9,10,1.0,0.0,{p50},{p50},{p50},{p50},{p99},{p99},{p99},{p99},{p999},{p999},{p999}\n")
+    }
+
+    /// Parses `input` in one push and in chunks of every small size: all must agree.
+    fn parse(input: &[u8]) -> Result<Extracted, IngestError> {
+        testkit::read_in_every_chunking(Format::Locust, &Options::default(), input)
+    }
+
+    /// label, samples, failures, p50, p99, p99.9 (µs).
+    type Row = (&'static str, u64, u64, u64, u64, u64);
+
+    fn check(input: &str, expect: Result<&[Row], &str>) {
+        let got = parse(input.as_bytes());
+        match expect {
+            Ok(rows) => {
+                let got = got.unwrap_or_else(|e| panic!("{input:?}: {e}"));
+                assert_eq!(
+                    (got.format, got.tool.as_deref()),
+                    (Format::Locust, Some("locust"))
+                );
+                let want: Vec<LabelStats> = rows
+                    .iter()
+                    .map(|&(label, samples, failures, p50, p99, p999)| LabelStats {
+                        label: label.to_owned(),
+                        samples,
+                        failures,
+                        p50_us: Some(p50),
+                        p99_us: p99,
+                        p999_us: p999,
+                    })
+                    .collect();
+                assert_eq!(got.labels, want, "{input:?}");
+            }
+            Err(message) => assert_eq!(got.expect_err(input).to_string(), message, "{input:?}"),
+        }
+    }
+
+    #[test]
+    fn reads_rows() {
+        let agg = row("", "Aggregated", "12", "1", ["7", "120", "130"]);
+        let cases: Vec<(String, &[Row])> = vec![
+            (
+                format!(
+                    "{HEADER}{}{}{agg}",
+                    row("GET", "inventory", "10", "0", ["6", "67", "89"]),
+                    row("GET", "payment", "2", "1", ["32", "68", "81"])
+                ),
+                &[
+                    ("inventory", 10, 0, 6_000, 67_000, 89_000),
+                    ("payment", 2, 1, 32_000, 68_000, 81_000),
+                    ("Aggregated", 12, 1, 7_000, 120_000, 130_000),
+                ],
+            ),
+            // A row without requests has N/A percentiles: no label, no error. Fractional ms.
+            (
+                format!(
+                    "{HEADER}{}{}{agg}",
+                    row("GET", "idle", "0", "0", ["N/A", "N/A", "N/A"]),
+                    row("GET", "fast", "12", "1", ["0.25", "1.5", "2"])
+                ),
+                &[
+                    ("fast", 12, 1, 250, 1_500, 2_000),
+                    ("Aggregated", 12, 1, 7_000, 120_000, 130_000),
+                ],
+            ),
+            // One Name under two Types: labelled "{Type} {Name}". Quoted names; CRLF.
+            (
+                format!(
+                    "{HEADER}{}{}{}{agg}",
+                    row("GET", "user", "5", "0", ["5", "9", "9"]),
+                    row("POST", "user", "7", "1", ["8", "20", "20"]),
+                    row("GET", "\"/a?x=1,2\"", "1", "0", ["1", "1", "1"])
+                )
+                .replace('\n', "\r\n"),
+                &[
+                    ("GET user", 5, 0, 5_000, 9_000, 9_000),
+                    ("POST user", 7, 1, 8_000, 20_000, 20_000),
+                    ("/a?x=1,2", 1, 0, 1_000, 1_000, 1_000),
+                    ("Aggregated", 12, 1, 7_000, 120_000, 130_000),
+                ],
+            ),
+            // Older names (`# requests`, `# failures`), quoted; columns found by name.
+            (
+                "\"Name\",\"# requests\",\"# failures\",\"99.9%\",\"99%\",\"50%\",\"Type\"\n\
+                 \"home\",\"3\",\"0\",\"40\",\"30\",\"10\",\"GET\"\n\
+                 \"Aggregated\",\"3\",\"0\",\"40\",\"30\",\"10\",\"None\"\n"
+                    .to_owned(),
+                &[
+                    ("home", 3, 0, 10_000, 30_000, 40_000),
+                    ("Aggregated", 3, 0, 10_000, 30_000, 40_000),
+                ],
+            ),
+        ];
+        for (input, rows) in &cases {
+            check(input, Ok(rows));
+        }
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        let agg = row("", "Aggregated", "1", "0", ["1", "1", "1"]);
+        let cases: Vec<(String, &str)> = vec![
+            (String::new(), "empty input: no Locust stats header"),
+            (
+                HEADER.replace(",99.9%", ""),
+                "line 1: 99.9%: missing column in the Locust stats header",
+            ),
+            // Truncated: at a row boundary (no Aggregated row) or inside a row.
+            (
+                format!("{HEADER}{}", row("GET", "a", "1", "0", ["1", "2", "3"])),
+                "no `Aggregated` row: Locust always writes it last, the file looks truncated",
+            ),
+            (
+                format!(
+                    "{HEADER}{}GET,b,4,0,5,5",
+                    row("GET", "a", "1", "0", ["1", "2", "3"])
+                ),
+                "line 3: expected 22 fields, found 6 (truncated or malformed row)",
+            ),
+            // Wrong unit / not a number.
+            (
+                format!(
+                    "{HEADER}{}{agg}",
+                    row("GET", "a", "1", "0", ["1", "12ms", "3"])
+                ),
+                "line 2: 99%: \"12ms\" is not a number of milliseconds",
+            ),
+            (
+                format!(
+                    "{HEADER}{}{agg}",
+                    row("GET", "a", "1", "0", ["1", "2", "-3"])
+                ),
+                "line 2: 99.9%: \"-3\" is not a number of milliseconds",
+            ),
+            (
+                format!(
+                    "{HEADER}{}{agg}",
+                    row("GET", "a", "1.5", "0", ["1", "2", "3"])
+                ),
+                "line 2: Request Count: \"1.5\" is not a count",
+            ),
+            (
+                format!("{HEADER}{}{agg}", row("GET", "a", "1", "", ["1", "2", "3"])),
+                "line 2: Failure Count: \"\" is not a count",
+            ),
+            (
+                format!(
+                    "{HEADER}{}{}{agg}",
+                    row("GET", "a", "1", "0", ["1", "2", "3"]),
+                    row("GET", "a", "1", "0", ["1", "2", "3"])
+                ),
+                "line 3: Name: a second row for Type \"GET\" and Name \"a\"",
+            ),
+            // Another tool's file.
+            (
+                "timeStamp,elapsed,label,success\n1,2,a,true\n".to_owned(),
+                "line 1: Name: missing column in the Locust stats header",
+            ),
+            (
+                "1700000000000,7,inventory,200,OK,Shop 1-1,text,true,176,1,1,7\n".to_owned(),
+                "line 1: Name: missing column in the Locust stats header",
+            ),
+        ];
+        for (input, message) in &cases {
+            check(input, Err(message));
+        }
+        let bad_utf8 = [
+            HEADER.as_bytes(),
+            b"GET,\xff,1,0,1,1,1,1,1,1,0,1,1,1,1,1,1,1,1,1,1,1\n",
+        ]
+        .concat();
+        assert_eq!(
+            parse(&bad_utf8).unwrap_err().to_string(),
+            "line 2: Name: not valid UTF-8"
+        );
+    }
+
+    #[test]
+    fn sniffs_locust_only() {
+        let cases: &[(&[u8], bool)] = &[
+            (HEADER.as_bytes(), true),
+            (b"Type,Name,Request Count", true),
+            (
+                b"\xef\xbb\xbf\"Type\",\"Name\",\"# requests\",\"# failures\"\r\n",
+                true,
+            ),
+            (b"Type,Name,Request Count,Failure Count\n", true),
+            (b"Method,Name,# requests\n", false),
+            (b"timeStamp,elapsed,label,responseCode\n", false),
+            (b"1700000000000,7,inventory,200,OK\n", false),
+            (b"Type,Name\n", false),
+            (b"", false),
+        ];
+        for (head, want) in cases {
+            assert_eq!(sniff(head), *want, "{:?}", String::from_utf8_lossy(head));
+            if *want {
+                assert!(!jmeter::sniff(head));
+            }
+        }
+        for input in [SHOP, IDLE] {
+            assert_eq!(detect(input), Some(Format::Locust));
+        }
+    }
+
+    /// `shop_stats.csv` against the tables Locust printed at exit (`shop_summary.txt`): counts,
+    /// failures and its 50 % / 99 % / 99.9 % columns, in its own whole milliseconds.
+    #[test]
+    fn fixture_matches_locust_summary() {
+        let got = parse(SHOP).unwrap();
+        // "Type Name # reqs # fails(%) | Avg Min Max Med | req/s failures/s", then the
+        // percentile table "Type Name 50% 66% … 99% 99.9% 99.99% 100% # reqs".
+        let (counts, percentiles) = SHOP_SUMMARY
+            .split_once("Response time percentiles")
+            .unwrap();
+        let words = |table: &str, label: &str| -> Vec<String> {
+            table
+                .lines()
+                .find(|l| l.split_whitespace().take(2).any(|w| w == label))
+                .unwrap_or_else(|| panic!("{label} not in the summary"))
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect()
+        };
+        assert_eq!(
+            got.labels
+                .iter()
+                .map(|l| l.label.as_str())
+                .collect::<Vec<_>>(),
+            ["inventory", "payment", "user", "Aggregated"]
+        );
+        for stats in &got.labels {
+            let c = words(counts, &stats.label);
+            let at = c.iter().position(|w| *w == stats.label).unwrap();
+            let samples: u64 = c[at + 1].parse().unwrap();
+            let failures: u64 = c[at + 2].split('(').next().unwrap().parse().unwrap();
+            let p = words(percentiles, &stats.label);
+            let n = p.len();
+            let ms = |i: usize| p[i].parse::<u64>().unwrap() * 1000;
+            assert_eq!(p[n - 1].parse::<u64>().unwrap(), samples);
+            assert_eq!(
+                (
+                    stats.samples,
+                    stats.failures,
+                    stats.p50_us,
+                    stats.p99_us,
+                    stats.p999_us
+                ),
+                (samples, failures, Some(ms(n - 12)), ms(n - 5), ms(n - 4)),
+                "{}",
+                stats.label
+            );
+        }
+    }
+
+    /// A run without requests: only `Aggregated`, all `N/A`: no label, no error.
+    #[test]
+    fn idle_fixture_has_no_labels() {
+        let got = parse(IDLE).unwrap();
+        assert!(got.labels.is_empty());
+    }
+
+    kit_tests!(Format::Locust);
+}

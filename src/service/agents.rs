@@ -1,0 +1,323 @@
+//! Agents: the fleet as seen (`GET /agents`, rollout of a baseline) and the use cases of the
+//! gRPC `Watch` and `Ack` calls — every field an agent sends validated and bounded before it is
+//! kept or logged, an agent id bound to the token that first watched it, a limited number of
+//! streams per token.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use budget_core::baseline::BaselineState;
+use serde::Serialize;
+
+use super::check_chain_name;
+use crate::auth::{Principal, Role};
+use crate::error::{ApiError, ApiResult, Code};
+use crate::fleet::{AckOutcome, ConnectError, Slot, StreamPermit};
+use crate::state::AppState;
+use crate::store::{AgentCursor, AgentStatus};
+
+/// Longest agent id or service name.
+pub const MAX_ID_LEN: usize = 128;
+/// Most chains one Watch may name.
+pub const MAX_CHAINS: usize = 256;
+/// Longest NACK error kept (bytes); longer ones are cut at a character boundary.
+pub const MAX_NACK_ERROR_BYTES: usize = 4096;
+/// Most agents read per page when the service walks the fleet.
+const WALK_PAGE: i64 = 1000;
+
+/// Up to `limit` agents seen within the retention period, by service and id, after `after`.
+/// This replica's news are stored first, so what it just saw is in the answer.
+pub async fn list(
+    state: &AppState,
+    after: Option<&AgentCursor>,
+    limit: i64,
+) -> ApiResult<Vec<AgentStatus>> {
+    state.fleet.flush().await;
+    Ok(state
+        .store
+        .list_agents(&state.fleet.seen_since(), after, limit)
+        .await?)
+}
+
+/// The agents seen within the retention period that `keep` selects, read page by page.
+async fn agents_where(
+    state: &AppState,
+    keep: impl Fn(&AgentStatus) -> bool,
+) -> ApiResult<Vec<AgentStatus>> {
+    let since = state.fleet.seen_since();
+    let mut kept = Vec::new();
+    let mut after = None;
+    loop {
+        let page = state
+            .store
+            .list_agents(&since, after.as_ref(), WALK_PAGE)
+            .await?;
+        let done = page.len() < usize::try_from(WALK_PAGE).unwrap_or(usize::MAX);
+        after = page.last().map(|a| (a.service.clone(), a.agent_id.clone()));
+        kept.extend(page.into_iter().filter(|a| keep(a)));
+        if done {
+            return Ok(kept);
+        }
+    }
+}
+
+/// How far a baseline has rolled out.
+#[derive(Debug, Serialize)]
+pub struct Rollout {
+    pub baseline_id: String,
+    pub chain: String,
+    pub state: BaselineState,
+    /// The baseline's latest publication, or `None` if it was never published.
+    pub revision: Option<i64>,
+    /// Agents receiving the chain.
+    pub agents: usize,
+    pub connected: usize,
+    /// Of those, how many ACKed (or NACKed) the publication or a later revision.
+    pub acked: usize,
+    pub nacked: usize,
+}
+
+/// How many agents receiving the baseline's chain have ACKed (or NACKed) its publication.
+pub async fn rollout(state: &AppState, id: &str) -> ApiResult<Rollout> {
+    let baseline = state.store.get_baseline(id).await?;
+    let chain = baseline.doc.chain;
+    let publication = state.store.baseline_publication(id).await?;
+    state.fleet.flush().await;
+    let of_chain = agents_where(state, |a| a.chains.contains(&chain)).await?;
+    let revision = publication.as_ref().map(|p| p.revision);
+    let count = |f: &dyn Fn(&AgentStatus) -> bool| of_chain.iter().filter(|a| f(a)).count();
+    let (acked, nacked, connected) = match revision {
+        Some(rev) => (
+            count(&|a| a.acked >= rev),
+            count(&|a| a.nack_revision.is_some_and(|n| n >= rev)),
+            count(&|a| a.connected),
+        ),
+        None => (0, 0, count(&|a| a.connected)),
+    };
+    Ok(Rollout {
+        baseline_id: id.to_owned(),
+        chain,
+        state: baseline.doc.state,
+        revision,
+        agents: of_chain.len(),
+        connected,
+        acked,
+        nacked,
+    })
+}
+
+/// The caller of Watch, Ack (and Report) must hold an agent token.
+pub fn require_agent(principal: &Principal) -> ApiResult<()> {
+    if principal.has_any(&[Role::Agent]) {
+        Ok(())
+    } else {
+        Err(ApiError::forbidden(format!(
+            "token {:?} has role {}; Watch and Ack need agent",
+            principal.name, principal.role
+        )))
+    }
+}
+
+/// Agent ids and service names: 1-128 printable ASCII characters (no spaces, no control
+/// characters). The value is not echoed: it may be huge or hostile.
+fn check_id(field: &str, v: &str) -> ApiResult<()> {
+    if v.is_empty() || v.len() > MAX_ID_LEN || !v.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(ApiError::bad_request(format!(
+            "{field} must be 1-{MAX_ID_LEN} printable ASCII characters (no spaces or control characters)"
+        )));
+    }
+    Ok(())
+}
+
+/// Labels: at most 32, keys ≤ 64 and values ≤ 256 bytes, no control characters.
+fn check_labels(labels: &HashMap<String, String>) -> ApiResult<()> {
+    let bad = |t: &str, max: usize| t.len() > max || t.chars().any(char::is_control);
+    if labels.len() > 32
+        || labels
+            .iter()
+            .any(|(k, v)| k.is_empty() || bad(k, 64) || bad(v, 256))
+    {
+        return Err(ApiError::bad_request(
+            "labels: at most 32, keys 1-64 and values at most 256 bytes, no control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+fn truncate(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+fn agent_taken(agent_id: &str) -> ApiError {
+    ApiError::forbidden(format!(
+        "agent_id {agent_id:?} belongs to another token: each agent id is bound to the token that first watched it"
+    ))
+}
+
+/// Which chains a stream receives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    Chains(BTreeSet<String>),
+    /// Every chain whose topology involves the service.
+    Service(String),
+}
+
+/// What a Watch asks for, as received.
+#[derive(Debug, Clone, Default)]
+pub struct WatchRequest {
+    pub agent_id: String,
+    pub service: String,
+    pub chains: Vec<String>,
+    pub known_revision: i64,
+    pub labels: HashMap<String, String>,
+}
+
+/// An open Watch: the agent's slot in the fleet and its token's stream permit, both held
+/// while the stream lives.
+pub struct Watch {
+    pub selection: Selection,
+    pub known_revision: i64,
+    pub slot: Arc<Slot>,
+    pub permit: StreamPermit,
+}
+
+/// Opens a Watch stream for `principal` (an agent token): validates the request, takes one of
+/// the token's streams and binds the agent id to the token (or finds it bound to another).
+pub async fn watch(state: &AppState, principal: &Principal, req: WatchRequest) -> ApiResult<Watch> {
+    require_agent(principal)?;
+    check_id("agent_id", &req.agent_id)?;
+    if req.known_revision < 0 {
+        return Err(ApiError::bad_request("known_revision must not be negative"));
+    }
+    if !req.service.is_empty() || req.chains.is_empty() {
+        check_id("service (or chains)", &req.service)?;
+    }
+    let selection = if req.chains.is_empty() {
+        Selection::Service(req.service.clone())
+    } else {
+        if req.chains.len() > MAX_CHAINS {
+            return Err(ApiError::bad_request(format!(
+                "chains: at most {MAX_CHAINS}"
+            )));
+        }
+        for c in &req.chains {
+            check_chain_name(c)?;
+        }
+        Selection::Chains(req.chains.iter().cloned().collect())
+    };
+    check_labels(&req.labels)?;
+    let Some(permit) = state.fleet.open_stream(&principal.token_id) else {
+        tracing::warn!(token = ?principal.name, agent = ?req.agent_id, "watch refused: the token holds its stream limit");
+        return Err(ApiError::new(
+            Code::TooManyRequests,
+            format!(
+                "token {:?} already holds {} Watch streams on this replica (agents.max_streams_per_token); close one, or give these agents a token of their own",
+                principal.name,
+                state.fleet.max_streams_per_token()
+            ),
+        ));
+    };
+    let labels: BTreeMap<String, String> = req.labels.into_iter().collect();
+    let slot = match state
+        .fleet
+        .connected(
+            &req.agent_id,
+            &principal.token_id,
+            &principal.name,
+            &req.service,
+            labels,
+            req.known_revision,
+        )
+        .await
+    {
+        Ok(slot) => slot,
+        Err(ConnectError::Taken) => {
+            tracing::warn!(agent = ?req.agent_id, token = ?principal.name, "watch refused: the agent id belongs to another token");
+            return Err(agent_taken(&req.agent_id));
+        }
+        Err(ConnectError::Store(e)) => return Err(e.into()),
+    };
+    tracing::info!(agent = ?req.agent_id, service = ?req.service, token = ?principal.name, known = req.known_revision, "watch opened");
+    Ok(Watch {
+        selection,
+        known_revision: req.known_revision,
+        slot,
+        permit,
+    })
+}
+
+/// What an Ack (or NACK) says, as received.
+#[derive(Debug, Clone, Default)]
+pub struct AckRequest {
+    pub agent_id: String,
+    pub revision: i64,
+    pub accepted: bool,
+    pub error: String,
+}
+
+/// Records an agent's ACK or NACK of a revision it was sent on this replica.
+pub async fn ack(state: &AppState, principal: &Principal, req: AckRequest) -> ApiResult<()> {
+    require_agent(principal)?;
+    check_id("agent_id", &req.agent_id)?;
+    if req.revision <= 0 {
+        return Err(ApiError::bad_request("revision must be positive"));
+    }
+    if !req.accepted && req.error.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "a NACK (accepted=false) needs the error that made the agent refuse",
+        ));
+    }
+    let error = truncate(&req.error, MAX_NACK_ERROR_BYTES);
+    let outcome = state.fleet.acked(
+        &req.agent_id,
+        &principal.token_id,
+        req.revision,
+        req.accepted,
+        error,
+    );
+    match outcome {
+        AckOutcome::Recorded => {}
+        AckOutcome::OtherToken => return Err(agent_taken(&req.agent_id)),
+        AckOutcome::Unknown => {
+            let bound = state.store.agent_token(&req.agent_id).await?;
+            if bound.is_some_and(|t| t != principal.token_id) {
+                return Err(agent_taken(&req.agent_id));
+            }
+            return Err(ApiError::new(
+                Code::FailedPrecondition,
+                format!(
+                    "agent {:?} has no Watch stream on this replica; open one first",
+                    req.agent_id
+                ),
+            ));
+        }
+    }
+    if !req.accepted {
+        tracing::warn!(agent = ?req.agent_id, revision = req.revision, error = ?error, "agent refused a config (NACK)");
+    }
+    crate::observe::acked(req.accepted);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nack_errors_are_cut_at_a_character_boundary() {
+        let check =
+            |input: (&str, usize), expect: &str| assert_eq!(truncate(input.0, input.1), expect);
+        check(("short", 10), "short");
+        check(("abcdef", 3), "abc");
+        check(("aé", 2), "a");
+        check(("", 0), "");
+    }
+}

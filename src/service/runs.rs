@@ -1,0 +1,348 @@
+//! Runs: uploads (native JSON or load-tool files) and reads. Whether a run opens a draft is
+//! `budget_core::intake`'s decision; this module loads what it needs and stores the outcome.
+
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
+
+use budget_core::baseline::BaselineReason;
+use budget_core::checks::Finding;
+use budget_core::drift::{self, DriftEntry};
+use budget_core::intake::{self, ChainBefore, DraftOf};
+use budget_core::run::{RunUpload, SegmentUpload};
+use budget_core::{us_to_ms, Topology};
+use budget_ingest::mapping::Mapping;
+use budget_ingest::{Extracted, Format};
+use serde::Serialize;
+use serde_json::json;
+use sha2::Digest;
+
+use super::{audit, check_chain_name, now, parse_with_schema, violations_of};
+use crate::auth::Principal;
+use crate::error::{ApiError, ApiResult};
+use crate::schemas::Schema;
+use crate::state::AppState;
+use crate::store::{NewRun, RunSource, StoreError, StoredRun, TopologyVersion};
+
+/// What a run upload answers.
+#[derive(Debug, Serialize)]
+pub struct RunOutcome {
+    pub run_id: String,
+    pub chain: String,
+    pub topology_version: i64,
+    /// Drift findings: the compared percentiles that moved more than 20 %.
+    pub drift: Vec<DriftEntry>,
+    /// Every compared percentile, drifted or not.
+    pub comparison: Vec<DriftEntry>,
+    /// The approved baseline the run was compared with.
+    pub compared_to: Option<String>,
+    /// The R-drift threshold the comparison used, in percent.
+    pub drift_threshold_pct: u64,
+    /// The draft created, or null.
+    pub baseline_id: Option<String>,
+    pub reason: Option<BaselineReason>,
+    pub findings: Vec<Finding>,
+    pub format: Format,
+    pub tool: Option<String>,
+    /// The percentiles read, per segment (milliseconds).
+    pub segments: Vec<SegmentUpload>,
+    /// How load-tool labels were mapped (absent for native uploads).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mapping: Option<Mapping>,
+}
+
+/// A native JSON run (`raw` is the body as received, for its checksum).
+#[tracing::instrument(skip_all, fields(chain = ?chain))]
+pub async fn upload_run(
+    state: &AppState,
+    principal: &Principal,
+    chain: &str,
+    body: serde_json::Value,
+    raw: &[u8],
+) -> ApiResult<RunOutcome> {
+    check_chain_name(chain)?;
+    let topo = state.store.get_topology(chain, None).await?;
+    let upload: RunUpload = parse_with_schema(Schema::Run, body)?;
+    let sources = vec![RunSource {
+        name: None,
+        format: Format::Native.as_str().into(),
+        sha256: hex::encode(sha2::Sha256::digest(raw)),
+        size: raw.len() as i64,
+    }];
+    let run = Upload {
+        upload,
+        format: Format::Native,
+        sources,
+        mapping: None,
+    };
+    record_run(state, principal, chain, topo, run).await
+}
+
+/// A run read from load-tool files: labels mapped to segments (`map` first, then the
+/// topology's `labels`), then stored exactly like the equivalent native upload.
+#[tracing::instrument(skip_all, fields(chain = ?chain))]
+pub async fn upload_tool_run(
+    state: &AppState,
+    principal: &Principal,
+    chain: &str,
+    files: Vec<Extracted>,
+    sources: Vec<RunSource>,
+    map: &BTreeMap<String, String>,
+) -> ApiResult<RunOutcome> {
+    check_chain_name(chain)?;
+    let topo = state.store.get_topology(chain, None).await?;
+    let format = files.first().map_or(Format::Native, |f| f.format);
+    let (upload, mapping) = budget_ingest::mapping::to_upload(&files, &topo.topology, map)
+        .map_err(|errs| {
+            violations_of(
+                format!("the labels of the upload do not map onto the segments of {chain:?}"),
+                errs,
+            )
+        })?;
+    let run = Upload {
+        upload,
+        format,
+        sources,
+        mapping: Some(mapping),
+    };
+    record_run(state, principal, chain, topo, run).await
+}
+
+/// A run as received, before it is checked against the topology.
+struct Upload {
+    upload: RunUpload,
+    format: Format,
+    sources: Vec<RunSource>,
+    mapping: Option<Mapping>,
+}
+
+/// One checksum for the run: the file's, or a hash over every file's name and hash.
+fn source_checksum(sources: &[RunSource]) -> (String, i64) {
+    match sources {
+        [one] => (one.sha256.clone(), one.size),
+        many => {
+            let mut h = sha2::Sha256::new();
+            for s in many {
+                h.update(format!(
+                    "{}:{}\n",
+                    s.name.as_deref().unwrap_or(""),
+                    s.sha256
+                ));
+            }
+            (hex::encode(h.finalize()), many.iter().map(|s| s.size).sum())
+        }
+    }
+}
+
+async fn record_run(
+    state: &AppState,
+    principal: &Principal,
+    chain: &str,
+    topo: TopologyVersion,
+    received: Upload,
+) -> ApiResult<RunOutcome> {
+    let Upload {
+        upload,
+        format,
+        sources,
+        mapping,
+    } = received;
+    let (tool, note) = (upload.tool.clone(), upload.note.clone());
+    let segments = upload.segments.clone();
+    let run = upload.into_run(&topo.topology).map_err(|errs| {
+        violations_of(
+            format!(
+                "the run does not fit the topology of {chain:?} (v{})",
+                topo.version
+            ),
+            errs,
+        )
+    })?;
+    let (source_sha256, source_size) = source_checksum(&sources);
+
+    // The approved baseline may change between comparing and inserting; the store refuses the
+    // insert then, and we compare again.
+    for _ in 0..5 {
+        let current = state.store.current_baseline(chain).await?;
+        let first_run = state.store.run_count(chain).await? == 0;
+        let before = ChainBefore {
+            approved: current.as_ref().map(|c| &c.doc),
+            first_run,
+        };
+        let assessment = intake::assess(&topo.topology, &run, before);
+        let created_at = now();
+        let draft = assessment
+            .draft(&DraftOf {
+                chain,
+                topology_version: topo.version,
+                topology: &topo.topology,
+                run_id: "",
+                run: &run,
+                created_by: &principal.name,
+                created_at: &created_at,
+            })
+            .map_err(|errs| {
+                violations_of(
+                    format!("the run does not cover the topology of {chain:?}"),
+                    errs,
+                )
+            })?;
+        let drift = assessment.drift();
+        let new_run = NewRun {
+            chain: chain.to_owned(),
+            topology_version: topo.version,
+            format: format.as_str().into(),
+            tool: tool.clone(),
+            note: note.clone(),
+            source_sha256: source_sha256.clone(),
+            source_size,
+            sources: sources.clone(),
+            mapping: mapping.clone(),
+            data: run.clone(),
+            uploaded_by: principal.name.clone(),
+            uploaded_by_owner: principal.owner.clone(),
+            created_at: created_at.clone(),
+        };
+        let audit = audit(
+            principal,
+            "run.upload",
+            Some(chain),
+            json!({"drift": !drift.is_empty()}),
+        );
+        let compared_to = assessment.compared_to.clone();
+        match state
+            .store
+            .insert_run(new_run, draft, compared_to.clone(), audit)
+            .await
+        {
+            Ok((stored, baseline)) => {
+                let reason = assessment.reason;
+                if reason == Some(BaselineReason::Drift) && baseline.is_some() {
+                    crate::observe::drift_event();
+                }
+                state.archiver.kick();
+                return Ok(RunOutcome {
+                    run_id: stored.id,
+                    chain: chain.to_owned(),
+                    topology_version: topo.version,
+                    drift,
+                    comparison: assessment.comparison,
+                    compared_to,
+                    drift_threshold_pct: drift::DRIFT_THRESHOLD_PCT,
+                    baseline_id: baseline.as_ref().map(|b| b.doc.id.clone()),
+                    reason,
+                    findings: baseline.map(|b| b.doc.findings).unwrap_or_default(),
+                    format,
+                    tool,
+                    segments,
+                    mapping,
+                });
+            }
+            Err(StoreError::Conflict(_)) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::conflict(format!(
+        "the approved baseline of {chain:?} kept changing; upload again"
+    )))
+}
+
+/// One segment of a stored run, in milliseconds.
+#[derive(Debug, Serialize)]
+pub struct SegmentView {
+    pub id: String,
+    pub samples: u64,
+    pub failures: Option<u64>,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+}
+
+/// How a stored run compares with the chain's approved baseline now (R-drift).
+#[derive(Debug, Serialize)]
+pub struct LiveComparison {
+    pub baseline_id: String,
+    /// Every compared percentile, drifted or not.
+    pub comparison: Vec<DriftEntry>,
+    /// Whether any percentile drifted.
+    pub drift: bool,
+    pub drift_threshold_pct: u64,
+}
+
+/// A stored run as shown: its record, percentiles in milliseconds, and how it compares with
+/// the live baseline (absent while the chain has none).
+#[derive(Debug, Serialize)]
+pub struct RunView {
+    #[serde(flatten)]
+    pub run: StoredRun,
+    pub segments: Vec<SegmentView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vs_live: Option<LiveComparison>,
+}
+
+/// Views of `runs`, compared with the chain's approved baseline (if any) on each run's own
+/// topology version.
+async fn views(state: &AppState, chain: &str, runs: Vec<StoredRun>) -> ApiResult<Vec<RunView>> {
+    let current = state.store.current_baseline(chain).await?;
+    let mut topologies: HashMap<i64, Topology> = HashMap::new();
+    let mut out = Vec::with_capacity(runs.len());
+    for run in runs {
+        let vs_live = match &current {
+            None => None,
+            Some(live) => {
+                let topology = match topologies.entry(run.topology_version) {
+                    Entry::Occupied(known) => known.into_mut(),
+                    Entry::Vacant(slot) => {
+                        let version = Some(run.topology_version);
+                        slot.insert(state.store.get_topology(chain, version).await?.topology)
+                    }
+                };
+                let comparison = drift::compare(topology, &live.doc.segments, &run.data);
+                Some(LiveComparison {
+                    baseline_id: live.doc.id.clone(),
+                    drift: drift::drifted(&comparison),
+                    comparison,
+                    drift_threshold_pct: drift::DRIFT_THRESHOLD_PCT,
+                })
+            }
+        };
+        let segments = run
+            .data
+            .segments
+            .iter()
+            .map(|(id, s)| SegmentView {
+                id: id.clone(),
+                samples: s.samples,
+                failures: s.failures,
+                p50_ms: s.p50_us.map(us_to_ms),
+                p99_ms: us_to_ms(s.p99_us),
+                p999_ms: us_to_ms(s.p999_us),
+            })
+            .collect();
+        out.push(RunView {
+            run,
+            segments,
+            vs_live,
+        });
+    }
+    Ok(out)
+}
+
+/// One run of a chain.
+#[tracing::instrument(skip_all, fields(chain = ?chain, run = ?run_id))]
+pub async fn get(state: &AppState, chain: &str, run_id: &str) -> ApiResult<RunView> {
+    check_chain_name(chain)?;
+    let run = state.store.get_run(chain, run_id).await?;
+    let mut views = views(state, chain, vec![run]).await?;
+    views
+        .pop()
+        .ok_or_else(|| ApiError::internal(anyhow::anyhow!("a run view went missing")))
+}
+
+/// The newest `limit` runs of a chain, newest first.
+#[tracing::instrument(skip_all, fields(chain = ?chain))]
+pub async fn list(state: &AppState, chain: &str, limit: i64) -> ApiResult<Vec<RunView>> {
+    check_chain_name(chain)?;
+    state.store.get_topology(chain, None).await?;
+    let runs = state.store.list_runs(chain, limit).await?;
+    views(state, chain, runs).await
+}

@@ -1,0 +1,69 @@
+//! The fleet: the agents that watch the server, and the tokens they are bound to.
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use super::StoreResult;
+
+/// What the fleet knows of one agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AgentStatus {
+    pub agent_id: String,
+    pub service: String,
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// The chains the agent receives.
+    pub chains: Vec<String>,
+    /// The replica it streams from (`host:port` of that replica's gRPC listener).
+    pub replica: String,
+    pub connected: bool,
+    /// Last revision sent to it.
+    pub delivered: i64,
+    /// Last revision it accepted (ACK).
+    pub acked: i64,
+    /// Last revision it refused (NACK), and why.
+    pub nack_revision: Option<i64>,
+    pub nack_error: Option<String>,
+    pub first_seen: String,
+    pub last_seen: String,
+    /// The name of the token the agent is bound to (none once that token is revoked).
+    pub token: Option<String>,
+    /// The identity of that token (its hash): only it may update this entry.
+    #[serde(skip)]
+    pub token_id: String,
+}
+
+/// Where a page of `GET /agents` starts: after this `(service, agent_id)`.
+pub type AgentCursor = (String, String);
+
+/// The outcome of claiming an `agent_id` for a token ([`Fleet::claim_agent`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentClaim {
+    /// The id is this token's (now or already): its stored status, to continue from.
+    Bound(Box<AgentStatus>),
+    /// Another token that still exists holds the id.
+    Taken,
+}
+
+/// What the fleet knows of its agents.
+#[async_trait]
+pub trait Fleet: Send + Sync {
+    /// Binds `agent.agent_id` to the token `agent.token_id` — inserting `agent` as its entry
+    /// — unless a token that still exists holds it: then `Taken`, and nothing changes. An
+    /// entry of a revoked token, or an unbound one, is taken over.
+    async fn claim_agent(&self, agent: &AgentStatus) -> StoreResult<AgentClaim>;
+    /// The identity of the token `agent_id` is bound to, if that token still exists.
+    async fn agent_token(&self, agent_id: &str) -> StoreResult<Option<String>>;
+    /// Records agents' status: inserts new entries, updates those bound to the same token
+    /// (an entry bound to another token is left alone).
+    async fn upsert_agents(&self, agents: &[AgentStatus]) -> StoreResult<()>;
+    /// A page of the agents last seen at or after `seen_since`, by service and id: at most
+    /// `limit`, after `after`.
+    async fn list_agents(
+        &self,
+        seen_since: &str,
+        after: Option<&AgentCursor>,
+        limit: i64,
+    ) -> StoreResult<Vec<AgentStatus>>;
+    /// Forgets agents last seen before `cutoff`; returns how many.
+    async fn expire_agents(&self, cutoff: &str) -> StoreResult<u64>;
+}

@@ -1,0 +1,138 @@
+//! [`Fleet`] over SQL: agents' entries and the tokens they are bound to.
+
+use async_trait::async_trait;
+use sqlx::Row;
+
+use super::rows::{agent_from_row, AGENT_SELECT};
+use super::{internal, SqlStore};
+use crate::store::{AgentClaim, AgentCursor, AgentStatus, Fleet, StoreResult};
+
+#[async_trait]
+impl Fleet for SqlStore {
+    async fn claim_agent(&self, agent: &AgentStatus) -> StoreResult<AgentClaim> {
+        // Most Watch streams are reconnects of an agent bound to the same token: a read.
+        let row = sqlx::query(&format!(
+            "{AGENT_SELECT} WHERE a.agent_id = $1 AND a.token_hash = $2"
+        ))
+        .bind(&agent.agent_id)
+        .bind(&agent.token_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        if let Some(row) = row {
+            return Ok(AgentClaim::Bound(Box::new(agent_from_row(&row)?)));
+        }
+        // New, unbound, or bound to a token that no longer exists: take it, in one statement
+        // so two tokens racing for the id cannot both win (on any replica).
+        let claimed = sqlx::query(
+            "INSERT INTO agents (agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen, token_hash) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+             ON CONFLICT (agent_id) DO UPDATE SET token_hash = excluded.token_hash, service = excluded.service, \
+               labels = excluded.labels, replica = excluded.replica, connected = excluded.connected, \
+               last_seen = excluded.last_seen \
+             WHERE agents.token_hash IS NULL OR agents.token_hash = excluded.token_hash \
+               OR NOT EXISTS (SELECT 1 FROM api_tokens t WHERE t.token_hash = agents.token_hash) \
+             RETURNING agent_id",
+        )
+        .bind(&agent.agent_id)
+        .bind(&agent.service)
+        .bind(serde_json::to_string(&agent.labels).map_err(internal)?)
+        .bind(agent.chains.join(","))
+        .bind(&agent.replica)
+        .bind(i64::from(agent.connected))
+        .bind(agent.delivered)
+        .bind(agent.acked)
+        .bind(agent.nack_revision)
+        .bind(agent.nack_error.clone())
+        .bind(&agent.first_seen)
+        .bind(&agent.last_seen)
+        .bind(&agent.token_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        if claimed.is_none() {
+            return Ok(AgentClaim::Taken);
+        }
+        let row = sqlx::query(&format!("{AGENT_SELECT} WHERE a.agent_id = $1"))
+            .bind(&agent.agent_id)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(AgentClaim::Bound(Box::new(agent_from_row(&row)?)))
+    }
+
+    async fn agent_token(&self, agent_id: &str) -> StoreResult<Option<String>> {
+        let row = sqlx::query(
+            "SELECT a.token_hash FROM agents a JOIN api_tokens t ON t.token_hash = a.token_hash \
+             WHERE a.agent_id = $1",
+        )
+        .bind(agent_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| r.try_get(0)).transpose()?)
+    }
+
+    async fn upsert_agents(&self, agents: &[AgentStatus]) -> StoreResult<()> {
+        if agents.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.begin().await?;
+        for a in agents {
+            // An entry bound to another token is never overwritten (nor one that was expired
+            // and claimed by another token since).
+            sqlx::query(
+                "INSERT INTO agents (agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen, token_hash) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+                 ON CONFLICT (agent_id) DO UPDATE SET service = excluded.service, labels = excluded.labels, \
+                   chains = excluded.chains, replica = excluded.replica, connected = excluded.connected, \
+                   delivered = excluded.delivered, acked = excluded.acked, nack_revision = excluded.nack_revision, \
+                   nack_error = excluded.nack_error, last_seen = excluded.last_seen \
+                 WHERE agents.token_hash = excluded.token_hash",
+            )
+            .bind(&a.agent_id)
+            .bind(&a.service)
+            .bind(serde_json::to_string(&a.labels).map_err(internal)?)
+            .bind(a.chains.join(","))
+            .bind(&a.replica)
+            .bind(i64::from(a.connected))
+            .bind(a.delivered)
+            .bind(a.acked)
+            .bind(a.nack_revision)
+            .bind(a.nack_error.clone())
+            .bind(&a.first_seen)
+            .bind(&a.last_seen)
+            .bind(&a.token_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn list_agents(
+        &self,
+        seen_since: &str,
+        after: Option<&AgentCursor>,
+        limit: i64,
+    ) -> StoreResult<Vec<AgentStatus>> {
+        let (after_service, after_id) = after.map_or(("", ""), |(s, id)| (s, id));
+        let rows = sqlx::query(&format!(
+            "{AGENT_SELECT} WHERE a.last_seen >= $1 \
+             AND ($2 = 0 OR a.service > $3 OR (a.service = $3 AND a.agent_id > $4)) \
+             ORDER BY a.service, a.agent_id LIMIT $5"
+        ))
+        .bind(seen_since)
+        .bind(i64::from(after.is_some()))
+        .bind(after_service)
+        .bind(after_id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(agent_from_row).collect()
+    }
+
+    async fn expire_agents(&self, cutoff: &str) -> StoreResult<u64> {
+        let done = sqlx::query("DELETE FROM agents WHERE last_seen < $1")
+            .bind(cutoff)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+}

@@ -1,0 +1,155 @@
+//! [`Outbox`] over SQL: queueing archive uploads, and the worker's claims on them.
+
+use async_trait::async_trait;
+use sqlx::Row;
+
+use super::rows::{outbox_from_row, OUTBOX_COLUMNS};
+use super::{sha256_hex, SqlStore, Tx};
+use crate::store::{archive_key, Backend, Outbox, OutboxItem, StoreResult, StoredBaseline};
+
+/// Queues `body` for upload at `key`; older pending items of the key are superseded.
+pub(super) async fn enqueue(
+    tx: &mut Tx,
+    baseline_id: &str,
+    key: &str,
+    body: &str,
+    now: &str,
+) -> StoreResult<()> {
+    sqlx::query("UPDATE archive_outbox SET state = 'superseded' WHERE object_key = $1 AND state = 'pending'")
+        .bind(key)
+        .execute(&mut **tx)
+        .await?;
+    sqlx::query(
+        "INSERT INTO archive_outbox (baseline_id, object_key, body, sha256, state, attempts, next_attempt_at, created_at) \
+         VALUES ($1, $2, $3, $4, 'pending', 0, $5, $5)",
+    )
+    .bind(baseline_id)
+    .bind(key)
+    .bind(body)
+    .bind(sha256_hex(body.as_bytes()))
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Archives the current document of a baseline at `{prefix}/{date}/{id}.json`.
+pub(super) async fn archive_document(
+    tx: &mut Tx,
+    prefix: &str,
+    stored: &StoredBaseline,
+    now: &str,
+) -> StoreResult<()> {
+    let key = archive_key(
+        prefix,
+        &stored.doc.created_at,
+        &format!("{}.json", stored.doc.id),
+    );
+    enqueue(tx, &stored.doc.id, &key, &stored.bytes, now).await
+}
+
+/// An approval (or rollback) also writes the seed's `{prefix}/{date}/budget.json`.
+pub(super) async fn archive_budget(
+    tx: &mut Tx,
+    prefix: &str,
+    stored: &StoredBaseline,
+    now: &str,
+) -> StoreResult<()> {
+    let key = archive_key(prefix, &stored.doc.created_at, "budget.json");
+    enqueue(tx, &stored.doc.id, &key, &stored.bytes, now).await
+}
+
+#[async_trait]
+impl Outbox for SqlStore {
+    async fn archive_claim(
+        &self,
+        now: &str,
+        lease_until: &str,
+        limit: i64,
+    ) -> StoreResult<Vec<OutboxItem>> {
+        // PostgreSQL: concurrent workers skip each other's rows; SQLite serialises writers.
+        let skip_locked = if self.backend == Backend::Postgres {
+            "FOR UPDATE SKIP LOCKED"
+        } else {
+            ""
+        };
+        let rows = sqlx::query(&format!(
+            "UPDATE archive_outbox SET locked_until = $2 WHERE id IN ( \
+               SELECT o.id FROM archive_outbox o \
+               WHERE o.state = 'pending' AND o.next_attempt_at <= $1 \
+                 AND (o.locked_until IS NULL OR o.locked_until < $1) \
+                 AND NOT EXISTS (SELECT 1 FROM archive_outbox f WHERE f.object_key = o.object_key \
+                                 AND f.id <> o.id AND f.locked_until IS NOT NULL AND f.locked_until >= $1) \
+               ORDER BY o.id LIMIT $3 {skip_locked}) \
+             RETURNING {OUTBOX_COLUMNS}"
+        ))
+        .bind(now)
+        .bind(lease_until)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut items = rows
+            .iter()
+            .map(outbox_from_row)
+            .collect::<StoreResult<Vec<_>>>()?;
+        items.sort_by_key(|i| i.id);
+        Ok(items)
+    }
+
+    async fn archive_done(&self, id: i64, now: &str) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE archive_outbox SET state = CASE WHEN state = 'pending' THEN 'done' ELSE state END, \
+             archived_at = $2, locked_until = NULL, attempts = attempts + 1, last_error = NULL WHERE id = $1",
+        )
+        .bind(id)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn archive_failed(&self, id: i64, error: &str, next_attempt_at: &str) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE archive_outbox SET attempts = attempts + 1, last_error = $2, next_attempt_at = $3, \
+             locked_until = NULL WHERE id = $1",
+        )
+        .bind(id)
+        .bind(error)
+        .bind(next_attempt_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn archive_enqueue(
+        &self,
+        baseline_id: &str,
+        key: &str,
+        body: &str,
+        now: &str,
+    ) -> StoreResult<()> {
+        let mut tx = self.begin().await?;
+        enqueue(&mut tx, baseline_id, key, body, now).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn archive_items(&self, baseline_id: &str) -> StoreResult<Vec<OutboxItem>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {OUTBOX_COLUMNS} FROM archive_outbox WHERE baseline_id = $1 ORDER BY id"
+        ))
+        .bind(baseline_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(outbox_from_row).collect()
+    }
+
+    async fn archive_backlog(&self) -> StoreResult<(i64, Option<String>)> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM archive_outbox WHERE state = 'pending'",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((row.try_get("n")?, row.try_get("oldest")?))
+    }
+}

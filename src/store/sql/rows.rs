@@ -1,0 +1,203 @@
+//! Rows to store types: the columns each mapper reads, and the mapper, apart from the queries
+//! that select them.
+
+use budget_core::baseline::{BaselineDocument, BaselineState};
+use budget_core::RunData;
+use sqlx::any::AnyRow;
+use sqlx::{FromRow, Row};
+
+use super::internal;
+use crate::auth::Role;
+use crate::store::{
+    AgentStatus, AuditEntry, BaselineSummary, ColumnKind, ExportTable, OutboxItem, Publication,
+    StoreResult, StoredBaseline, StoredRun, TokenRecord, TopologyVersion,
+};
+
+/// The columns of a [`StoredBaseline`], in the order [`baseline_from_row`] reads them (`b`: the
+/// baseline, `r`: its run).
+pub(super) const BASELINE_COLUMNS: &str =
+    "b.document, b.sha256, r.uploaded_by, COALESCE(r.uploaded_by_owner, r.uploaded_by) AS uploaded_by_owner";
+
+pub(super) fn baseline_from_row(row: &AnyRow) -> StoreResult<StoredBaseline> {
+    let bytes: String = row.try_get(0)?;
+    let doc: BaselineDocument = serde_json::from_str(&bytes).map_err(|e| {
+        internal(anyhow::Error::new(e).context("stored baseline document is not valid"))
+    })?;
+    Ok(StoredBaseline {
+        doc,
+        bytes,
+        sha256: row.try_get(1)?,
+        run_uploaded_by: row.try_get(2)?,
+        run_uploaded_by_owner: row.try_get(3)?,
+    })
+}
+
+pub(super) fn baseline_summary_from_row(r: &AnyRow) -> StoreResult<BaselineSummary> {
+    let state: String = r.try_get("state")?;
+    Ok(BaselineSummary {
+        id: r.try_get("id")?,
+        chain: r.try_get("chain")?,
+        state: BaselineState::parse(&state)
+            .ok_or_else(|| internal(anyhow::anyhow!("bad state {state:?}")))?,
+        reason: r.try_get("reason")?,
+        run_id: r.try_get("run_id")?,
+        topology_version: r.try_get("topology_version")?,
+        has_errors: r.try_get::<i64, _>("has_errors")? != 0,
+        created_at: r.try_get("created_at")?,
+        created_by: r.try_get("created_by")?,
+        updated_at: r.try_get("updated_at")?,
+    })
+}
+
+pub(super) fn topology_from_row(row: &AnyRow) -> StoreResult<TopologyVersion> {
+    let document: String = row.try_get("document")?;
+    Ok(TopologyVersion {
+        chain: row.try_get("chain")?,
+        version: row.try_get("version")?,
+        sha256: row.try_get("sha256")?,
+        created_at: row.try_get("created_at")?,
+        created_by: row.try_get("created_by")?,
+        topology: serde_json::from_str(&document).map_err(internal)?,
+    })
+}
+
+pub(super) const RUN_COLUMNS: &str =
+    "id, chain, topology_version, format, tool, note, source_sha256, source_size, data, uploaded_by, created_at, sources, mapping, uploaded_by_owner";
+
+pub(super) fn run_from_row(row: &AnyRow) -> StoreResult<StoredRun> {
+    let data: String = row.try_get("data")?;
+    let uploaded_by: String = row.try_get("uploaded_by")?;
+    Ok(StoredRun {
+        id: row.try_get("id")?,
+        chain: row.try_get("chain")?,
+        topology_version: row.try_get("topology_version")?,
+        format: row.try_get("format")?,
+        tool: row.try_get("tool")?,
+        note: row.try_get("note")?,
+        source_sha256: row.try_get("source_sha256")?,
+        source_size: row.try_get("source_size")?,
+        // Null only in a store imported from an export older than owners: the token name.
+        uploaded_by_owner: row
+            .try_get::<Option<String>, _>("uploaded_by_owner")?
+            .unwrap_or_else(|| uploaded_by.clone()),
+        uploaded_by,
+        created_at: row.try_get("created_at")?,
+        sources: serde_json::from_str(&row.try_get::<String, _>("sources")?).map_err(internal)?,
+        mapping: row
+            .try_get::<Option<String>, _>("mapping")?
+            .map(|m| serde_json::from_str(&m))
+            .transpose()
+            .map_err(internal)?,
+        data: serde_json::from_str::<RunData>(&data).map_err(internal)?,
+    })
+}
+
+pub(super) fn publication_from_row(r: &AnyRow) -> StoreResult<Publication> {
+    Ok(Publication::from_row(r)?)
+}
+
+/// A publication with its baseline ([`BASELINE_COLUMNS`] by name, after the publication's).
+pub(super) fn publication_with_baseline_from_row(
+    r: &AnyRow,
+) -> StoreResult<(Publication, StoredBaseline)> {
+    let publication = publication_from_row(r)?;
+    let bytes: String = r.try_get("document")?;
+    let doc = serde_json::from_str(&bytes).map_err(internal)?;
+    let baseline = StoredBaseline {
+        doc,
+        bytes,
+        sha256: r.try_get("sha256")?,
+        run_uploaded_by: r.try_get("uploaded_by")?,
+        run_uploaded_by_owner: r.try_get("uploaded_by_owner")?,
+    };
+    Ok((publication, baseline))
+}
+
+pub(super) const OUTBOX_COLUMNS: &str =
+    "id, baseline_id, object_key, body, sha256, state, attempts, last_error, next_attempt_at, created_at, archived_at";
+
+pub(super) fn outbox_from_row(r: &AnyRow) -> StoreResult<OutboxItem> {
+    Ok(OutboxItem::from_row(r)?)
+}
+
+/// `owner` is null only in a store imported from an export older than owners: the name.
+pub(super) const TOKEN_COLUMNS: &str =
+    "name, role, COALESCE(owner, name) AS owner, created_at, created_by, token_hash";
+
+pub(super) fn token_from_row(row: &AnyRow) -> StoreResult<TokenRecord> {
+    let role: String = row.try_get("role")?;
+    Ok(TokenRecord {
+        name: row.try_get("name")?,
+        role: Role::parse(&role)
+            .ok_or_else(|| internal(anyhow::anyhow!("unknown role {role:?} in store")))?,
+        owner: row.try_get("owner")?,
+        created_at: row.try_get("created_at")?,
+        created_by: row.try_get("created_by")?,
+        token_id: row.try_get("token_hash")?,
+    })
+}
+
+/// An agent's entry with the name of the token it is bound to (if that token still exists).
+pub(super) const AGENT_SELECT: &str =
+    "SELECT a.agent_id, a.service, a.labels, a.chains, a.replica, a.connected, a.delivered, a.acked, \
+       a.nack_revision, a.nack_error, a.first_seen, a.last_seen, a.token_hash, t.name AS token \
+     FROM agents a LEFT JOIN api_tokens t ON t.token_hash = a.token_hash";
+
+pub(super) fn agent_from_row(r: &AnyRow) -> StoreResult<AgentStatus> {
+    let labels: String = r.try_get("labels")?;
+    let chains: String = r.try_get("chains")?;
+    Ok(AgentStatus {
+        agent_id: r.try_get("agent_id")?,
+        service: r.try_get("service")?,
+        labels: serde_json::from_str(&labels).unwrap_or_default(),
+        chains: chains
+            .split(',')
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        replica: r.try_get("replica")?,
+        connected: r.try_get::<i64, _>("connected")? != 0,
+        delivered: r.try_get("delivered")?,
+        acked: r.try_get("acked")?,
+        nack_revision: r.try_get("nack_revision")?,
+        nack_error: r.try_get("nack_error")?,
+        first_seen: r.try_get("first_seen")?,
+        last_seen: r.try_get("last_seen")?,
+        token: r.try_get("token")?,
+        token_id: r
+            .try_get::<Option<String>, _>("token_hash")?
+            .unwrap_or_default(),
+    })
+}
+
+pub(super) fn audit_entry_from_row(r: &AnyRow) -> StoreResult<AuditEntry> {
+    let detail: String = r.try_get("detail")?;
+    Ok(AuditEntry {
+        id: r.try_get("id")?,
+        at: r.try_get("at")?,
+        actor: r.try_get("actor")?,
+        action: r.try_get("action")?,
+        chain: r.try_get("chain")?,
+        subject: r.try_get("subject")?,
+        detail: serde_json::from_str(&detail).unwrap_or(serde_json::Value::String(detail)),
+    })
+}
+
+/// One row of an exported table: a string, an integer or null per column.
+pub(super) fn export_row(row: &AnyRow, table: &ExportTable) -> StoreResult<Vec<serde_json::Value>> {
+    table
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(i, (_, kind))| {
+            Ok(match kind {
+                ColumnKind::Text => row
+                    .try_get::<Option<String>, _>(i)?
+                    .map_or(serde_json::Value::Null, serde_json::Value::String),
+                ColumnKind::Int => row
+                    .try_get::<Option<i64>, _>(i)?
+                    .map_or(serde_json::Value::Null, serde_json::Value::from),
+            })
+        })
+        .collect()
+}
