@@ -150,10 +150,7 @@ impl App {
             state.fleet.spawn_flusher(Duration::from_millis(500)),
             state.archiver.spawn(Duration::from_secs(1)),
         ];
-        let url = state.settings.database_url();
-        if state.store.backend() == store::Backend::Postgres {
-            background.push(state.hub.spawn_pg_listener(url));
-        }
+        background.push(state.hub.spawn_listener());
         if let Some(reloader) = self.tls.as_ref().and_then(|tls| tls.spawn_reloader()) {
             background.push(reloader);
         }

@@ -124,15 +124,17 @@ impl Hub {
         })
     }
 
-    /// Listens for publications made on other replicas (PostgreSQL LISTEN/NOTIFY), reconnecting
-    /// with backoff; every (re)connection is followed by a catch-up read.
-    pub fn spawn_pg_listener(&self, url: String) -> tokio::task::JoinHandle<()> {
+    /// Listens for publications made on other replicas (the store's notifications: PostgreSQL
+    /// LISTEN/NOTIFY), reconnecting with backoff; every (re)connection is followed by a
+    /// catch-up read. Ends at once where the store cannot notify (SQLite).
+    pub fn spawn_listener(&self) -> tokio::task::JoinHandle<()> {
         let hub = self.clone();
         tokio::spawn(async move {
             let mut backoff = Duration::from_millis(200);
             loop {
-                match listen(&hub, &url).await {
-                    Ok(()) => backoff = Duration::from_millis(200),
+                match listen(&hub).await {
+                    Ok(false) => return,
+                    Ok(true) => backoff = Duration::from_millis(200),
                     Err(e) => {
                         tracing::warn!(error = %e, retry_in = ?backoff, "publication listener lost its connection");
                         tokio::time::sleep(backoff).await;
@@ -144,15 +146,16 @@ impl Hub {
     }
 }
 
-async fn listen(hub: &Hub, url: &str) -> anyhow::Result<()> {
-    let mut listener = sqlx::postgres::PgListener::connect(url).await?;
-    listener
-        .listen(crate::store::sql::PUBLICATION_CHANNEL)
-        .await?;
+/// Follows the store's notifications until the connection fails; `false` when the store
+/// has none to give.
+async fn listen(hub: &Hub) -> anyhow::Result<bool> {
+    let Some(mut listener) = hub.store.publication_listener().await? else {
+        return Ok(false);
+    };
     hub.refresh().await?;
     loop {
-        let notification = listener.recv().await?;
-        tracing::debug!(revision = notification.payload(), "publication notified");
+        let revision = listener.next().await?;
+        tracing::debug!(%revision, "publication notified");
         hub.refresh().await?;
     }
 }

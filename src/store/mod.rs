@@ -43,7 +43,7 @@ pub use self::export::{
 pub use self::fleet::{AgentClaim, AgentCursor, AgentStatus, Fleet};
 pub use self::idempotency::{with_idempotency, IdemClaim, IdemLookup, IdemResponse, Idempotency};
 pub use self::outbox::{archive_key, Outbox, OutboxItem, DEFAULT_ARCHIVE_PREFIX};
-pub use self::publications::{Publication, Publications};
+pub use self::publications::{Publication, PublicationListener, Publications};
 pub use self::releases::{NewRelease, Release, Releases};
 pub use self::runs::{NewRun, RunSource, Runs, StoredRun};
 

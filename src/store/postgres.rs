@@ -22,5 +22,5 @@ pub async fn open(url: &str) -> anyhow::Result<SqlStore> {
         .run(&pool)
         .await
         .context("failed to apply PostgreSQL migrations")?;
-    Ok(SqlStore::new(pool, Backend::Postgres))
+    Ok(SqlStore::new(pool, Backend::Postgres).with_listen_url(url))
 }

@@ -29,4 +29,16 @@ pub trait Publications: Send + Sync {
 
     /// The latest publication of a baseline (approve or rollback), if it was ever published.
     async fn baseline_publication(&self, baseline_id: &str) -> StoreResult<Option<Publication>>;
+
+    /// A listener told of every publication any process sharing the database commits
+    /// (PostgreSQL LISTEN/NOTIFY); `None` where the backend cannot tell (SQLite, one process:
+    /// readers rely on their own refreshes).
+    async fn publication_listener(&self) -> StoreResult<Option<Box<dyn PublicationListener>>>;
+}
+
+/// Notifications of committed publications, from [`Publications::publication_listener`].
+#[async_trait]
+pub trait PublicationListener: Send {
+    /// Waits for the next publication; its revision as announced.
+    async fn next(&mut self) -> StoreResult<String>;
 }

@@ -512,3 +512,42 @@ fn release(baseline_id: &str) -> NewRelease {
         ticket: "CHG-1".into(),
     }
 }
+
+/// Publications reach every process sharing the database through the store's listener
+/// (PostgreSQL LISTEN/NOTIFY); SQLite, one process, offers none.
+async fn publications_are_notified(backend: Backend) {
+    let Some((_db, a, b)) = two_stores(backend).await else {
+        return;
+    };
+    let listener = b.publication_listener().await.unwrap();
+    let Some(mut listener) = listener else {
+        assert_eq!(backend, Backend::Sqlite, "PostgreSQL notifies");
+        return;
+    };
+    a.put_topology("checkout", &topology(), audit("uma"))
+        .await
+        .unwrap();
+    let (_, draft) = a
+        .insert_run(new_run("uma"), Some(draft("")), None, audit("uma"))
+        .await
+        .unwrap();
+    let (_, published) = a
+        .decide(&draft.unwrap().doc.id, Verdict::Approve, None, audit("abe"))
+        .await
+        .unwrap();
+    let revision = tokio::time::timeout(std::time::Duration::from_secs(30), listener.next())
+        .await
+        .expect("a notification for the publication")
+        .unwrap();
+    assert_eq!(revision, published.unwrap().revision.to_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_publications_are_notified() {
+    publications_are_notified(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_publications_are_notified() {
+    publications_are_notified(Backend::Postgres).await;
+}

@@ -29,7 +29,6 @@ use async_trait::async_trait;
 use sqlx::AnyPool;
 
 use self::tx::Tx;
-pub use self::tx::PUBLICATION_CHANNEL;
 use super::{Backend, Connection, PoolStatus, StoreError, StoreResult, DEFAULT_ARCHIVE_PREFIX};
 
 /// The store over one sqlx `Any` pool, on either [`Backend`].
@@ -38,6 +37,8 @@ pub struct SqlStore {
     pool: AnyPool,
     backend: Backend,
     archive_prefix: String,
+    /// Where to LISTEN for other processes' publications (PostgreSQL only).
+    listen_url: Option<String>,
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -60,7 +61,14 @@ impl SqlStore {
             pool,
             backend,
             archive_prefix: DEFAULT_ARCHIVE_PREFIX.to_owned(),
+            listen_url: None,
         }
+    }
+
+    /// Listen for publications on this database URL (a dedicated connection).
+    pub(super) fn with_listen_url(mut self, url: &str) -> Self {
+        self.listen_url = Some(url.to_owned());
+        self
     }
 
     pub fn with_archive_prefix(mut self, prefix: &str) -> Self {

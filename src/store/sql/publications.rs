@@ -3,8 +3,9 @@
 use async_trait::async_trait;
 
 use super::rows::{publication_from_row, publication_with_baseline_from_row, BASELINE_COLUMNS};
+use super::tx::PUBLICATION_CHANNEL;
 use super::SqlStore;
-use crate::store::{Publication, Publications, StoreResult, StoredBaseline};
+use crate::store::{Publication, PublicationListener, Publications, StoreResult, StoredBaseline};
 
 impl SqlStore {
     /// The newest publication where `column` (`chain` or `baseline_id`) equals `value`.
@@ -30,6 +31,15 @@ impl Publications for SqlStore {
         self.one_publication("chain", chain).await
     }
 
+    async fn publication_listener(&self) -> StoreResult<Option<Box<dyn PublicationListener>>> {
+        let Some(url) = &self.listen_url else {
+            return Ok(None);
+        };
+        let mut listener = sqlx::postgres::PgListener::connect(url).await?;
+        listener.listen(PUBLICATION_CHANNEL).await?;
+        Ok(Some(Box::new(PgPublications(listener))))
+    }
+
     async fn baseline_publication(&self, baseline_id: &str) -> StoreResult<Option<Publication>> {
         self.one_publication("baseline_id", baseline_id).await
     }
@@ -50,5 +60,15 @@ impl Publications for SqlStore {
         rows.iter()
             .map(publication_with_baseline_from_row)
             .collect()
+    }
+}
+
+/// PostgreSQL's notifications on [`PUBLICATION_CHANNEL`].
+struct PgPublications(sqlx::postgres::PgListener);
+
+#[async_trait]
+impl PublicationListener for PgPublications {
+    async fn next(&mut self) -> StoreResult<String> {
+        Ok(self.0.recv().await?.payload().to_owned())
     }
 }
