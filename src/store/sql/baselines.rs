@@ -118,6 +118,30 @@ pub(super) async fn current_id(tx: &mut Tx, chain: &str) -> StoreResult<Option<S
     Ok(row.map(|r| r.try_get(0)).transpose()?)
 }
 
+/// Moves the chain's approved baseline, if any, to superseded (before another one goes live);
+/// its id.
+async fn supersede_current(
+    tx: &mut Tx,
+    archive_prefix: &str,
+    chain: &str,
+    at: &str,
+) -> StoreResult<Option<String>> {
+    let Some(old) = current_id(tx, chain).await? else {
+        return Ok(None);
+    };
+    transition(
+        tx,
+        archive_prefix,
+        &old,
+        BaselineState::Approved,
+        BaselineState::Superseded,
+        None,
+        at,
+    )
+    .await?;
+    Ok(Some(old))
+}
+
 #[async_trait]
 impl Baselines for SqlStore {
     async fn insert_baseline(
@@ -223,22 +247,12 @@ impl Baselines for SqlStore {
             Verdict::Approve => "approved",
             Verdict::Reject => "rejected",
         };
-        let mut superseded = None;
-        if verdict == Verdict::Approve {
-            if let Some(old) = current_id(&mut tx, &chain).await? {
-                transition(
-                    &mut tx,
-                    &self.archive_prefix,
-                    &old,
-                    BaselineState::Approved,
-                    BaselineState::Superseded,
-                    None,
-                    &audit.at,
-                )
-                .await?;
-                superseded = Some(old);
+        let superseded = match verdict {
+            Verdict::Approve => {
+                supersede_current(&mut tx, &self.archive_prefix, &chain, &audit.at).await?
             }
-        }
+            Verdict::Reject => None,
+        };
         let stored = transition(
             &mut tx,
             &self.archive_prefix,
@@ -295,20 +309,7 @@ impl Baselines for SqlStore {
         }
         budget_core::lifecycle::roll_back_to(id, target.doc.state)
             .map_err(|e| StoreError::Conflict(e.to_string()))?;
-        let mut superseded = None;
-        if let Some(old) = current_id(&mut tx, chain).await? {
-            transition(
-                &mut tx,
-                &self.archive_prefix,
-                &old,
-                BaselineState::Approved,
-                BaselineState::Superseded,
-                None,
-                &audit.at,
-            )
-            .await?;
-            superseded = Some(old);
-        }
+        let superseded = supersede_current(&mut tx, &self.archive_prefix, chain, &audit.at).await?;
         let stored = transition(
             &mut tx,
             &self.archive_prefix,
