@@ -5,8 +5,6 @@
 //! baseline is archived.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -15,7 +13,12 @@ use budget_core::example::{CHECKOUT_RUN_A, CHECKOUT_TOPOLOGY};
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use crate::helpers::ADMIN_TOKEN;
+use crate::helpers::{ServerProcess, ADMIN_TOKEN};
+
+fn kill9(server: &mut ServerProcess) {
+    let _ = server.child.kill(); // SIGKILL
+    let _ = server.child.wait();
+}
 
 /// Requests sent but not answered because the server died under them, and requests refused
 /// a connection while it restarted.
@@ -28,48 +31,6 @@ static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 const WRITERS: usize = 4;
 const ROUNDS: usize = 10;
 const KILLS: usize = 6;
-
-struct Server {
-    child: Child,
-    http: String,
-}
-
-impl Server {
-    fn start(data_dir: &std::path::Path) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_budgetd"))
-            .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .env("BUDGETD_ADMIN_TOKEN", ADMIN_TOKEN)
-            .env("RUST_LOG", "error")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("budgetd starts");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let http = loop {
-            let line = lines.next().expect("budgetd printed its address").unwrap();
-            if let Some(rest) = line.strip_prefix("budgetd: HTTP API on ") {
-                break rest.trim_end_matches("/api/v1").to_owned();
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
-        Self { child, http }
-    }
-
-    fn kill9(&mut self) {
-        let _ = self.child.kill(); // SIGKILL
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
 
 /// Sends one request with its key until the server answers it (any status but a connection
 /// failure or a 5xx); returns status and body. A stuck key would show up as a 409 here.
@@ -216,16 +177,16 @@ async fn kill9_loses_no_acknowledged_write_and_sticks_no_key() {
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().to_owned();
     let dd = data_dir.clone();
-    let mut server = tokio::task::spawn_blocking(move || Server::start(&dd))
+    let mut server = tokio::task::spawn_blocking(move || ServerProcess::start_in(&dd, &[]))
         .await
         .unwrap();
-    let base = Arc::new(RwLock::new(server.http.clone()));
+    let base = Arc::new(RwLock::new(server.url("")));
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap();
 
-    let base0 = server.http.clone();
+    let base0 = server.url("");
     let mut tokens = Vec::new();
     for name in ["crash-uploader", "crash-approver"] {
         let role = if name.ends_with("uploader") {
@@ -277,12 +238,12 @@ async fn kill9_loses_no_acknowledged_write_and_sticks_no_key() {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         tokio::time::sleep(Duration::from_micros(rng.gen_range(0..20_000))).await;
-        server.kill9();
+        kill9(&mut server);
         let dd = data_dir.clone();
-        server = tokio::task::spawn_blocking(move || Server::start(&dd))
+        server = tokio::task::spawn_blocking(move || ServerProcess::start_in(&dd, &[]))
             .await
             .unwrap();
-        *base.write().unwrap() = server.http.clone();
+        *base.write().unwrap() = server.url("");
     }
 
     let mut acked = BTreeMap::new();
@@ -292,7 +253,7 @@ async fn kill9_loses_no_acknowledged_write_and_sticks_no_key() {
             w.await.expect("writer finished: every key answered"),
         );
     }
-    let base = server.http.clone();
+    let base = server.url("");
     let (interrupted, refused) = (
         INTERRUPTED.load(Ordering::Relaxed),
         REFUSED.load(Ordering::Relaxed),

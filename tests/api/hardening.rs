@@ -574,7 +574,7 @@ async fn process_reader_bodies_keep_memory_bounded() {
         "server RSS grew by {growth} KiB (bound {READER_BODIES_RSS_BOUND_KIB} KiB)"
     );
     // Item 8 on the real binary: the database file is private.
-    assert_private(&server.data_dir.path().join("budgetd.db"));
+    assert_private(&server.data_dir.join("budgetd.db"));
 }
 
 // ---- Item 4: /metrics method labels come from a fixed set ----
@@ -881,7 +881,7 @@ async fn process_folder_archive_and_sqlite_sync_before_acknowledging() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_ne!(status_doc, Value::Null, "the baseline was archived");
-    let archive = server.data_dir.path().join("archive");
+    let archive = server.data_dir.join("archive");
     let keys: Vec<String> = status_doc["uploads"]
         .as_array()
         .unwrap()
@@ -946,10 +946,7 @@ async fn process_folder_archive_and_sqlite_sync_before_acknowledging() {
     }
     // Commits synced SQLite's WAL before the archive was done (synchronous = FULL; with
     // NORMAL the WAL is synced only at a checkpoint, here not before the server stops).
-    let wal = format!(
-        "<{}-wal>",
-        server.data_dir.path().join("budgetd.db").display()
-    );
+    let wal = format!("<{}-wal>", server.data_dir.join("budgetd.db").display());
     let last_rename = trace
         .iter()
         .rposition(|l| l.contains("rename") && l.contains(&archive.display().to_string()))

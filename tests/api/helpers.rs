@@ -779,16 +779,25 @@ impl Drop for RssSampler {
 pub struct ServerProcess {
     pub child: std::process::Child,
     pub http: SocketAddr,
-    pub data_dir: tempfile::TempDir,
+    pub data_dir: std::path::PathBuf,
+    /// The data directory when this process made it (removed with it).
+    _own_dir: Option<tempfile::TempDir>,
 }
 
 impl ServerProcess {
     /// Starts `budgetd serve`; with `wrapper` (e.g. `["strace", …, "--"]`) the binary runs
     /// under it. Blocks until the server printed its addresses.
     pub fn start(wrapper: &[String]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut server = Self::start_in(dir.path(), wrapper);
+        server._own_dir = Some(dir);
+        server
+    }
+
+    /// [`ServerProcess::start`] on a data directory the caller keeps (e.g. across restarts).
+    pub fn start_in(data_dir: &std::path::Path, wrapper: &[String]) -> Self {
         use std::io::{BufRead as _, BufReader};
         use std::process::{Command, Stdio};
-        let data_dir = tempfile::tempdir().unwrap();
         let bin = env!("CARGO_BIN_EXE_budgetd");
         let mut cmd = match wrapper.split_first() {
             Some((program, args)) => {
@@ -801,7 +810,7 @@ impl ServerProcess {
         let mut child = cmd
             .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
             .arg("--data-dir")
-            .arg(data_dir.path())
+            .arg(data_dir)
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
             .env("BUDGETD_ADMIN_TOKEN", ADMIN_TOKEN)
@@ -830,7 +839,8 @@ impl ServerProcess {
         Self {
             child,
             http,
-            data_dir,
+            data_dir: data_dir.to_owned(),
+            _own_dir: None,
         }
     }
 
