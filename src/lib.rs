@@ -1,7 +1,8 @@
 //! budgetd: the control plane for timeout budgets.
 //!
-//! The pure rules live in `budget-core`; this crate adds storage, the HTTP API and the
-//! `budgetd` / `budgetctl` binaries. See ARCHITECTURE.md for the map.
+//! The pure rules live in `budget-core`; this crate adds storage, the HTTP and gRPC APIs and
+//! the `budgetd` binary (the package also builds `budgetctl`, whose code is the `budgetctl`
+//! crate and links none of this one). See ARCHITECTURE.md for the map.
 #![forbid(unsafe_code)]
 
 pub mod app;
@@ -9,7 +10,6 @@ pub mod archive;
 pub mod auth;
 pub mod clock;
 pub mod config;
-pub mod ctl;
 pub mod error;
 pub mod fleet;
 pub mod grpc;

@@ -1,7 +1,6 @@
-//! `budgetctl`: the command-line client of budgetd; everything lives in `budgetd::ctl`.
-
-use clap::Parser;
+//! `budgetctl`: the command-line client of budgetd; everything lives in the `budgetctl` crate
+//! (`crates/ctl`), which links no server code.
 
 fn main() -> std::process::ExitCode {
-    budgetd::ctl::run(budgetd::ctl::Cli::parse())
+    budgetctl::main()
 }

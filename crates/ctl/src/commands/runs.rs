@@ -1,4 +1,5 @@
-//! `budgetctl run upload`: native JSON, or load-tool files streamed with a progress bar.
+//! `budgetctl run upload|show|list`. An upload is native JSON sent as is, or load-tool files
+//! streamed (one raw body, or a multipart form), with a progress bar on a terminal.
 
 use std::path::{Path, PathBuf};
 
@@ -6,7 +7,46 @@ use futures_util::StreamExt;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 
-use super::{read_input, Client, CtlError};
+use super::{get_and_show, read_input, with_query};
+use crate::cli::RunCommand;
+use crate::output::show;
+use crate::{render, Client, CtlError};
+
+pub(super) async fn run(command: RunCommand, client: &Client, json: bool) -> Result<(), CtlError> {
+    match command {
+        RunCommand::Upload {
+            chain,
+            files,
+            format,
+            unit,
+            map,
+        } => {
+            let v = upload(
+                client,
+                &chain,
+                &files,
+                format.as_deref(),
+                unit.as_deref(),
+                &map,
+                json,
+            )
+            .await?;
+            show(json, &v, render::run_outcome);
+            Ok(())
+        }
+        RunCommand::Show { chain, run_id } => {
+            let url = client.url(&["chains", &chain, "runs", &run_id]);
+            get_and_show(client, url, json, render::run).await
+        }
+        RunCommand::List { chain, limit } => {
+            let url = with_query(
+                client.url(&["chains", &chain, "runs"]),
+                &[("limit", limit.map(|n| n.to_string()))],
+            );
+            get_and_show(client, url, json, render::runs).await
+        }
+    }
+}
 
 /// Files above this size get a progress bar (on a terminal).
 const PROGRESS_FROM: u64 = 4 * 1024 * 1024;
@@ -76,7 +116,8 @@ async fn streamed(path: &Path, bar: &ProgressBar) -> Result<(reqwest::Body, u64)
     Ok((reqwest::Body::wrap_stream(stream), len))
 }
 
-pub async fn run(
+/// Uploads the run of `files` to `chain` and answers the server's outcome (run id, drift, draft).
+async fn upload(
     client: &Client,
     chain: &str,
     files: &[String],

@@ -8,39 +8,14 @@ use std::time::{Duration, Instant};
 use budget_core::example::{CHECKOUT_RUN_A, CHECKOUT_TOPOLOGY};
 use budget_proto::v1::budget_control_client::BudgetControlClient;
 use budget_proto::v1::WatchRequest;
-use clap::Args;
 use serde_json::{json, Value};
 use tokio::sync::{Mutex, Notify};
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
-use super::{print, Client, CtlError};
-
-pub const WATCH_ABOUT: &str = "\
-Opens N Watch streams (over M HTTP/2 connections) as agents of a fresh benchmark chain, then,
-round after round, uploads a run that drifts, approves the new draft, and measures the time from
-the approve response until every stream has received the new revision. Prints p50, p99 and max
-over the rounds, and the server's resident memory per idle stream (from /metrics).
-
-Needs an admin token (--token): it creates its own uploader, approver and agent tokens and a
-chain named bench-<random>. Point it at a server on this machine only.";
-
-#[derive(Debug, Args)]
-pub struct WatchArgs {
-    /// Number of Watch streams to hold open
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    pub subscribers: u32,
-    /// HTTP/2 connections to spread them over [default: one per 1000 streams]
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    pub connections: Option<u32>,
-    /// Publications to time
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    pub rounds: u32,
-    /// The server's gRPC address; https://… is verified against --ca-cert (only it), or the
-    /// system's roots without one
-    #[arg(long, default_value = "http://127.0.0.1:50051")]
-    pub grpc: String,
-}
+use crate::cli::WatchArgs;
+use crate::output::print;
+use crate::{Client, CtlError};
 
 /// TLS for an `https://` --grpc: the --ca-cert file's CAs, or the system's roots.
 fn grpc_tls(endpoint: Endpoint, admin: &Client) -> Result<Endpoint, CtlError> {
@@ -93,7 +68,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-pub async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Result<(), CtlError> {
+pub(super) async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Result<(), CtlError> {
     let n = args.subscribers;
     let connections = args.connections.unwrap_or(n.div_ceil(1000)).min(n);
     let tag = format!("{:08x}", rand::random::<u32>());

@@ -1,0 +1,161 @@
+//! The command line parses as documented: global flags anywhere, usage errors caught locally
+//! (exit 2), and every exit code in the help texts.
+
+use clap::{CommandFactory, Parser};
+
+use super::*;
+use crate::Exit;
+
+#[test]
+fn the_command_line_is_well_formed() {
+    Cli::command().debug_assert();
+}
+
+#[test]
+fn global_flags_work_after_the_subcommand() {
+    let cli = Cli::try_parse_from([
+        "budgetctl",
+        "baseline",
+        "approve",
+        "bl-20261130-001",
+        "--comment",
+        "ok",
+        "--json",
+        "--url",
+        "http://10.0.0.1:9000",
+        "--idempotency-key",
+        "k1",
+    ])
+    .unwrap();
+    assert!(cli.global.json);
+    assert_eq!(cli.global.url.as_str(), "http://10.0.0.1:9000/");
+    assert_eq!(cli.global.idempotency_key.as_deref(), Some("k1"));
+    assert!(
+        matches!(cli.command, Command::Baseline(BaselineCommand::Approve { ref comment, .. }) if comment.as_deref() == Some("ok"))
+    );
+}
+
+#[test]
+fn usage_errors_are_caught_locally() {
+    for args in [
+        &["budgetctl", "baseline", "reject", "bl-1"][..],
+        &[
+            "budgetctl",
+            "baseline",
+            "list",
+            "--chain",
+            "c",
+            "--state",
+            "live",
+        ],
+        &[
+            "budgetctl",
+            "token",
+            "create",
+            "--role",
+            "root",
+            "--name",
+            "x",
+        ],
+        &["budgetctl", "audit", "--limit", "0"],
+        &["budgetctl", "--url", "ftp://x", "chains"],
+    ] {
+        let err = Cli::try_parse_from(args).unwrap_err();
+        assert_eq!(err.exit_code(), Exit::Usage as i32, "{args:?}");
+    }
+}
+
+#[test]
+fn release_and_archive_commands_parse() {
+    let cli = Cli::try_parse_from([
+        "budgetctl",
+        "release",
+        "record",
+        "--service",
+        "order",
+        "--version",
+        "1.4.2",
+        "--baseline",
+        "bl-20261130-001",
+        "--ticket",
+        "CHG-1",
+    ])
+    .unwrap();
+    assert!(matches!(
+        cli.command,
+        Command::Release(ReleaseCommand::Record { ref release_version, ref baseline_id, .. })
+            if release_version == "1.4.2" && baseline_id == "bl-20261130-001"
+    ));
+    let cli = Cli::try_parse_from([
+        "budgetctl",
+        "release",
+        "check",
+        "--baseline",
+        "bl-1",
+        "--chain",
+        "checkout",
+        "--allow-superseded",
+    ])
+    .unwrap();
+    assert!(matches!(
+        cli.command,
+        Command::Release(ReleaseCommand::Check { ref chain, allow_superseded: true, .. })
+            if chain.as_deref() == Some("checkout")
+    ));
+    let cli =
+        Cli::try_parse_from(["budgetctl", "archive", "verify", "--date", "2026-11-30"]).unwrap();
+    assert!(matches!(
+        cli.command,
+        Command::Archive(ArchiveCommand::Verify { ref date }) if date.as_deref() == Some("2026-11-30")
+    ));
+    for args in [
+        &["budgetctl", "release", "check"][..],
+        &["budgetctl", "release", "record", "--service", "s"],
+        &["budgetctl", "release", "list", "--limit", "0"],
+        &["budgetctl", "archive", "verify", "--date", "2026-13-01"],
+        &["budgetctl", "archive", "verify", "--date", "2026-1-1"],
+        &["budgetctl", "archive", "verify", "--date", "yesterday"],
+    ] {
+        let err = Cli::try_parse_from(args).unwrap_err();
+        assert_eq!(err.exit_code(), Exit::Usage as i32, "{args:?}");
+    }
+}
+
+#[test]
+fn subcommand_help_documents_their_exit_codes() {
+    let mut cli = Cli::command();
+    let release = cli.find_subcommand_mut("release").unwrap();
+    let check = release
+        .find_subcommand_mut("check")
+        .unwrap()
+        .render_long_help()
+        .to_string();
+    for line in ["\n  0  ", "\n  3  ", "\n  5  the baseline is superseded"] {
+        assert!(check.contains(line), "{line:?} missing from:\n{check}");
+    }
+    let mut cli = Cli::command();
+    let verify = cli
+        .find_subcommand_mut("archive")
+        .unwrap()
+        .find_subcommand_mut("verify")
+        .unwrap()
+        .render_long_help()
+        .to_string();
+    for line in ["\n  0  ", "\n  5  at least one object"] {
+        assert!(verify.contains(line), "{line:?} missing from:\n{verify}");
+    }
+    let top = Cli::command().render_long_help().to_string();
+    assert!(top.contains("`release check` of a baseline"), "{top}");
+    assert!(top.contains("`archive verify` finding"), "{top}");
+}
+
+#[test]
+fn help_documents_every_exit_code() {
+    let help = Cli::command().render_long_help().to_string();
+    for code in 0..=7 {
+        assert!(
+            help.contains(&format!("\n  {code}  ")),
+            "exit code {code} missing from --help"
+        );
+    }
+}

@@ -1,0 +1,87 @@
+//! What a command writes: answers on stdout (a table, or the JSON with `--json`), failures on
+//! stderr (the server's message and code, each violation or finding, a hint).
+
+use std::io::Write;
+
+use serde_json::{json, Value};
+
+use crate::error::CtlError;
+use crate::render;
+
+/// Prints a failure to stderr: the server's message and code, then each violation or finding.
+pub(crate) fn report(e: &CtlError, json: bool, has_token: bool) {
+    let mut err = std::io::stderr().lock();
+    match (json, e) {
+        (true, CtlError::Api { body, .. }) => {
+            let _ = writeln!(err, "{}", pretty(body));
+            return;
+        }
+        (
+            true,
+            CtlError::Refused {
+                code,
+                message,
+                details,
+                ..
+            },
+        ) => {
+            let body = json!({"error": {"code": code, "message": message, "details": details}});
+            let _ = writeln!(err, "{}", pretty(&body));
+            return;
+        }
+        _ => {}
+    }
+    let _ = match e {
+        CtlError::Api {
+            status,
+            code,
+            message,
+            ..
+        } => writeln!(err, "error: {message} ({code}, HTTP {status})"),
+        other => writeln!(err, "error: {other}"),
+    };
+    match e {
+        CtlError::Api { details, .. } => {
+            for line in render::error_details(details) {
+                let _ = writeln!(err, "{line}");
+            }
+        }
+        CtlError::Unreachable { reason, .. } if reason.contains("certificate") => {
+            let _ = writeln!(
+                err,
+                "hint: trust the CA of budgetd's certificate with --ca-cert FILE or BUDGETD_CA_CERT"
+            );
+        }
+        CtlError::Unreachable { .. } => {
+            let _ = writeln!(
+                err,
+                "hint: is budgetd running there? set --url or BUDGETD_URL"
+            );
+        }
+        _ => {}
+    }
+    if let (CtlError::Api { status: 401, .. }, false) = (e, has_token) {
+        let _ = writeln!(err, "hint: pass a token with --token or BUDGETD_TOKEN");
+    }
+}
+
+/// A JSON answer as `--json` prints it (pretty-printed).
+pub(crate) fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+}
+
+/// Writes to stdout, ignoring a closed pipe (e.g. `budgetctl audit | head`).
+pub(crate) fn print(text: &str) {
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+}
+
+/// Prints an answer: as JSON with `--json`, else through `view`.
+pub(crate) fn show(json: bool, value: &Value, view: fn(&Value) -> String) {
+    if json {
+        if !value.is_null() {
+            print(&pretty(value));
+        }
+    } else {
+        print(&view(value));
+    }
+}

@@ -1,0 +1,162 @@
+//! Releases: a recorded one, the list, those citing a baseline (a section of `baseline show`),
+//! and a passed `release check`.
+
+use serde_json::Value;
+
+use super::{arr, fields, s, short_sha, table};
+
+/// `POST /releases`: the recorded release.
+pub fn release(v: &Value) -> String {
+    fields(&[
+        ("release", s(&v["id"])),
+        ("service", s(&v["service"])),
+        ("version", s(&v["version"])),
+        ("baseline", s(&v["baseline_id"])),
+        ("sha256", s(&v["baseline_sha256"])),
+        ("ticket", s(&v["ticket"])),
+        (
+            "recorded",
+            format!("{} by {}", s(&v["created_at"]), s(&v["created_by"])),
+        ),
+    ])
+}
+
+/// `GET /releases`.
+pub fn releases(v: &Value) -> String {
+    let list = arr(&v["releases"]);
+    if list.is_empty() {
+        return "no releases".into();
+    }
+    let mut t = table(
+        &[
+            "id", "service", "version", "baseline", "sha256", "ticket", "by", "at",
+        ],
+        &[0],
+    );
+    for r in list {
+        t.add_row(vec![
+            s(&r["id"]),
+            s(&r["service"]),
+            s(&r["version"]),
+            s(&r["baseline_id"]),
+            short_sha(&r["baseline_sha256"]),
+            s(&r["ticket"]),
+            s(&r["created_by"]),
+            s(&r["created_at"]),
+        ]);
+    }
+    t.to_string()
+}
+
+/// `GET /baselines/{id}/releases`, as a section of `baseline show`.
+pub fn baseline_releases(v: &Value) -> String {
+    let list = arr(&v["releases"]);
+    if list.is_empty() {
+        return "releases: none cite this baseline".into();
+    }
+    let mut t = table(&["service", "version", "ticket", "by", "at"], &[]);
+    for r in list {
+        t.add_row(vec![
+            s(&r["service"]),
+            s(&r["version"]),
+            s(&r["ticket"]),
+            s(&r["created_by"]),
+            s(&r["created_at"]),
+        ]);
+    }
+    format!("releases: {}\n{t}", list.len())
+}
+
+/// `release check`: the verdict when the baseline may be cited.
+pub fn release_check(v: &Value) -> String {
+    let head = fields(&[
+        ("baseline", s(&v["baseline_id"])),
+        ("chain", s(&v["chain"])),
+        ("state", s(&v["state"])),
+        ("current", s(&v["current_baseline_id"])),
+    ]);
+    format!("{head}\nok: {}", s(&v["message"]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::check;
+    use serde_json::json;
+
+    fn a_release() -> Value {
+        json!({
+            "id": 7, "service": "order", "version": "1.4.2", "baseline_id": "bl-20261130-001",
+            "baseline_sha256": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "ticket": "CHG-1", "created_by": "uma", "created_at": "2026-11-30T10:00:00Z"
+        })
+    }
+
+    #[test]
+    fn a_recorded_release_shows_what_it_cites() {
+        check(
+            &release(&a_release()),
+            &[
+                "release:  7",
+                "service:  order",
+                "version:  1.4.2",
+                "baseline: bl-20261130-001",
+                "sha256:   0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                "ticket:   CHG-1",
+                "recorded: 2026-11-30T10:00:00Z by uma",
+            ],
+        );
+    }
+
+    #[test]
+    fn releases_list_as_a_table() {
+        check(
+            &releases(&json!({"releases": [a_release()]})),
+            &[
+                "┌────┬─────────┬─────────┬─────────────────┬───────────────┬────────┬─────┬──────────────────────┐",
+                "│ id ┆ service ┆ version ┆ baseline        ┆ sha256        ┆ ticket ┆ by  ┆ at                   │",
+                "╞════╪═════════╪═════════╪═════════════════╪═══════════════╪════════╪═════╪══════════════════════╡",
+                "│  7 ┆ order   ┆ 1.4.2   ┆ bl-20261130-001 ┆ 0123456789ab… ┆ CHG-1  ┆ uma ┆ 2026-11-30T10:00:00Z │",
+                "└────┴─────────┴─────────┴─────────────────┴───────────────┴────────┴─────┴──────────────────────┘",
+            ],
+        );
+        assert_eq!(releases(&json!({"releases": []})), "no releases");
+        assert_eq!(releases(&json!({})), "no releases");
+    }
+
+    #[test]
+    fn the_baseline_view_lists_the_releases_citing_it() {
+        check(
+            &baseline_releases(&json!({"releases": [a_release()]})),
+            &[
+                "releases: 1",
+                "┌─────────┬─────────┬────────┬─────┬──────────────────────┐",
+                "│ service ┆ version ┆ ticket ┆ by  ┆ at                   │",
+                "╞═════════╪═════════╪════════╪═════╪══════════════════════╡",
+                "│ order   ┆ 1.4.2   ┆ CHG-1  ┆ uma ┆ 2026-11-30T10:00:00Z │",
+                "└─────────┴─────────┴────────┴─────┴──────────────────────┘",
+            ],
+        );
+        assert_eq!(
+            baseline_releases(&json!({"releases": []})),
+            "releases: none cite this baseline"
+        );
+    }
+
+    #[test]
+    fn a_passed_release_check_says_why() {
+        let verdict = json!({"baseline_id": "bl-20261130-001", "chain": "checkout", "state": "approved",
+            "current_baseline_id": "bl-20261130-001", "ok": true,
+            "message": "bl-20261130-001 is the approved, current baseline of checkout"});
+        check(
+            &release_check(&verdict),
+            &[
+                "baseline: bl-20261130-001",
+                "chain:    checkout",
+                "state:    approved",
+                "current:  bl-20261130-001",
+                "ok: bl-20261130-001 is the approved, current baseline of checkout",
+            ],
+        );
+    }
+}
