@@ -1059,6 +1059,8 @@ async fn security_headers_on_every_response(app: &TestApp) {
         "/",
         "/console",
         "/assets/app.js",
+        "/assets/js/router.js",
+        "/assets/js/pages/baseline.js",
         "/assets/style.css",
         "/healthz",
         "/readyz",

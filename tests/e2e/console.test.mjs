@@ -145,7 +145,11 @@ async function startBrowser() {
 async function serveWebFromDisk(ctx) {
   const csp = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'";
   const files = { '/': ['index.html', 'text/html; charset=utf-8'], '/console': ['index.html', 'text/html; charset=utf-8'],
-    '/assets/app.js': ['app.js', 'text/javascript; charset=utf-8'], '/assets/style.css': ['style.css', 'text/css; charset=utf-8'] };
+    '/assets/style.css': ['style.css', 'text/css; charset=utf-8'] };
+  // the entry module and every module it imports (web/js/**)
+  for (const f of ['app.js', ...fs.readdirSync(path.join(REPO, 'web', 'js'), { recursive: true }).map((p) => 'js/' + p.split(path.sep).join('/'))]) {
+    if (f.endsWith('.js')) files['/assets/' + f] = [f, 'text/javascript; charset=utf-8'];
+  }
   await ctx.route((url) => url.origin === server.base && Object.hasOwn(files, url.pathname), (route) => {
     const [file, type] = files[new URL(route.request().url()).pathname];
     route.fulfill({ status: 200, headers: { 'content-type': type, 'content-security-policy': csp, 'cache-control': 'no-cache' },

@@ -1,0 +1,616 @@
+//! Tests of the checks: one group per check, each from a topology and a run written inline.
+
+use serde_json::{json, Value};
+
+use super::*;
+use crate::run::RunUpload;
+
+/// A segment `caller->callee` under `parent`, with `extra` fields merged in.
+fn seg(caller: &str, callee: &str, parent: Option<&str>, extra: Value) -> Value {
+    let mut s = json!({"id": format!("{caller}->{callee}"), "caller": caller, "callee": callee,
+                       "parent": parent, "class": "stable"});
+    for (k, v) in extra.as_object().unwrap() {
+        s[k] = v.clone();
+    }
+    s
+}
+
+/// Validates `topology`, gives every non-root segment p99 10 / p999 20 unless `run` has it,
+/// computes, and returns the findings of check `name`.
+fn findings_of(name: &str, topology: Value, run: &[Value]) -> Vec<Finding> {
+    let t: Topology = serde_json::from_value(topology).unwrap();
+    t.validate().unwrap();
+    let mut segments = run.to_vec();
+    for s in t.segments.iter().filter(|s| !s.is_root()) {
+        if !run.iter().any(|r| r["id"] == s.id.as_str()) {
+            segments.push(json!({"id": s.id, "samples": 1000, "p99_ms": 10, "p999_ms": 20}));
+        }
+    }
+    let upload: RunUpload = serde_json::from_value(json!({ "segments": segments })).unwrap();
+    let run = upload.into_run(&t).unwrap();
+    let c = crate::compute(&t, &run).unwrap();
+    c.findings
+        .into_iter()
+        .filter(|f| f.kind.check_name() == name)
+        .collect()
+}
+
+mod breaker_window {
+    use super::*;
+
+    /// `window` ms against an idempotent `order->inventory` with `retry` flags (`null`:
+    /// defaults); `expect`: severity, worst-case backoff and ratio of the one finding.
+    fn check(input: (u64, Value), expect: Option<(Severity, u64, f64)>) {
+        let (window, retry) = input;
+        let mut child = seg(
+            "order",
+            "inventory",
+            Some("gateway->order"),
+            json!({"idempotency": {"key": "order_id", "ttl": "24h"}}),
+        );
+        if !retry.is_null() {
+            child["retry"] = retry.clone();
+        }
+        let topology = json!({"entry_budget_ms": 800, "breaker_window_ms": window,
+                              "segments": [seg("gateway", "order", None, json!({})), child]});
+        let got = findings_of("breaker_window", topology, &[]);
+        let want: Vec<(String, Severity, FindingKind)> = expect
+            .into_iter()
+            .map(|(severity, worst, ratio)| {
+                let kind = FindingKind::BreakerWindow {
+                    breaker_window_ms: window,
+                    worst_case_backoff_ms: worst,
+                    ratio,
+                };
+                ("order->inventory".to_owned(), severity, kind)
+            })
+            .collect();
+        let got_numbers: Vec<_> = got
+            .iter()
+            .map(|f| (f.segment.clone(), f.severity, f.kind.clone()))
+            .collect();
+        assert_eq!(got_numbers, want, "window {window}, retry {retry}");
+        for f in &got {
+            if let FindingKind::BreakerWindow {
+                ratio,
+                worst_case_backoff_ms,
+                ..
+            } = f.kind
+            {
+                let text = format!("{window} ms is {ratio}× the worst-case retry backoff {worst_case_backoff_ms} ms");
+                assert!(
+                    f.message.contains(&text),
+                    "{:?} should contain {text:?}",
+                    f.message
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn unavailable_retries_worst_case_480() {
+        // 5000 / 480 = 10.41×: not under 10, no finding (SPEC §4 example A).
+        check((5_000, Value::Null), None);
+        // Exactly 10× is not "under 10".
+        check((4_800, Value::Null), None);
+        check((4_799, Value::Null), Some((Severity::Warning, 480, 9.99)));
+        check((4_000, Value::Null), Some((Severity::Warning, 480, 8.33)));
+        check((481, Value::Null), Some((Severity::Warning, 480, 1.0)));
+        // window ≤ worst case: the breaker opens before the retries finish.
+        check((480, Value::Null), Some((Severity::Error, 480, 1.0)));
+        check((400, Value::Null), Some((Severity::Error, 480, 0.83)));
+        check((1, Value::Null), Some((Severity::Error, 480, 0.0)));
+        // Retrying on unavailable only: the same 480.
+        check(
+            (4_000, json!({"on_deadline": false})),
+            Some((Severity::Warning, 480, 8.33)),
+        );
+        check(
+            (4_000, json!({"on_deadline": false, "on_unavailable": true})),
+            Some((Severity::Warning, 480, 8.33)),
+        );
+    }
+
+    #[test]
+    fn deadline_only_retries_worst_case_120() {
+        // One retry after 100 ms × 1.2 = 120 ms.
+        let deadline_only = json!({"on_unavailable": false});
+        check((5_000, deadline_only.clone()), None);
+        check((1_200, deadline_only.clone()), None);
+        check(
+            (1_000, deadline_only.clone()),
+            Some((Severity::Warning, 120, 8.33)),
+        );
+        check(
+            (480, deadline_only.clone()),
+            Some((Severity::Warning, 120, 4.0)),
+        );
+        check(
+            (121, deadline_only.clone()),
+            Some((Severity::Warning, 120, 1.0)),
+        );
+        check(
+            (120, deadline_only.clone()),
+            Some((Severity::Error, 120, 1.0)),
+        );
+        check((100, deadline_only), Some((Severity::Error, 120, 0.83)));
+    }
+
+    #[test]
+    fn segments_that_never_retry_have_no_finding() {
+        check(
+            (1, json!({"on_deadline": false, "on_unavailable": false})),
+            None,
+        );
+        // Not idempotent: never retries, whatever the window.
+        let topology = json!({"entry_budget_ms": 800, "breaker_window_ms": 1, "segments": [
+            seg("gateway", "order", None, json!({})),
+            seg("order", "user", Some("gateway->order"), json!({})),
+        ]});
+        assert_eq!(findings_of("breaker_window", topology, &[]), vec![]);
+    }
+}
+
+mod idempotency_ttl {
+    use super::*;
+
+    /// `(ttl, max_recovery)` (`None`: the 18h default) for `order->inventory` keyed by
+    /// `order_id`; `expect`: `(ttl_ms, max_recovery_ms)` of the error finding.
+    fn check(input: (&str, Option<&str>), expect: Option<(u64, u64)>) {
+        let (ttl, recovery) = input;
+        let mut topology = json!({"entry_budget_ms": 800, "segments": [
+            seg("gateway", "order", None, json!({})),
+            seg("order", "inventory", Some("gateway->order"),
+                json!({"idempotency": {"key": "order_id", "ttl": ttl}})),
+        ]});
+        if let Some(r) = recovery {
+            topology["max_recovery"] = json!(r);
+        }
+        let got = findings_of("idempotency_ttl", topology, &[]);
+        let want: Vec<_> = expect
+            .into_iter()
+            .map(|(ttl_ms, max_recovery_ms)| {
+                let kind = FindingKind::IdempotencyTtl {
+                    key: "order_id".into(),
+                    ttl_ms,
+                    max_recovery_ms,
+                };
+                ("order->inventory".to_owned(), Severity::Error, kind)
+            })
+            .collect();
+        let got_numbers: Vec<_> = got
+            .iter()
+            .map(|f| (f.segment.clone(), f.severity, f.kind.clone()))
+            .collect();
+        assert_eq!(got_numbers, want, "ttl {ttl}, max_recovery {recovery:?}");
+        for f in &got {
+            assert!(
+                f.message
+                    .contains(&format!("lives {ttl} but the longest recovery is")),
+                "{}",
+                f.message
+            );
+        }
+    }
+
+    #[test]
+    fn ttl_must_cover_the_longest_recovery() {
+        check(("24h", None), None);
+        check(("7d", None), None);
+        // Equal is enough: the check is ttl < max_recovery.
+        check(("18h", None), None);
+        check(("12h", None), Some((43_200_000, 64_800_000)));
+        check(("64799999ms", None), Some((64_799_999, 64_800_000)));
+        check(("7d", Some("30d")), Some((604_800_000, 2_592_000_000)));
+        check(("1h", Some("30m")), None);
+    }
+}
+
+mod entry_headroom {
+    use super::*;
+
+    /// `(entry_budget_ms, root p999 in ms)` (`None`: no root data); `expect`: the p999 of
+    /// the warning.
+    fn check(input: (u64, Option<f64>), expect: Option<f64>) {
+        let (entry, p999) = input;
+        let topology = json!({"entry_budget_ms": entry, "segments": [
+            seg("gateway", "order", None, json!({})),
+            seg("order", "user", Some("gateway->order"), json!({"pinned_timeout_ms": 10})),
+        ]});
+        let run: Vec<Value> = p999
+            .map(|p999| json!({"id": "gateway->order", "samples": 1000, "p99_ms": 420, "p999_ms": p999}))
+            .into_iter()
+            .collect();
+        let got: Vec<_> = findings_of("entry_headroom", topology, &run)
+            .into_iter()
+            .map(|f| (f.segment, f.severity, f.kind))
+            .collect();
+        let want: Vec<_> = expect
+            .into_iter()
+            .map(|p999_ms| {
+                let kind = FindingKind::EntryHeadroom {
+                    p999_ms,
+                    entry_budget_ms: entry,
+                };
+                ("gateway->order".to_owned(), Severity::Warning, kind)
+            })
+            .collect();
+        assert_eq!(got, want, "entry {entry}, root p999 {p999:?}");
+    }
+
+    #[test]
+    fn root_p999_above_entry_budget_warns() {
+        check((800, Some(810.0)), Some(810.0));
+        check((800, Some(800.0)), None);
+        check((800, Some(800.001)), Some(800.001));
+        check((800, Some(610.0)), None);
+        check((800, None), None);
+        check((1_000, Some(999.999)), None);
+    }
+}
+
+mod inversion {
+    use super::*;
+
+    fn stage(stage: Option<u32>, segments: &[&str], max_budget_ms: u64) -> StageNeed {
+        StageNeed {
+            stage,
+            segments: segments.iter().map(|s| s.to_string()).collect(),
+            max_budget_ms,
+        }
+    }
+
+    /// `(entry_budget_ms, segments)`; `expect`: per inverted parent, its id, need, available
+    /// and stages (excess must be need − available).
+    fn check(input: (u64, Vec<Value>), expect: &[(&str, u64, i64, Vec<StageNeed>)]) {
+        let (entry, segments) = input;
+        let topology = json!({"entry_budget_ms": entry, "segments": segments});
+        let got: Vec<_> = findings_of("inversion", topology, &[])
+            .into_iter()
+            .map(|f| (f.segment, f.severity, f.kind))
+            .collect();
+        let want: Vec<_> = expect
+            .iter()
+            .map(|(id, need_ms, available_ms, stages)| {
+                let kind = FindingKind::Inversion {
+                    need_ms: *need_ms,
+                    available_ms: *available_ms,
+                    excess_ms: *need_ms as i64 - available_ms,
+                    stages: stages.clone(),
+                };
+                (id.to_string(), Severity::Error, kind)
+            })
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    fn root(extra: Value) -> Value {
+        seg("gateway", "order", None, extra)
+    }
+
+    /// A child of the root, pinned to `pinned` ms.
+    fn child(callee: &str, pinned: u64, extra: Value) -> Value {
+        let mut s = seg("order", callee, Some("gateway->order"), extra);
+        s["pinned_timeout_ms"] = json!(pinned);
+        s
+    }
+
+    #[test]
+    fn sequential_children_add_up() {
+        // The seed's inversion: 500 + 400 = 900 > 800.
+        check(
+            (
+                800,
+                vec![
+                    root(json!({})),
+                    child("inventory", 500, json!({})),
+                    child("payment", 400, json!({})),
+                ],
+            ),
+            &[(
+                "gateway->order",
+                900,
+                800,
+                vec![
+                    stage(None, &["order->inventory"], 500),
+                    stage(None, &["order->payment"], 400),
+                ],
+            )],
+        );
+        // Exactly the available time is no inversion.
+        check(
+            (
+                900,
+                vec![
+                    root(json!({})),
+                    child("inventory", 500, json!({})),
+                    child("payment", 400, json!({})),
+                ],
+            ),
+            &[],
+        );
+    }
+
+    #[test]
+    fn children_of_one_stage_count_once_at_their_max() {
+        let s1 = json!({"stage": 1});
+        check(
+            (
+                800,
+                vec![
+                    root(json!({})),
+                    child("inventory", 500, s1.clone()),
+                    child("payment", 400, s1.clone()),
+                ],
+            ),
+            &[],
+        );
+        check(
+            (
+                800,
+                vec![
+                    root(json!({})),
+                    child("inventory", 500, s1.clone()),
+                    child("payment", 400, s1.clone()),
+                    child("user", 350, json!({})),
+                ],
+            ),
+            &[(
+                "gateway->order",
+                850,
+                800,
+                vec![
+                    stage(Some(1), &["order->inventory", "order->payment"], 500),
+                    stage(None, &["order->user"], 350),
+                ],
+            )],
+        );
+        // Different stage numbers are sequential; stages keep the order of first appearance.
+        check(
+            (
+                800,
+                vec![
+                    root(json!({})),
+                    child("inventory", 300, json!({"stage": 2})),
+                    child("user", 100, json!({})),
+                    child("payment", 450, json!({"stage": 2})),
+                    child("audit", 320, json!({"stage": 1})),
+                ],
+            ),
+            &[(
+                "gateway->order",
+                870,
+                800,
+                vec![
+                    stage(Some(2), &["order->inventory", "order->payment"], 450),
+                    stage(None, &["order->user"], 100),
+                    stage(Some(1), &["order->audit"], 320),
+                ],
+            )],
+        );
+    }
+
+    #[test]
+    fn a_retrying_child_needs_its_retry_budget() {
+        // Idempotent, retries on deadline: 2 × 300 + 120 = 720.
+        let idem = json!({"idempotency": {"key": "order_id", "ttl": "24h"}});
+        check(
+            (
+                800,
+                vec![root(json!({})), child("inventory", 300, idem.clone())],
+            ),
+            &[],
+        );
+        check(
+            (
+                800,
+                vec![
+                    root(json!({"reserve_ms": 100})),
+                    child("inventory", 300, idem),
+                ],
+            ),
+            &[(
+                "gateway->order",
+                720,
+                700,
+                vec![stage(None, &["order->inventory"], 720)],
+            )],
+        );
+    }
+
+    #[test]
+    fn reserve_reduces_available() {
+        let kids = |reserve: u64| {
+            vec![
+                root(json!({"reserve_ms": reserve})),
+                child("inventory", 500, json!({"stage": 1})),
+                child("payment", 400, json!({"stage": 1})),
+                child("user", 250, json!({})),
+            ]
+        };
+        let stages = vec![
+            stage(Some(1), &["order->inventory", "order->payment"], 500),
+            stage(None, &["order->user"], 250),
+        ];
+        check((800, kids(0)), &[]);
+        check((800, kids(50)), &[]);
+        check(
+            (800, kids(51)),
+            &[("gateway->order", 750, 749, stages.clone())],
+        );
+        check(
+            (800, kids(100)),
+            &[("gateway->order", 750, 700, stages.clone())],
+        );
+        // A reserve beyond the timeout leaves negative time.
+        check((800, kids(900)), &[("gateway->order", 750, -100, stages)]);
+    }
+
+    #[test]
+    fn grandchildren_are_checked_against_their_own_parent() {
+        let grandchild = |callee: &str, pinned: u64, extra: Value| {
+            let mut s = seg("inventory", callee, Some("order->inventory"), extra);
+            s["pinned_timeout_ms"] = json!(pinned);
+            s
+        };
+        // The root only needs its child's 300; the child's 300 is short of 200 + 150.
+        check(
+            (
+                800,
+                vec![
+                    root(json!({})),
+                    child("inventory", 300, json!({})),
+                    grandchild("stock", 200, json!({})),
+                    grandchild("pricing", 150, json!({})),
+                ],
+            ),
+            &[(
+                "order->inventory",
+                350,
+                300,
+                vec![
+                    stage(None, &["inventory->stock"], 200),
+                    stage(None, &["inventory->pricing"], 150),
+                ],
+            )],
+        );
+        // Grandchildren in one stage fit in 300; the child's own reserve then breaks it.
+        check(
+            (
+                800,
+                vec![
+                    root(json!({})),
+                    child("inventory", 300, json!({})),
+                    grandchild("stock", 200, json!({"stage": 1})),
+                    grandchild("pricing", 150, json!({"stage": 1})),
+                ],
+            ),
+            &[],
+        );
+        check(
+            (
+                800,
+                vec![
+                    root(json!({})),
+                    child("inventory", 300, json!({"reserve_ms": 120})),
+                    grandchild("stock", 200, json!({"stage": 1})),
+                    grandchild("pricing", 150, json!({"stage": 1})),
+                ],
+            ),
+            &[(
+                "order->inventory",
+                200,
+                180,
+                vec![stage(
+                    Some(1),
+                    &["inventory->stock", "inventory->pricing"],
+                    200,
+                )],
+            )],
+        );
+        // Stage numbers group siblings only: the root's stage-1 child and a grandchild's
+        // stage 1 are unrelated. Both levels inverted, reported in topology order.
+        check(
+            (
+                400,
+                vec![
+                    root(json!({})),
+                    child("inventory", 300, json!({"stage": 1})),
+                    child("payment", 200, json!({})),
+                    grandchild("stock", 350, json!({"stage": 1})),
+                ],
+            ),
+            &[
+                (
+                    "gateway->order",
+                    500,
+                    400,
+                    vec![
+                        stage(Some(1), &["order->inventory"], 300),
+                        stage(None, &["order->payment"], 200),
+                    ],
+                ),
+                (
+                    "order->inventory",
+                    350,
+                    300,
+                    vec![stage(Some(1), &["inventory->stock"], 350)],
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn leaves_and_derived_timeouts() {
+        // Derived, not pinned: stable p99 40 → 44; volatile p999 300 → 390; 44 + 390 = 434.
+        let topology = json!({"entry_budget_ms": 430, "segments": [
+            root(json!({})),
+            seg("order", "inventory", Some("gateway->order"), json!({})),
+            seg("order", "payment", Some("gateway->order"), json!({"class": "volatile"})),
+        ]});
+        let run = [
+            json!({"id": "order->inventory", "samples": 10, "p99_ms": 40, "p999_ms": 150}),
+            json!({"id": "order->payment", "samples": 10, "p99_ms": 210, "p999_ms": 300}),
+        ];
+        let got = findings_of("inversion", topology, &run);
+        assert_eq!(got.len(), 1, "{got:#?}");
+        assert_eq!(
+            got[0].kind,
+            FindingKind::Inversion {
+                need_ms: 434,
+                available_ms: 430,
+                excess_ms: 4,
+                stages: vec![
+                    stage(None, &["order->inventory"], 44),
+                    stage(None, &["order->payment"], 390)
+                ],
+            }
+        );
+        assert!(
+            got[0]
+                .message
+                .contains("need 434 ms (44 + 390), only 430 ms available — 4 ms over"),
+            "{}",
+            got[0].message
+        );
+        // A chain of one root has nothing to check.
+        let lone = json!({"entry_budget_ms": 1, "segments": [root(json!({}))]});
+        assert_eq!(findings_of("inversion", lone, &[]), vec![]);
+    }
+}
+
+#[test]
+fn summarize_counts_by_severity() {
+    let topology = json!({"entry_budget_ms": 800, "breaker_window_ms": 4000, "segments": [
+        seg("gateway", "order", None, json!({})),
+        seg("order", "inventory", Some("gateway->order"),
+            json!({"idempotency": {"key": "order_id", "ttl": "12h"}, "pinned_timeout_ms": 500})),
+    ]});
+    let t: Topology = serde_json::from_value(topology).unwrap();
+    let run: RunUpload = serde_json::from_value(json!({"segments": [
+        {"id": "gateway->order", "samples": 1, "p99_ms": 700, "p999_ms": 900},
+        {"id": "order->inventory", "samples": 1, "p99_ms": 1, "p999_ms": 2},
+    ]}))
+    .unwrap();
+    let c = crate::compute(&t, &run.into_run(&t).unwrap()).unwrap();
+    let names: Vec<_> = c
+        .findings
+        .iter()
+        .map(|f| (f.kind.check_name(), f.severity))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("inversion", Severity::Error),
+            ("breaker_window", Severity::Warning),
+            ("idempotency_ttl", Severity::Error),
+            ("entry_headroom", Severity::Warning),
+        ]
+    );
+    assert_eq!(
+        summarize(&c.findings),
+        BTreeMap::from([(Severity::Error, 2), (Severity::Warning, 2)])
+    );
+    assert!(has_errors(&c.findings));
+    assert!(!has_errors(&c.findings[1..2]));
+}

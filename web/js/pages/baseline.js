@@ -1,0 +1,177 @@
+// One baseline: its decision (approve / reject), findings, segments with their change vs the live
+// baseline, the call tree to scale, rollout, archive and releases.
+
+import { api, caps } from '../api.js';
+import { enc, h } from '../dom.js';
+import { drift } from '../drift.js';
+import { fmt } from '../format.js';
+import { budgetParts, tree } from '../tree.js';
+import { pageHead, ui } from '../ui.js';
+
+export async function baseline(root, [id], ctx) {
+  const idQ = enc(id);
+  const doc = await api.get('/baselines/' + idQ);
+  const c = caps.current();
+  const chainQ = enc(doc.chain);
+  const errors = doc.findings.filter((f) => f.severity === 'error');
+  const [diff, run, numbers] = await Promise.all([
+    api.get('/baselines/' + idQ + '/diff?against=current').catch((e) => ({ error: e })),
+    api.get('/chains/' + chainQ + '/runs/' + enc(doc.run_id)).catch(() => null),
+    api.get('/baselines/' + idQ + '/tree').catch(() => null),
+  ]);
+  const budgetOf = new Map(numbers ? numbers.segments.map((b) => [b.segment, b]) : []);
+
+  root.appendChild(pageHead('Baseline ' + doc.id,
+    h('p', { class: 'lead' }, ui.state(doc.state), ' ', fmt.reason(doc.reason), ' · chain ', h('a', { href: '#/chains/' + chainQ }, doc.chain),
+      ' · topology v' + doc.topology_version + ' · run ', h('span', { class: 'mono' }, doc.run_id),
+      run ? ' uploaded by ' + run.uploaded_by : '', ' · created ' + fmt.time(doc.created_at) + ' by ' + doc.created_by),
+    [h('a', { href: '#/' }, 'Chains'), ' / ', h('a', { href: '#/chains/' + chainQ }, doc.chain), ' / ', doc.id]));
+
+  const grid = h('div', { class: 'baseline-grid' });
+  root.appendChild(grid);
+
+  // decision (approve / reject), only offered to approver/admin
+  const decision = h('div', { class: 'area-decision' });
+  grid.appendChild(decision);
+  if (doc.decision) {
+    decision.appendChild(ui.section('Decision', ui.facts([
+      ['State', ui.state(doc.state)],
+      ['By', doc.decision.by],
+      ['At', fmt.time(doc.decision.at)],
+      ['Comment', doc.decision.comment || '—'],
+    ])));
+  }
+  if (c.approve) decision.appendChild(approvePanel(doc, errors, run, ctx));
+
+  // findings in plain words
+  grid.appendChild(h('div', { class: 'area-findings' }, ui.section('Findings',
+    doc.findings.length
+      ? h('ul', { class: 'findings', id: 'findings' }, doc.findings.map((f) => h('li', { class: 'finding finding-' + f.severity },
+        h('span', { class: 'badge badge-' + f.severity }, f.severity.toUpperCase()), ' ', h('span', { class: 'check' }, f.check), ': ', f.message)))
+      : h('p', { id: 'findings', class: 'no-findings' }, 'No findings: every check passed.'))));
+
+  // segment table with change vs the live baseline
+  const diffBy = new Map();
+  let diffNote = null;
+  if (diff && !diff.error) {
+    for (const d of diff.segments) diffBy.set(d.id, d);
+    const over = diff.drift_threshold_pct + ' %';
+    diffNote = diff.from === doc.id ? 'This is the live baseline.' : 'Change vs the live baseline ' + diff.from + '; changes over ' + over + ' are marked ▲/▼ and “> ' + over + '”.';
+  } else {
+    diffNote = diff && diff.error && diff.error.status === 404 ? 'No approved baseline to compare with.' : 'Comparison unavailable: ' + (diff && diff.error ? diff.error.message : '');
+  }
+  const segRows = doc.segments.map((seg) => {
+    const d = diffBy.get(seg.id);
+    const big = d && ['budget_ms', 'timeout_ms', 'p99_ms', 'p999_ms'].some((k) => d[k] && d[k].drift);
+    let change = '—';
+    if (d && d.status === 'added') change = 'new segment';
+    else if (d) {
+      const parts = [h('span', null, 'budget ', drift.cell(d.budget_ms, ' ms', diff.drift_threshold_pct))];
+      for (const k of ['p999_ms', 'p99_ms']) {
+        if (d[k] && d[k].change_pct) parts.push(h('span', { class: 'sub-line' }, k.replace('_ms', '') + ' ', drift.cell(d[k], ' ms', diff.drift_threshold_pct)));
+      }
+      change = parts;
+    }
+    return {
+      class: big ? 'row-big-change' : null,
+      data: { segment: seg.id },
+      cells: [
+        h('span', { class: 'mono' }, seg.id),
+        seg.class,
+        fmt.ms(seg.p99_ms),
+        fmt.ms(seg.p999_ms),
+        fmt.rule(seg.rule),
+        fmt.ms(seg.timeout_ms),
+        [fmt.ms(seg.budget_ms), budgetOf.has(seg.id) && budgetOf.get(seg.id).attempts > 1 ? h('span', { class: 'sub' }, ' (' + budgetParts(budgetOf.get(seg.id)) + ')') : null],
+        change,
+      ],
+    };
+  });
+  grid.appendChild(h('div', { class: 'area-segments' }, ui.section('Segments',
+    ui.note(diffNote),
+    ui.table([
+      { label: 'Segment' }, { label: 'Class' }, { label: 'p99', num: true }, { label: 'p999', num: true }, { label: 'Rule' },
+      { label: 'Timeout', num: true }, { label: 'Budget', num: true }, { label: 'Change vs live' },
+    ], segRows, { id: 'segments-table', label: 'Segments', rowHeader: true }))));
+
+  // the tree to scale
+  grid.appendChild(h('div', { class: 'area-tree' }, ui.section('Call tree to scale', tree.render(doc, numbers))));
+
+  // rollout, archive, releases
+  const rollout = h('div', null, ui.loading());
+  const archive = h('div', { id: 'archive' }, ui.loading());
+  const releases = h('div', { id: 'releases' }, ui.loading());
+  grid.appendChild(h('div', { class: 'area-facts' },
+    ui.section('Rollout', rollout),
+    ui.section('Archive', archive),
+    ui.section('Releases citing it', releases)));
+  ui.fill(rollout, api.get('/baselines/' + idQ + '/rollout'), (r) => ui.facts([
+    ['Revision', r.revision === null ? 'never published' : String(r.revision)],
+    ['Acked', r.acked + ' of ' + r.agents + ' agents'],
+    ['Connected', String(r.connected)],
+    ['NACKed', r.nacked ? h('strong', { class: 'text-error' }, String(r.nacked)) : '0'],
+  ]));
+  ui.fill(archive, api.get('/baselines/' + idQ + '/archive'), (a) => ui.facts([
+    ['Key', h('code', { class: 'break' }, a.key)],
+    ['State', h('span', { class: 'badge archive-' + a.state }, a.state)],
+    ['Archive', h('code', { class: 'break' }, a.archive)],
+    ['Archived at', fmt.time(a.archived_at)],
+    a.attempts !== null && a.attempts !== undefined ? ['Upload attempts', String(a.attempts)] : null,
+    a.last_error ? ['Last error', h('span', { class: 'text-error' }, a.last_error)] : null,
+    ['SHA-256', h('code', { class: 'break small' }, a.sha256 || '—')],
+  ]));
+  ui.fill(releases, api.get('/baselines/' + idQ + '/releases'), (r) => r.releases.length
+    ? ui.table([{ label: 'Service' }, { label: 'Version' }, { label: 'Ticket' }, { label: 'By' }, { label: 'At' }],
+      r.releases.map((x) => [x.service, x.version, x.ticket, x.created_by, ui.when(x.created_at)]), { label: 'Releases' })
+    : ui.note('No release cites this baseline yet.'));
+}
+
+/** Approve / reject form. Disabled up front when the server would refuse for sure. */
+function approvePanel(doc, errors, run, ctx) {
+  const reasons = [];
+  let rejectBlocked = false;
+  if (doc.state !== 'draft') {
+    reasons.push('This baseline is ' + doc.state + '; only a draft can be approved or rejected.');
+    rejectBlocked = true;
+  }
+  if (errors.length) {
+    reasons.push('Approval is blocked by ' + errors.length + ' error finding' + (errors.length > 1 ? 's' : '') + ': ' +
+      errors.map((f) => f.check + ' on ' + f.segment).join(', ') + '. Fix the topology or the run and recompute; rejecting is still possible.');
+  }
+  const approveBlocked = reasons.length > 0;
+  const comment = h('textarea', { id: 'decision-comment', name: 'comment', rows: 3, maxlength: 4096, 'aria-describedby': 'decision-help' });
+  const msg = h('div', { id: 'decision-msg', 'aria-live': 'polite' });
+  const approveBtn = h('button', { type: 'submit', id: 'approve', class: 'button-primary', value: 'approve', disabled: approveBlocked, 'aria-describedby': approveBlocked ? 'decision-reason' : null }, 'Approve and publish');
+  const rejectBtn = h('button', { type: 'submit', id: 'reject', class: 'button-danger', value: 'reject', disabled: rejectBlocked }, 'Reject');
+  const form = h('form', {
+    id: 'decision-form', class: 'decision',
+    onsubmit: async (ev) => {
+      ev.preventDefault();
+      const action = ev.submitter && ev.submitter.value === 'reject' ? 'reject' : 'approve';
+      approveBtn.disabled = true;
+      rejectBtn.disabled = true;
+      msg.replaceChildren(ui.loading(action === 'approve' ? 'Approving…' : 'Rejecting…'));
+      const text = comment.value.trim();
+      try {
+        const res = await api.post('/baselines/' + enc(doc.id) + '/' + action, { comment: text || null });
+        const done = action === 'approve'
+          ? 'Approved ' + doc.id + ' — published as revision ' + res.revision + (res.superseded ? ', superseding ' + res.superseded : '') + '.'
+          : 'Rejected ' + doc.id + '.';
+        ctx.flash(ui.ok(done));
+      } catch (e) {
+        msg.replaceChildren(ui.error(e, e.status === 403 ? 'The server refused' : action === 'approve' ? 'Approval failed' : 'Rejection failed'));
+        approveBtn.disabled = approveBlocked;
+        rejectBtn.disabled = rejectBlocked;
+      }
+    },
+  },
+  rejectBlocked ? null : h('label', { for: 'decision-comment' }, 'Comment (optional)'),
+  rejectBlocked ? null : comment,
+  rejectBlocked ? null : h('p', { id: 'decision-help', class: 'help' },
+    'Approving publishes these budgets live to every agent of ' + doc.chain + '. Four eyes: the person who uploaded the run' +
+    (run ? ' (' + run.uploaded_by + ')' : '') + ' cannot approve it; the server decides.'),
+  approveBlocked ? h('p', { id: 'decision-reason', class: 'blocked-reason', role: 'note' }, h('strong', null, 'Cannot approve: '), reasons.join(' ')) : null,
+  h('div', { class: 'buttons' }, approveBtn, rejectBtn),
+  msg);
+  return ui.section('Approve or reject', form);
+}
