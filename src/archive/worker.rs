@@ -10,8 +10,12 @@ use tokio::sync::Notify;
 use super::Archive;
 use crate::store::Store;
 
-/// How long a claimed item stays reserved for one worker.
-const LEASE: Duration = Duration::from_secs(60);
+/// How long a claimed item stays reserved for one worker; also how long items claimed by a
+/// worker that died (kill -9, lost node) wait before another worker takes them.
+const LEASE: Duration = Duration::from_secs(30);
+/// The longest one upload may take. A batch starts no upload that could outlive its lease,
+/// so two workers never upload one item at once.
+const PUT_TIMEOUT: Duration = Duration::from_secs(10);
 const BATCH: i64 = 16;
 const BACKOFF_BASE: Duration = Duration::from_millis(500);
 const BACKOFF_CAP: Duration = Duration::from_secs(60);
@@ -57,16 +61,26 @@ impl Archiver {
 
     /// Claims and uploads one batch; returns how many items it handled.
     pub async fn run_once(&self) -> anyhow::Result<usize> {
+        let claimed = std::time::Instant::now();
         let items = self
             .store
             .archive_claim(&at(Duration::ZERO), &at(LEASE), BATCH)
             .await?;
         for item in &items {
-            match self
+            if claimed.elapsed() + PUT_TIMEOUT >= LEASE {
+                // The rest stay leased until it ends, then any worker takes them.
+                break;
+            }
+            let put = self
                 .archive
-                .put(&item.key, item.body.as_bytes(), &item.sha256)
-                .await
-            {
+                .put(&item.key, item.body.as_bytes(), &item.sha256);
+            let done = match tokio::time::timeout(PUT_TIMEOUT, put).await {
+                Ok(result) => result,
+                Err(_) => Err(anyhow::anyhow!(
+                    "the upload took longer than {PUT_TIMEOUT:?}"
+                )),
+            };
+            match done {
                 Ok(()) => {
                     self.store
                         .archive_done(item.id, &at(Duration::ZERO))
