@@ -3,7 +3,8 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::{json, Value};
+use budget_api::errors::{ErrorBody, ErrorInfo};
+use serde_json::Value;
 
 use crate::store::StoreError;
 
@@ -139,7 +140,15 @@ impl ApiError {
 
     /// The JSON body of this error.
     pub fn body(&self) -> Value {
-        json!({"error": {"code": self.code.as_str(), "message": self.message, "details": self.details}})
+        let body = ErrorBody {
+            error: ErrorInfo {
+                code: self.code.as_str().into(),
+                message: self.message.clone(),
+                details: self.details.clone(),
+            },
+        };
+        // Keys sorted, as every answer (`http::api::Json`).
+        serde_json::to_value(body).unwrap_or_default()
     }
 }
 

@@ -6,9 +6,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use budget_core::baseline::BaselineState;
-use serde::Serialize;
-
 use super::check_chain_name;
 use crate::auth::{Principal, Role};
 use crate::error::{ApiError, ApiResult, Code};
@@ -62,20 +59,7 @@ async fn agents_where(
 }
 
 /// How far a baseline has rolled out.
-#[derive(Debug, Serialize)]
-pub struct Rollout {
-    pub baseline_id: String,
-    pub chain: String,
-    pub state: BaselineState,
-    /// The baseline's latest publication, or `None` if it was never published.
-    pub revision: Option<i64>,
-    /// Agents receiving the chain.
-    pub agents: usize,
-    pub connected: usize,
-    /// Of those, how many ACKed (or NACKed) the publication or a later revision.
-    pub acked: usize,
-    pub nacked: usize,
-}
+pub use budget_api::baselines::Rollout;
 
 /// How many agents receiving the baseline's chain have ACKed (or NACKed) its publication.
 pub async fn rollout(state: &AppState, id: &str) -> ApiResult<Rollout> {
@@ -85,7 +69,7 @@ pub async fn rollout(state: &AppState, id: &str) -> ApiResult<Rollout> {
     state.fleet.flush().await;
     let of_chain = agents_where(state, |a| a.chains.contains(&chain)).await?;
     let revision = publication.as_ref().map(|p| p.revision);
-    let count = |f: &dyn Fn(&AgentStatus) -> bool| of_chain.iter().filter(|a| f(a)).count();
+    let count = |f: &dyn Fn(&AgentStatus) -> bool| of_chain.iter().filter(|a| f(a)).count() as u64;
     let (acked, nacked, connected) = match revision {
         Some(rev) => (
             count(&|a| a.acked >= rev),
@@ -99,7 +83,7 @@ pub async fn rollout(state: &AppState, id: &str) -> ApiResult<Rollout> {
         chain,
         state: baseline.doc.state,
         revision,
-        agents: of_chain.len(),
+        agents: of_chain.len() as u64,
         connected,
         acked,
         nacked,

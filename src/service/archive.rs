@@ -2,8 +2,6 @@
 //! verifying the archive against the store, and re-queuing what is missing or differs
 //! (`budgetd archive backfill`).
 
-use serde::Serialize;
-
 use crate::archive::{self, verify};
 use crate::config::Settings;
 use crate::error::{ApiError, ApiResult};
@@ -11,19 +9,44 @@ use crate::state::AppState;
 use crate::store::{self, archive_key, OutboxItem};
 
 /// A baseline's archive: its key, state and upload attempts.
-#[derive(Debug, Serialize)]
-pub struct ArchiveStatus {
-    pub baseline_id: String,
-    /// The archive, described (`file://…`, `s3://…`).
-    pub archive: String,
-    pub key: String,
-    pub sha256: String,
-    /// `archived`, `retrying`, `pending` or `unknown`.
-    pub state: &'static str,
-    pub attempts: Option<i64>,
-    pub last_error: Option<String>,
-    pub archived_at: Option<String>,
-    pub uploads: Vec<OutboxItem>,
+pub use budget_api::archive::ArchiveStatus;
+use budget_api::archive::{ArchiveProblem, ArchiveReport, ArchiveUpload};
+
+/// An outbox item on the wire.
+fn upload(i: OutboxItem) -> ArchiveUpload {
+    ArchiveUpload {
+        id: i.id,
+        baseline_id: i.baseline_id,
+        key: i.key,
+        sha256: i.sha256,
+        state: i.state,
+        attempts: i.attempts,
+        last_error: i.last_error,
+        next_attempt_at: i.next_attempt_at,
+        created_at: i.created_at,
+        archived_at: i.archived_at,
+    }
+}
+
+/// A verification report on the wire.
+pub fn report(r: verify::Report) -> ArchiveReport {
+    ArchiveReport {
+        date: r.date,
+        checked: r.checked as u64,
+        problems: r
+            .problems
+            .into_iter()
+            .map(|p| ArchiveProblem {
+                baseline_id: p.baseline_id,
+                key: p.key,
+                problem: p.problem.into(),
+                expected_sha256: p.expected_sha256,
+                actual_sha256: p.actual_sha256,
+                pending: p.pending,
+                error: p.error,
+            })
+            .collect(),
+    }
 }
 
 /// Where baseline `id` is archived, and how its uploads went.
@@ -50,11 +73,11 @@ pub async fn status(state: &AppState, id: &str) -> ApiResult<ArchiveStatus> {
         archive: state.archiver.archive().describe(),
         key,
         sha256: baseline.sha256,
-        state: archive_state,
+        state: archive_state.into(),
         attempts: latest.map(|i| i.attempts),
         last_error: latest.and_then(|i| i.last_error.clone()),
         archived_at: latest.and_then(|i| i.archived_at.clone()),
-        uploads: items,
+        uploads: items.into_iter().map(upload).collect(),
     })
 }
 

@@ -4,11 +4,10 @@
 //! transaction that moves it, so a repeat of a committed request finds its result.
 
 use budget_core::baseline::BaselineState;
-use budget_core::capacity::{self, Capacity};
+use budget_core::capacity;
 use budget_core::diff::BaselineDiff;
 use budget_core::intake::{self, DraftOf};
 use budget_core::lifecycle::{self, ApproveError, Policy, PublishError, RejectError, Uploader};
-use serde::Serialize;
 use serde_json::json;
 
 use super::{audit, check_chain_name, now, republish, violations_of};
@@ -137,12 +136,7 @@ pub async fn diff(state: &AppState, id: &str, against: &str) -> ApiResult<Baseli
 
 /// The call tree of a baseline, in numbers: every parent's need against its time, and how
 /// each budget is made. What the console draws.
-#[derive(Debug, Serialize)]
-pub struct Tree {
-    pub baseline_id: String,
-    #[serde(flatten)]
-    pub capacity: Capacity,
-}
+pub use budget_api::baselines::BaselineTree as Tree;
 
 #[tracing::instrument(skip_all, fields(baseline = ?id))]
 pub async fn tree(state: &AppState, id: &str) -> ApiResult<Tree> {

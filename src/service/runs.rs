@@ -5,14 +5,12 @@ use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 
 use budget_core::baseline::BaselineReason;
-use budget_core::checks::Finding;
-use budget_core::drift::{self, DriftEntry};
+use budget_core::drift;
 use budget_core::intake::{self, ChainBefore, DraftOf};
-use budget_core::run::{RunUpload, SegmentUpload};
+use budget_core::run::RunUpload;
 use budget_core::{us_to_ms, Topology};
 use budget_ingest::mapping::Mapping;
 use budget_ingest::{Extracted, Format};
-use serde::Serialize;
 use serde_json::json;
 use sha2::Digest;
 
@@ -23,31 +21,29 @@ use crate::schemas::Schema;
 use crate::state::AppState;
 use crate::store::{NewRun, RunSource, StoreError, StoredRun, TopologyVersion};
 
+/// A stored run as shown.
+pub use budget_api::runs::Run as RunView;
 /// What a run upload answers.
-#[derive(Debug, Serialize)]
-pub struct RunOutcome {
-    pub run_id: String,
-    pub chain: String,
-    pub topology_version: i64,
-    /// Drift findings: the compared percentiles that moved more than 20 %.
-    pub drift: Vec<DriftEntry>,
-    /// Every compared percentile, drifted or not.
-    pub comparison: Vec<DriftEntry>,
-    /// The approved baseline the run was compared with.
-    pub compared_to: Option<String>,
-    /// The R-drift threshold the comparison used, in percent.
-    pub drift_threshold_pct: u64,
-    /// The draft created, or null.
-    pub baseline_id: Option<String>,
-    pub reason: Option<BaselineReason>,
-    pub findings: Vec<Finding>,
-    pub format: Format,
-    pub tool: Option<String>,
-    /// The percentiles read, per segment (milliseconds).
-    pub segments: Vec<SegmentUpload>,
-    /// How load-tool labels were mapped (absent for native uploads).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mapping: Option<Mapping>,
+pub use budget_api::runs::RunUploadResult as RunOutcome;
+use budget_api::runs::{LabelMapping, LiveComparison, RunSegment};
+
+/// The wire form of a label mapping.
+pub(crate) fn label_mapping(m: Mapping) -> LabelMapping {
+    LabelMapping {
+        mapped: m.mapped,
+        unmapped: m.unmapped,
+        ignored: m.ignored,
+    }
+}
+
+/// The wire form of a stored run's file.
+fn run_source(s: RunSource) -> budget_api::runs::RunSource {
+    budget_api::runs::RunSource {
+        name: s.name,
+        format: s.format,
+        sha256: s.sha256,
+        size: s.size,
+    }
 }
 
 /// A native JSON run (`raw` is the body as received, for its checksum).
@@ -231,10 +227,10 @@ async fn record_run(
                     baseline_id: baseline.as_ref().map(|b| b.doc.id.clone()),
                     reason,
                     findings: baseline.map(|b| b.doc.findings).unwrap_or_default(),
-                    format,
+                    format: format.as_str().into(),
                     tool,
                     segments,
-                    mapping,
+                    mapping: mapping.map(label_mapping),
                 });
             }
             Err(StoreError::Conflict(_)) => continue,
@@ -244,39 +240,6 @@ async fn record_run(
     Err(ApiError::conflict(format!(
         "the approved baseline of {chain:?} kept changing; upload again"
     )))
-}
-
-/// One segment of a stored run, in milliseconds.
-#[derive(Debug, Serialize)]
-pub struct SegmentView {
-    pub id: String,
-    pub samples: u64,
-    pub failures: Option<u64>,
-    pub p50_ms: Option<f64>,
-    pub p99_ms: f64,
-    pub p999_ms: f64,
-}
-
-/// How a stored run compares with the chain's approved baseline now (R-drift).
-#[derive(Debug, Serialize)]
-pub struct LiveComparison {
-    pub baseline_id: String,
-    /// Every compared percentile, drifted or not.
-    pub comparison: Vec<DriftEntry>,
-    /// Whether any percentile drifted.
-    pub drift: bool,
-    pub drift_threshold_pct: u64,
-}
-
-/// A stored run as shown: its record, percentiles in milliseconds, and how it compares with
-/// the live baseline (absent while the chain has none).
-#[derive(Debug, Serialize)]
-pub struct RunView {
-    #[serde(flatten)]
-    pub run: StoredRun,
-    pub segments: Vec<SegmentView>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub vs_live: Option<LiveComparison>,
 }
 
 /// Views of `runs`, compared with the chain's approved baseline (if any) on each run's own
@@ -309,7 +272,7 @@ async fn views(state: &AppState, chain: &str, runs: Vec<StoredRun>) -> ApiResult
             .data
             .segments
             .iter()
-            .map(|(id, s)| SegmentView {
+            .map(|(id, s)| RunSegment {
                 id: id.clone(),
                 samples: s.samples,
                 failures: s.failures,
@@ -319,7 +282,19 @@ async fn views(state: &AppState, chain: &str, runs: Vec<StoredRun>) -> ApiResult
             })
             .collect();
         out.push(RunView {
-            run,
+            id: run.id,
+            chain: run.chain,
+            topology_version: run.topology_version,
+            format: run.format,
+            tool: run.tool,
+            note: run.note,
+            source_sha256: run.source_sha256,
+            source_size: run.source_size,
+            uploaded_by: run.uploaded_by,
+            uploaded_by_owner: run.uploaded_by_owner,
+            created_at: run.created_at,
+            sources: run.sources.into_iter().map(run_source).collect(),
+            mapping: run.mapping.map(label_mapping),
             segments,
             vs_live,
         });

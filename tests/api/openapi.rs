@@ -232,3 +232,356 @@ async fn openapi_document_is_served() {
     );
     app.stop().await;
 }
+
+/// The property names of the schema at `pointer` (following one `$ref`).
+fn property_names(doc: &Value, pointer: &str) -> BTreeSet<String> {
+    let schema = doc
+        .pointer(pointer)
+        .unwrap_or_else(|| panic!("no schema at {pointer}"));
+    let schema = resolve(doc, schema);
+    schema["properties"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{pointer} has no properties"))
+        .keys()
+        .cloned()
+        .collect()
+}
+
+/// The field names `sample` serialises to: every optional field of a sample is set, so a
+/// field skipped when empty shows too.
+fn field_names<T: serde::Serialize>(sample: &T) -> BTreeSet<String> {
+    match serde_json::to_value(sample).expect("a sample serialises") {
+        Value::Object(m) => m.keys().cloned().collect(),
+        other => panic!("a sample is not an object: {other}"),
+    }
+}
+
+/// The schema of a response answered as JSON (`path` under `/paths`, `~1` for `/`).
+fn response(path: &str, method: &str, status: u16) -> String {
+    format!("/paths/{path}/{method}/responses/{status}/content/application~1json/schema")
+}
+
+/// Every type of `budget_api` that answers or asks something: its OpenAPI schema (a component,
+/// or an operation's inline schema, or a nested one) has exactly its serialised field names.
+#[test]
+fn openapi_schemas_match_the_typed_api() {
+    use budget_api::{agents, archive, audit, baselines, chains, errors, releases, runs, tokens};
+    use budget_core::baseline::{BaselineDocument, BaselineState};
+    use budget_core::drift::{DriftEntry, Metric};
+
+    let doc: Value = serde_json::from_str(budgetd::schemas::OPENAPI).unwrap();
+    let some = |s: &str| Some(s.to_owned());
+    let drift = DriftEntry {
+        segment: "order->payment".into(),
+        metric: Metric::P999,
+        baseline_ms: Some(300.0),
+        run_ms: 390.0,
+        change_pct: Some(30.0),
+        drift: true,
+    };
+    let document: BaselineDocument = serde_json::from_value(serde_json::json!({
+        "id": "bl-20261130-001", "chain": "checkout", "state": "approved", "reason": "first_run",
+        "run_id": "run-20261130-001", "topology_version": 1, "created_at": "2026-11-30T10:00:00Z",
+        "created_by": "uma", "entry_budget_ms": 800, "breaker_window_ms": 30000,
+        "max_recovery": "18h", "segments": [], "findings": []
+    }))
+    .unwrap();
+    let topology = include_str!("../../schemas/examples/checkout-topology.json");
+    let live = budget_core::example::checkout_live(topology, 3).unwrap();
+    let mapping = runs::LabelMapping {
+        mapped: [("POST /pay".to_owned(), "order->payment".to_owned())].into(),
+        unmapped: vec!["GET /health".into()],
+        ignored: vec!["Aggregated".into()],
+    };
+    let run_segment = runs::RunSegment {
+        id: "order->payment".into(),
+        samples: 10,
+        failures: Some(0),
+        p50_ms: Some(1.0),
+        p99_ms: 2.0,
+        p999_ms: 3.0,
+    };
+    let vs_live = runs::LiveComparison {
+        baseline_id: "bl-20261130-001".into(),
+        comparison: vec![drift.clone()],
+        drift: true,
+        drift_threshold_pct: 20,
+    };
+    let run = runs::Run {
+        tool: some("k6"),
+        note: some("nightly"),
+        sources: vec![runs::RunSource {
+            name: some("k6.json"),
+            ..Default::default()
+        }],
+        mapping: Some(mapping.clone()),
+        segments: vec![run_segment.clone()],
+        vs_live: Some(vs_live.clone()),
+        ..Default::default()
+    };
+    let upload = runs::RunUploadResult {
+        compared_to: some("bl-20261130-001"),
+        baseline_id: some("bl-20261130-002"),
+        reason: Some(budget_core::baseline::BaselineReason::Drift),
+        tool: some("k6"),
+        mapping: Some(mapping.clone()),
+        ..Default::default()
+    };
+    let summary = baselines::BaselineSummary {
+        id: "bl-20261130-001".into(),
+        chain: "checkout".into(),
+        state: BaselineState::Draft,
+        reason: "first_run".into(),
+        run_id: "run-20261130-001".into(),
+        topology_version: 1,
+        has_errors: false,
+        created_at: String::new(),
+        created_by: String::new(),
+        updated_at: String::new(),
+    };
+    let change = baselines::Change {
+        from: Some(1.0),
+        to: Some(2.0),
+        change_pct: Some(100.0),
+        drift: true,
+    };
+    let change_u = baselines::Change {
+        from: Some(1),
+        to: Some(2),
+        change_pct: Some(100.0),
+        drift: true,
+    };
+    let segment_diff = baselines::SegmentDiff {
+        id: "order->payment".into(),
+        status: "changed".into(),
+        p99_ms: change.clone(),
+        p999_ms: change.clone(),
+        timeout_ms: change_u.clone(),
+        budget_ms: change_u,
+    };
+    let agent = agents::Agent {
+        nack_revision: Some(2),
+        nack_error: some("bad"),
+        token: some("agent-1"),
+        ..Default::default()
+    };
+    let entry = audit::AuditEntry {
+        chain: some("checkout"),
+        subject: some("bl-20261130-001"),
+        ..Default::default()
+    };
+    let token = tokens::Token::default();
+    let upload_item = archive::ArchiveUpload {
+        last_error: some("refused"),
+        archived_at: some("2026-11-30T10:00:00Z"),
+        ..Default::default()
+    };
+    let problem = archive::ArchiveProblem {
+        actual_sha256: some("ab"),
+        error: some("denied"),
+        ..Default::default()
+    };
+    let release = releases::Release::default();
+    let c = |name: &str| format!("/components/schemas/{name}");
+
+    let checks: Vec<(String, BTreeSet<String>)> = vec![
+        // Runs
+        (c("RunUploadResult"), field_names(&upload)),
+        (c("LabelMapping"), field_names(&mapping)),
+        (c("RunSource"), field_names(&run.sources[0])),
+        (c("Run"), field_names(&run)),
+        (
+            c("Run") + "/properties/segments/items",
+            field_names(&run_segment),
+        ),
+        (c("Run") + "/properties/vs_live", field_names(&vs_live)),
+        (
+            response("~1api~1v1~1chains~1{chain}~1runs", "get", 200),
+            field_names(&runs::RunList::default()),
+        ),
+        // Baselines
+        (
+            response("~1api~1v1~1chains~1{chain}~1baselines", "get", 200),
+            field_names(&baselines::BaselineList::default()),
+        ),
+        (c("BaselineSummary"), field_names(&summary)),
+        (
+            c("RecomputeRequest"),
+            field_names(&baselines::RecomputeRequest {
+                run_id: "run-20261130-001".into(),
+                topology_version: Some(1),
+            }),
+        ),
+        (
+            c("Comment"),
+            field_names(&baselines::Comment {
+                comment: some("ok"),
+            }),
+        ),
+        (
+            c("ApproveResult"),
+            field_names(&baselines::ApproveResult {
+                baseline: document.clone(),
+                revision: Some(1),
+                superseded: None,
+            }),
+        ),
+        (
+            c("RejectResult"),
+            field_names(&baselines::RejectResult { baseline: document }),
+        ),
+        (
+            c("BaselineDiff"),
+            field_names(&baselines::BaselineDiff {
+                segments: vec![segment_diff],
+                ..Default::default()
+            }),
+        ),
+        (
+            c("BaselineTree"),
+            field_names(&baselines::BaselineTree {
+                baseline_id: "bl-20261130-001".into(),
+                capacity: budget_core::capacity::Capacity {
+                    parents: Vec::new(),
+                    segments: Vec::new(),
+                },
+            }),
+        ),
+        (
+            c("Rollout"),
+            field_names(&baselines::Rollout {
+                baseline_id: String::new(),
+                chain: String::new(),
+                state: BaselineState::Approved,
+                revision: Some(1),
+                agents: 0,
+                connected: 0,
+                acked: 0,
+                nacked: 0,
+            }),
+        ),
+        // Chains
+        (
+            response("~1api~1v1~1chains", "get", 200),
+            field_names(&chains::ChainList::default()),
+        ),
+        (
+            c("ChainSummary"),
+            field_names(&chains::ChainSummary::default()),
+        ),
+        (
+            c("TopologyVersion"),
+            field_names(&chains::TopologyVersion {
+                chain: "checkout".into(),
+                version: 1,
+                sha256: String::new(),
+                created_at: String::new(),
+                created_by: String::new(),
+                topology: serde_json::from_str(topology).unwrap(),
+            }),
+        ),
+        (c("LiveChain"), field_names(&live)),
+        (
+            c("RollbackRequest"),
+            field_names(&chains::RollbackRequest::default()),
+        ),
+        (
+            c("RollbackResult"),
+            field_names(&chains::RollbackResult::default()),
+        ),
+        // Releases
+        (
+            c("ReleaseRequest"),
+            field_names(&releases::ReleaseRequest::default()),
+        ),
+        (c("Release"), field_names(&release)),
+        (
+            c("ReleaseList"),
+            field_names(&releases::ReleaseList::default()),
+        ),
+        // Tokens
+        (c("Token"), field_names(&token)),
+        (
+            response("~1api~1v1~1tokens", "get", 200),
+            field_names(&tokens::TokenList::default()),
+        ),
+        (
+            c("TokenCreateRequest"),
+            field_names(&tokens::TokenCreateRequest {
+                owner: some("uma"),
+                ..Default::default()
+            }),
+        ),
+        (
+            c("TokenCreated"),
+            field_names(&tokens::TokenCreated {
+                token: some("bgt_"),
+                message: some("repeat"),
+                ..Default::default()
+            }),
+        ),
+        (
+            c("TokenRotateRequest"),
+            field_names(&tokens::TokenRotateRequest::default()),
+        ),
+        (
+            response("~1api~1v1~1whoami", "get", 200),
+            field_names(&tokens::WhoAmI::default()),
+        ),
+        (
+            response("~1api~1v1~1whoami", "get", 200) + "/properties/may",
+            field_names(&tokens::May::default()),
+        ),
+        // Agents
+        (
+            response("~1api~1v1~1agents", "get", 200),
+            field_names(&agents::AgentList::default()),
+        ),
+        (c("Agent"), field_names(&agent)),
+        // Audit
+        (
+            response("~1api~1v1~1audit", "get", 200),
+            field_names(&audit::AuditLog::default()),
+        ),
+        (c("AuditEntry"), field_names(&entry)),
+        // Archive
+        (
+            c("ArchiveStatus"),
+            field_names(&archive::ArchiveStatus::default()),
+        ),
+        (c("ArchiveUpload"), field_names(&upload_item)),
+        (
+            c("ArchiveReport"),
+            field_names(&archive::ArchiveReport::default()),
+        ),
+        (c("ArchiveProblem"), field_names(&problem)),
+        // Errors
+        (c("Error"), field_names(&errors::ErrorBody::default())),
+        (
+            c("Error") + "/properties/error",
+            field_names(&errors::ErrorInfo::default()),
+        ),
+        (
+            c("Violation"),
+            field_names(&errors::Violation {
+                pointer: some("/run_id"),
+                segment: None,
+                message: "required".into(),
+            }),
+        ),
+    ];
+    let mismatches: Vec<String> = checks
+        .iter()
+        .filter_map(|(pointer, fields)| {
+            let documented = property_names(&doc, pointer);
+            (documented != *fields).then(|| {
+                format!(
+                    "{pointer}: documented only {:?}, serialised only {:?}",
+                    documented.difference(fields).collect::<Vec<_>>(),
+                    fields.difference(&documented).collect::<Vec<_>>()
+                )
+            })
+        })
+        .collect();
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}

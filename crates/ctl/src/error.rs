@@ -1,5 +1,7 @@
 //! Why a command failed, and the process exit code each failure ends with.
 
+use budget_api::errors::ErrorBody;
+use serde::Deserialize as _;
 use serde_json::Value;
 
 /// The process exit codes of `budgetctl`; `--help` documents them (see [`crate::LONG_ABOUT`]).
@@ -103,17 +105,20 @@ impl CtlError {
     /// Builds the error for a non-success answer from its status and body text.
     pub fn from_response(status: u16, text: &str) -> Self {
         let body: Value = serde_json::from_str(text).unwrap_or(Value::Null);
-        let error = &body["error"];
-        match error["message"].as_str() {
-            Some(message) => Self::Api {
+        match ErrorBody::deserialize(&body) {
+            Ok(ErrorBody { error }) => Self::Api {
                 status,
-                code: error["code"].as_str().unwrap_or("unknown").to_owned(),
-                message: message.to_owned(),
-                details: error["details"].clone(),
-                body: body.clone(),
+                code: if error.code.is_empty() {
+                    "unknown".to_owned()
+                } else {
+                    error.code
+                },
+                message: error.message,
+                details: error.details,
+                body,
             },
             // Not our error format (a proxy in between, or not budgetd at all).
-            None => {
+            Err(_) => {
                 let reason = reqwest::StatusCode::from_u16(status)
                     .ok()
                     .and_then(|s| s.canonical_reason())

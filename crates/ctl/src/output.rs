@@ -3,6 +3,7 @@
 
 use std::io::Write;
 
+use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use crate::error::CtlError;
@@ -75,13 +76,23 @@ pub(crate) fn print(text: &str) {
     let _ = writeln!(std::io::stdout().lock(), "{text}");
 }
 
-/// Prints an answer: as JSON with `--json`, else through `view`.
-pub(crate) fn show(json: bool, value: &Value, view: fn(&Value) -> String) {
+/// Prints an answer: as JSON with `--json`, else read as `T` (one of `budget_api`'s types)
+/// and shown through `view`. An answer that is not a `T` (a much older or newer server) is
+/// printed as JSON.
+pub(crate) fn show<T: DeserializeOwned>(json: bool, value: &Value, view: fn(&T) -> String) {
     if json {
         if !value.is_null() {
             print(&pretty(value));
         }
-    } else {
-        print(&view(value));
+        return;
+    }
+    print(&render_as(value, view));
+}
+
+/// An answer read as `T` and shown through `view`; as JSON when it is not a `T`.
+pub(crate) fn render_as<T: DeserializeOwned>(value: &Value, view: fn(&T) -> String) -> String {
+    match T::deserialize(value) {
+        Ok(typed) => view(&typed),
+        Err(_) => pretty(value),
     }
 }

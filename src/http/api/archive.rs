@@ -5,8 +5,10 @@ use std::collections::HashMap;
 use crate::http::extract::{Path, Query};
 use axum::extract::State;
 use axum::routing::get;
-use axum::{Json, Router};
-use serde_json::{json, Value};
+use axum::Router;
+use budget_api::archive::{ArchiveReport, ArchiveStatus};
+
+use super::Json;
 
 use crate::auth::Principal;
 use crate::error::ApiResult;
@@ -24,8 +26,8 @@ async fn status(
     State(state): State<AppState>,
     _: Principal,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
-    Ok(Json(json!(service::archive::status(&state, &id).await?)))
+) -> ApiResult<Json<ArchiveStatus>> {
+    Ok(Json(service::archive::status(&state, &id).await?))
 }
 
 /// Every baseline (of `?date=YYYY-MM-DD`) whose object is missing or differs.
@@ -33,10 +35,11 @@ async fn check(
     State(state): State<AppState>,
     _: Principal,
     Query(query): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ArchiveReport>> {
     let date = query
         .get("date")
         .map(String::as_str)
         .filter(|d| !d.is_empty());
-    Ok(Json(json!(service::archive::verify(&state, date).await?)))
+    let report = service::archive::verify(&state, date).await?;
+    Ok(Json(service::archive::report(report)))
 }

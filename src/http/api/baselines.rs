@@ -8,11 +8,16 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
-use budget_core::baseline::BaselineState;
+use axum::Router;
+use budget_api::baselines::{
+    ApproveResult, BaselineDiff, BaselineList, BaselineSummary, BaselineTree, Comment,
+    RecomputeRequest, RejectResult,
+};
+use budget_core::baseline::{BaselineDocument, BaselineState};
 use serde_json::{json, Value};
 
 use super::page::PageRequest;
+use super::Json;
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::http::extract::{string_field, JsonBody, OptionalJsonBody};
@@ -40,13 +45,42 @@ fn document(status: StatusCode, stored: &StoredBaseline) -> Response {
         .into_response()
 }
 
+/// The document as stored, read back from its bytes (what `GET /baselines/{id}` serves).
+fn parse_document(stored: &StoredBaseline) -> ApiResult<BaselineDocument> {
+    serde_json::from_str(&stored.bytes).map_err(|e| ApiError::internal(e.into()))
+}
+
+/// A list entry on the wire.
+fn summary(b: crate::store::BaselineSummary) -> BaselineSummary {
+    BaselineSummary {
+        id: b.id,
+        chain: b.chain,
+        state: b.state,
+        reason: b.reason,
+        run_id: b.run_id,
+        topology_version: b.topology_version,
+        has_errors: b.has_errors,
+        created_at: b.created_at,
+        created_by: b.created_by,
+        updated_at: b.updated_at,
+    }
+}
+
 async fn recompute(
     State(state): State<AppState>,
     principal: Principal,
     Path(chain): Path<String>,
     body: JsonBody,
 ) -> ApiResult<Response> {
-    let body = Some(body.value);
+    let request = recompute_request(Some(body.value))?;
+    let version = request.topology_version.and_then(|v| i64::try_from(v).ok());
+    let stored = service::recompute(&state, &principal, &chain, &request.run_id, version).await?;
+    Ok(document(StatusCode::CREATED, &stored))
+}
+
+/// The body of a recompute, with a violation for each field that is missing or of the wrong
+/// type.
+fn recompute_request(body: Option<Value>) -> ApiResult<RecomputeRequest> {
     let run_id = string_field(&body, "run_id")?.ok_or_else(|| {
         ApiError::validation(
             "run_id is required",
@@ -55,15 +89,22 @@ async fn recompute(
     })?;
     let version = match body.as_ref().and_then(|b| b.get("topology_version")) {
         None | Some(Value::Null) => None,
-        Some(v) => Some(v.as_i64().filter(|v| *v >= 1).ok_or_else(|| {
-            ApiError::validation(
-                "topology_version must be a positive integer",
-                json!({"violations": [{"pointer": "/topology_version", "message": "expected a positive integer"}]}),
-            )
-        })?),
+        Some(v) => Some(
+            v.as_i64()
+                .filter(|v| *v >= 1)
+                .map(i64::unsigned_abs)
+                .ok_or_else(|| {
+                    ApiError::validation(
+                        "topology_version must be a positive integer",
+                        json!({"violations": [{"pointer": "/topology_version", "message": "expected a positive integer"}]}),
+                    )
+                })?,
+        ),
     };
-    let stored = service::recompute(&state, &principal, &chain, &run_id, version).await?;
-    Ok(document(StatusCode::CREATED, &stored))
+    Ok(RecomputeRequest {
+        run_id,
+        topology_version: version,
+    })
 }
 
 async fn show(
@@ -84,7 +125,7 @@ async fn list(
     _: Principal,
     Path(chain): Path<String>,
     Query(query): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<BaselineList>> {
     let filter = match query.get("state").map(String::as_str) {
         None | Some("") => None,
         Some(s) => Some(BaselineState::parse(s).ok_or_else(|| {
@@ -97,9 +138,11 @@ async fn list(
     let baselines =
         service::baselines::list(&state, &chain, filter, page.after.as_ref(), page.fetch()).await?;
     let (baselines, next_cursor) = page.split(baselines, |b| (&b.created_at, &b.id));
-    Ok(Json(
-        json!({ "baselines": baselines, "next_cursor": next_cursor }),
-    ))
+    let baselines = baselines.into_iter().map(summary).collect();
+    Ok(Json(BaselineList {
+        baselines,
+        next_cursor,
+    }))
 }
 
 async fn diff(
@@ -107,9 +150,9 @@ async fn diff(
     _: Principal,
     Path(id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<BaselineDiff>> {
     let against = query.get("against").map_or("current", String::as_str);
-    Ok(Json(json!(service::diff(&state, &id, against).await?)))
+    Ok(Json(service::diff(&state, &id, against).await?.into()))
 }
 
 /// Every parent's need against its time, and how each budget is made: what the console's
@@ -118,8 +161,8 @@ async fn tree(
     State(state): State<AppState>,
     _: Principal,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
-    Ok(Json(json!(service::baselines::tree(&state, &id).await?)))
+) -> ApiResult<Json<BaselineTree>> {
+    Ok(Json(service::baselines::tree(&state, &id).await?))
 }
 
 async fn approve(
@@ -127,16 +170,16 @@ async fn approve(
     principal: Principal,
     Path(id): Path<String>,
     OptionalJsonBody(body): OptionalJsonBody,
-) -> ApiResult<Json<Value>> {
-    let comment = string_field(&body, "comment")?;
-    let (stored, published) = service::approve(&state, &principal, &id, comment).await?;
-    let doc: Value =
-        serde_json::from_str(&stored.bytes).map_err(|e| ApiError::internal(e.into()))?;
-    Ok(Json(json!({
-        "baseline": doc,
-        "revision": published.as_ref().map(|p| p.revision),
-        "superseded": published.and_then(|p| p.superseded),
-    })))
+) -> ApiResult<Json<ApproveResult>> {
+    let request = Comment {
+        comment: string_field(&body, "comment")?,
+    };
+    let (stored, published) = service::approve(&state, &principal, &id, request.comment).await?;
+    Ok(Json(ApproveResult {
+        baseline: parse_document(&stored)?,
+        revision: published.as_ref().map(|p| p.revision),
+        superseded: published.and_then(|p| p.superseded),
+    }))
 }
 
 async fn reject(
@@ -144,10 +187,12 @@ async fn reject(
     principal: Principal,
     Path(id): Path<String>,
     OptionalJsonBody(body): OptionalJsonBody,
-) -> ApiResult<Json<Value>> {
-    let comment = string_field(&body, "comment")?;
-    let stored = service::reject(&state, &principal, &id, comment).await?;
-    let doc: Value =
-        serde_json::from_str(&stored.bytes).map_err(|e| ApiError::internal(e.into()))?;
-    Ok(Json(json!({ "baseline": doc })))
+) -> ApiResult<Json<RejectResult>> {
+    let request = Comment {
+        comment: string_field(&body, "comment")?,
+    };
+    let stored = service::reject(&state, &principal, &id, request.comment).await?;
+    Ok(Json(RejectResult {
+        baseline: parse_document(&stored)?,
+    }))
 }

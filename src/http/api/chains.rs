@@ -6,10 +6,13 @@ use crate::http::extract::{Path, Query};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use axum::{Json, Router};
-use serde_json::{json, Value};
+use axum::Router;
+use budget_api::chains::{
+    ChainList, ChainSummary, LiveChain, RollbackRequest, RollbackResult, TopologyVersion,
+};
+use serde_json::json;
 
-use super::query_int;
+use super::{query_int, Json};
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::http::extract::{string_field, JsonBody};
@@ -27,10 +30,33 @@ pub fn router() -> Router<AppState> {
         .route("/chains/{chain}/rollback", post(rollback))
 }
 
-async fn list(State(state): State<AppState>, _: Principal) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        json!({ "chains": service::chains::list(&state).await? }),
-    ))
+/// A topology version on the wire.
+fn version(v: crate::store::TopologyVersion) -> TopologyVersion {
+    TopologyVersion {
+        chain: v.chain,
+        version: v.version,
+        sha256: v.sha256,
+        created_at: v.created_at,
+        created_by: v.created_by,
+        topology: v.topology,
+    }
+}
+
+async fn list(State(state): State<AppState>, _: Principal) -> ApiResult<Json<ChainList>> {
+    let chains = service::chains::list(&state).await?;
+    let chains = chains
+        .into_iter()
+        .map(|c| ChainSummary {
+            name: c.name,
+            topology_version: c.topology_version,
+            current_baseline: c.current_baseline,
+            revision: c.revision,
+            drafts: c.drafts,
+            runs: c.runs,
+            updated_at: c.updated_at,
+        })
+        .collect();
+    Ok(Json(ChainList { chains }))
 }
 
 async fn get_topology(
@@ -38,10 +64,10 @@ async fn get_topology(
     _: Principal,
     Path(chain): Path<String>,
     Query(query): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
-    let version = query_int(&query, "version", 1..=i64::MAX)?;
-    Ok(Json(json!(
-        service::chains::topology(&state, &chain, version).await?
+) -> ApiResult<Json<TopologyVersion>> {
+    let wanted = query_int(&query, "version", 1..=i64::MAX)?;
+    Ok(Json(version(
+        service::chains::topology(&state, &chain, wanted).await?,
     )))
 }
 
@@ -50,22 +76,22 @@ async fn put_topology(
     principal: Principal,
     Path(chain): Path<String>,
     body: JsonBody,
-) -> ApiResult<(StatusCode, Json<Value>)> {
-    let (version, created) = service::put_topology(&state, &principal, &chain, body.value).await?;
+) -> ApiResult<(StatusCode, Json<TopologyVersion>)> {
+    let (stored, created) = service::put_topology(&state, &principal, &chain, body.value).await?;
     let status = if created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(json!(version))))
+    Ok((status, Json(version(stored))))
 }
 
 async fn budgets(
     State(state): State<AppState>,
     _: Principal,
     Path(chain): Path<String>,
-) -> ApiResult<Json<Value>> {
-    Ok(Json(json!(service::budgets(&state, &chain).await?)))
+) -> ApiResult<Json<LiveChain>> {
+    Ok(Json(service::budgets(&state, &chain).await?))
 }
 
 async fn rollback(
@@ -73,18 +99,20 @@ async fn rollback(
     principal: Principal,
     Path(chain): Path<String>,
     body: JsonBody,
-) -> ApiResult<Json<Value>> {
-    let id = string_field(&Some(body.value), "baseline_id")?.ok_or_else(|| {
-        ApiError::validation(
-            "baseline_id is required",
-            json!({"violations": [{"pointer": "/baseline_id", "message": "required"}]}),
-        )
-    })?;
-    let published = service::rollback(&state, &principal, &chain, &id).await?;
-    Ok(Json(json!({
-        "chain": chain,
-        "baseline_id": published.baseline.doc.id,
-        "revision": published.revision,
-        "superseded": published.superseded,
-    })))
+) -> ApiResult<Json<RollbackResult>> {
+    let request = RollbackRequest {
+        baseline_id: string_field(&Some(body.value), "baseline_id")?.ok_or_else(|| {
+            ApiError::validation(
+                "baseline_id is required",
+                json!({"violations": [{"pointer": "/baseline_id", "message": "required"}]}),
+            )
+        })?,
+    };
+    let published = service::rollback(&state, &principal, &chain, &request.baseline_id).await?;
+    Ok(Json(RollbackResult {
+        chain,
+        baseline_id: published.baseline.doc.id,
+        revision: published.revision,
+        superseded: published.superseded,
+    }))
 }

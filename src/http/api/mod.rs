@@ -14,7 +14,9 @@ pub mod upload;
 use std::collections::HashMap;
 
 use axum::http::Method;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
+use serde::Serialize;
 
 use crate::auth::Role;
 use crate::error::{ApiError, ApiResult};
@@ -77,5 +79,19 @@ pub(crate) fn query_int(
             range.start(),
             range.end()
         ))),
+    }
+}
+
+/// A typed JSON answer: one of `budget_api`'s types, written with its object keys sorted (as
+/// `serde_json::Value` writes them), so the bytes on the wire do not depend on field order.
+#[derive(Debug)]
+pub struct Json<T>(pub T);
+
+impl<T: Serialize> IntoResponse for Json<T> {
+    fn into_response(self) -> Response {
+        match serde_json::to_value(&self.0) {
+            Ok(v) => axum::Json(v).into_response(),
+            Err(e) => ApiError::internal(e.into()).into_response(),
+        }
     }
 }

@@ -6,12 +6,12 @@ use crate::http::extract::{Path, Query};
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Router;
+use budget_api::runs::{Run, RunList, RunUploadResult};
 use budget_ingest::Format;
-use serde_json::{json, Value};
 
-use super::query_int;
 use super::upload::{self, UploadQuery};
+use super::{query_int, Json};
 use crate::auth::Principal;
 use crate::error::ApiResult;
 use crate::http::extract::JsonBody;
@@ -35,7 +35,7 @@ async fn upload(
     Path(chain): Path<String>,
     Query(query): Query<HashMap<String, String>>,
     req: Request,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<RunUploadResult>)> {
     service::check_chain_name(&chain)?;
     let q = UploadQuery::parse(&query)?;
     let native =
@@ -53,17 +53,15 @@ async fn upload(
         let (files, sources) = upload::read_raw(&state, req, &q).await?;
         service::upload_tool_run(&state, &principal, &chain, files, sources, &q.map).await?
     };
-    Ok((StatusCode::CREATED, Json(json!(outcome))))
+    Ok((StatusCode::CREATED, Json(outcome)))
 }
 
 async fn show(
     State(state): State<AppState>,
     _: Principal,
     Path((chain, run_id)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
-    Ok(Json(json!(
-        service::runs::get(&state, &chain, &run_id).await?
-    )))
+) -> ApiResult<Json<Run>> {
+    Ok(Json(service::runs::get(&state, &chain, &run_id).await?))
 }
 
 async fn list(
@@ -71,8 +69,8 @@ async fn list(
     _: Principal,
     Path(chain): Path<String>,
     Query(query): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<RunList>> {
     let limit = query_int(&query, "limit", 1..=1000)?.unwrap_or(100);
     let runs = service::runs::list(&state, &chain, limit).await?;
-    Ok(Json(json!({ "runs": runs })))
+    Ok(Json(RunList { runs }))
 }

@@ -9,8 +9,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse as _, Response};
 use axum::routing::{delete, get, post};
-use axum::{Json, Router};
-use serde_json::{json, Value};
+use axum::Router;
+use budget_api::tokens::{May, Token, TokenCreated, TokenList, WhoAmI};
+
+use super::Json;
 
 use crate::auth::{Principal, Role};
 use crate::error::ApiResult;
@@ -29,24 +31,33 @@ pub fn router() -> Router<AppState> {
 
 /// The caller's token name and role, and what the role may do (for clients such as the console
 /// to offer only what is allowed; the server enforces it regardless).
-async fn whoami(principal: Principal) -> Json<Value> {
-    Json(json!({
-        "name": principal.name,
-        "role": principal.role,
-        "owner": principal.owner,
-        "may": {
-            "read": true,
-            "upload": principal.has_any(&[Role::Uploader]),
-            "approve": principal.has_any(&[Role::Approver]),
-            "admin": principal.role == Role::Admin,
+async fn whoami(principal: Principal) -> Json<WhoAmI> {
+    Json(WhoAmI {
+        may: May {
+            read: true,
+            upload: principal.has_any(&[Role::Uploader]),
+            approve: principal.has_any(&[Role::Approver]),
+            admin: principal.role == Role::Admin,
         },
-    }))
+        role: principal.role.as_str().into(),
+        name: principal.name,
+        owner: principal.owner,
+    })
 }
 
-async fn list(State(state): State<AppState>) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        json!({ "tokens": service::tokens::list(&state).await? }),
-    ))
+async fn list(State(state): State<AppState>) -> ApiResult<Json<TokenList>> {
+    let tokens = service::tokens::list(&state).await?;
+    let tokens = tokens
+        .into_iter()
+        .map(|t| Token {
+            name: t.name,
+            role: t.role.as_str().into(),
+            owner: t.owner,
+            created_at: t.created_at,
+            created_by: t.created_by,
+        })
+        .collect();
+    Ok(Json(TokenList { tokens }))
 }
 
 async fn create(
@@ -81,17 +92,24 @@ async fn rotate(
 /// without it for a repeat of a creation that committed under its `Idempotency-Key`.
 fn created(issued: Issued) -> Response {
     let record = issued.record;
-    let mut created = json!({"name": record.name, "role": record.role, "owner": record.owner, "created_at": record.created_at});
+    let mut created = TokenCreated {
+        name: record.name,
+        role: record.role.as_str().into(),
+        owner: record.owner,
+        created_at: record.created_at,
+        token: None,
+        message: None,
+    };
     let Some(token) = issued.secret else {
         // The secret was answered once and is kept nowhere.
-        created["token"] = Value::Null;
-        created["message"] = json!(
+        created.message = Some(
             "this Idempotency-Key already created the token; its secret is shown only once \
              (revoke the token and create another if it was lost)"
+                .into(),
         );
         return (StatusCode::OK, Json(created)).into_response();
     };
-    created["token"] = json!(token);
+    created.token = Some(token);
     let mut response = (StatusCode::CREATED, Json(created)).into_response();
     // Never kept for repeats: it carries the secret.
     response.extensions_mut().insert(NotReplayable);

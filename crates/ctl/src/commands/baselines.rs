@@ -1,10 +1,10 @@
 //! `budgetctl baseline list|show|rollout|diff|approve|reject|recompute`.
 
-use serde_json::json;
+use budget_api::baselines::{Comment, RecomputeRequest};
 
-use super::{get_and_show, post_and_show, with_query};
+use super::{body_of, get_and_show, post_and_show, with_query};
 use crate::cli::BaselineCommand;
-use crate::output::{print, show};
+use crate::output::{print, render_as, show};
 use crate::{render, Client, CtlError};
 
 pub(super) async fn run(
@@ -37,14 +37,15 @@ pub(super) async fn run(
                 );
                 // The document is shown even when a side view fails (e.g. an older server).
                 let archive = match archive {
-                    Ok(v) => render::archive_status(&v),
+                    Ok(v) => render_as(&v, render::archive_status),
                     Err(e) => format!("archive: unavailable ({e})"),
                 };
                 let releases = match releases {
-                    Ok(v) => render::baseline_releases(&v),
+                    Ok(v) => render_as(&v, render::baseline_releases),
                     Err(e) => format!("releases: unavailable ({e})"),
                 };
-                print(&[render::baseline(&doc), archive, releases].join("\n"));
+                let doc = render_as(&doc, render::baseline);
+                print(&[doc, archive, releases].join("\n"));
             }
             Ok(())
         }
@@ -61,12 +62,14 @@ pub(super) async fn run(
         }
         BaselineCommand::Approve { id, comment } => {
             let url = client.url(&["baselines", &id, "approve"]);
-            let payload = comment.map(|c| json!({ "comment": c }));
+            let payload = comment.map(|c| body_of(&Comment { comment: Some(c) }));
             post_and_show(client, url, payload, json, render::approved).await
         }
         BaselineCommand::Reject { id, comment } => {
             let url = client.url(&["baselines", &id, "reject"]);
-            let payload = json!({ "comment": comment });
+            let payload = body_of(&Comment {
+                comment: Some(comment),
+            });
             post_and_show(client, url, Some(payload), json, render::rejected).await
         }
         BaselineCommand::Recompute {
@@ -74,10 +77,10 @@ pub(super) async fn run(
             run_id,
             topology_version,
         } => {
-            let mut req = json!({ "run_id": run_id });
-            if let Some(n) = topology_version {
-                req["topology_version"] = json!(n);
-            }
+            let req = body_of(&RecomputeRequest {
+                run_id,
+                topology_version,
+            });
             let url = client.url(&["chains", &chain, "baselines"]);
             post_and_show(client, url, Some(req), json, render::recomputed).await
         }

@@ -1,9 +1,9 @@
 //! `budgetctl budgets show` (a chain's live config) and `budgetctl rollback` (serve an older
 //! approved baseline again).
 
-use serde_json::json;
+use budget_api::chains::RollbackRequest;
 
-use super::{get_and_show, post_and_show};
+use super::{body_of, get_and_show, post_and_show};
 use crate::cli::BudgetsCommand;
 use crate::{render, Client, CtlError};
 
@@ -27,6 +27,8 @@ pub(super) async fn rollback(
     json: bool,
 ) -> Result<(), CtlError> {
     let url = client.url(&["chains", chain, "rollback"]);
-    let payload = json!({ "baseline_id": baseline_id });
+    let payload = body_of(&RollbackRequest {
+        baseline_id: baseline_id.to_owned(),
+    });
     post_and_show(client, url, Some(payload), json, render::rolled_back).await
 }

@@ -18,6 +18,7 @@ mod tokens;
 use std::path::Path;
 
 use reqwest::Url;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::cli::{BenchCommand, Command};
@@ -49,23 +50,23 @@ pub(crate) async fn execute(command: Command, client: &Client, json: bool) -> Re
 }
 
 /// `GET url`, then show the answer through `view`.
-async fn get_and_show(
+async fn get_and_show<T: DeserializeOwned>(
     client: &Client,
     url: Url,
     json: bool,
-    view: fn(&Value) -> String,
+    view: fn(&T) -> String,
 ) -> Result<(), CtlError> {
     show(json, &client.get(url).await?, view);
     Ok(())
 }
 
 /// `POST url` with a JSON body (or none), then show the answer through `view`.
-async fn post_and_show(
+async fn post_and_show<T: DeserializeOwned>(
     client: &Client,
     url: Url,
     payload: Option<Value>,
     json: bool,
-    view: fn(&Value) -> String,
+    view: fn(&T) -> String,
 ) -> Result<(), CtlError> {
     let v = client.post(url, payload.map(body)).await?;
     show(json, &v, view);
@@ -93,6 +94,11 @@ fn read_input(path: &Path) -> Result<Vec<u8>, CtlError> {
         return Ok(buf);
     }
     std::fs::read(path).map_err(|e| CtlError::Input(format!("cannot read {}: {e}", path.display())))
+}
+
+/// A typed request (one of `budget_api`'s) as the JSON value sent.
+fn body_of<T: serde::Serialize>(req: &T) -> Value {
+    serde_json::to_value(req).unwrap_or_default()
 }
 
 /// A JSON request body.

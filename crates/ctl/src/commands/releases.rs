@@ -1,9 +1,10 @@
 //! `budgetctl release record|list|check`. `check` gates a release pipeline: the verdict is
 //! decided here ([`release_verdict`]) from the baseline's state and its chain's current one.
 
+use budget_api::releases::ReleaseRequest;
 use serde_json::{json, Value};
 
-use super::{get_and_show, post_and_show, with_query};
+use super::{body_of, get_and_show, post_and_show, with_query};
 use crate::cli::ReleaseCommand;
 use crate::output::show;
 use crate::{render, Client, CtlError};
@@ -20,11 +21,11 @@ pub(super) async fn run(
             baseline_id,
             ticket,
         } => {
-            let req = json!({
-                "service": service,
-                "version": release_version,
-                "baseline_id": baseline_id,
-                "ticket": ticket,
+            let req = body_of(&ReleaseRequest {
+                service,
+                version: release_version,
+                baseline_id,
+                ticket,
             });
             let url = client.url(&["releases"]);
             post_and_show(client, url, Some(req), json, render::release).await

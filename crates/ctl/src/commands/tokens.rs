@@ -1,9 +1,10 @@
 //! `budgetctl token create|rotate|revoke|list`. A new secret is shown once, and alone on
 //! stdout, so `$(budgetctl token create …)` captures it.
 
-use serde_json::json;
+use budget_api::tokens::{TokenCreateRequest, TokenCreated, TokenRotateRequest};
+use serde::Deserialize as _;
 
-use super::{body, get_and_show};
+use super::{body, body_of, get_and_show};
 use crate::cli::TokenCommand;
 use crate::output::{pretty, print, show};
 use crate::{render, Client, CtlError};
@@ -15,41 +16,48 @@ pub(super) async fn run(
 ) -> Result<(), CtlError> {
     match command {
         TokenCommand::Create { role, name, owner } => {
+            let request = TokenCreateRequest {
+                name: name.clone(),
+                role: role.clone(),
+                owner,
+            };
             let v = client
-                .post(
-                    client.url(&["tokens"]),
-                    Some(body(json!({ "name": name, "role": role, "owner": owner }))),
-                )
+                .post(client.url(&["tokens"]), Some(body(body_of(&request))))
                 .await?;
             if json {
                 print(&pretty(&v));
             } else {
+                let created = TokenCreated::deserialize(&v).unwrap_or_default();
                 // Only the secret on stdout, so `$(budgetctl token create …)` captures it.
                 eprintln!(
                     "created token {} (role {}); its secret is shown once, store it now:",
-                    v["name"].as_str().unwrap_or(&name),
-                    v["role"].as_str().unwrap_or(&role)
+                    or(&created.name, &name),
+                    or(&created.role, &role)
                 );
-                print(v["token"].as_str().unwrap_or_default());
+                print(created.token.as_deref().unwrap_or_default());
             }
         }
         TokenCommand::Rotate { name, new_name } => {
+            let request = TokenRotateRequest {
+                name: new_name.clone(),
+            };
             let v = client
                 .post(
                     client.url(&["tokens", &name, "rotate"]),
-                    Some(body(json!({ "name": new_name }))),
+                    Some(body(body_of(&request))),
                 )
                 .await?;
             if json {
                 print(&pretty(&v));
             } else {
+                let created = TokenCreated::deserialize(&v).unwrap_or_default();
                 eprintln!(
                     "created token {} (role {}, owner {}) in place of {name}; revoke {name} once its clients have switched. The secret is shown once, store it now:",
-                    v["name"].as_str().unwrap_or(&new_name),
-                    v["role"].as_str().unwrap_or_default(),
-                    v["owner"].as_str().unwrap_or_default(),
+                    or(&created.name, &new_name),
+                    created.role,
+                    created.owner,
                 );
-                print(v["token"].as_str().unwrap_or_default());
+                print(created.token.as_deref().unwrap_or_default());
             }
         }
         TokenCommand::Revoke { name } => {
@@ -65,4 +73,13 @@ pub(super) async fn run(
         }
     }
     Ok(())
+}
+
+/// `value`, or `fallback` when the answer had none.
+fn or<'a>(value: &'a str, fallback: &'a str) -> &'a str {
+    if value.is_empty() {
+        fallback
+    } else {
+        value
+    }
 }

@@ -1,13 +1,12 @@
 //! The fleet: every agent seen, with its delivered and acknowledged revisions.
 
-use serde_json::Value;
+use budget_api::agents::AgentList;
 
-use super::{arr, s, table};
+use super::{flag, opt, table, text};
 
 /// `GET /agents`: the fleet.
-pub fn agents(v: &Value) -> String {
-    let list = arr(&v["agents"]);
-    if list.is_empty() {
+pub fn agents(v: &AgentList) -> String {
+    if v.agents.is_empty() {
         return "no agents seen yet".into();
     }
     let mut t = table(
@@ -25,31 +24,30 @@ pub fn agents(v: &Value) -> String {
         ],
         &[6, 7],
     );
-    for a in list {
-        let chains: Vec<String> = arr(&a["chains"]).iter().map(s).collect();
-        let nack = match (&a["nack_revision"], &a["nack_error"]) {
-            (Value::Null, _) => "-".into(),
-            (rev, err) => format!("r{}: {}", s(rev), s(err)),
+    for a in &v.agents {
+        let nack = match a.nack_revision {
+            None => "-".into(),
+            Some(rev) => format!("r{rev}: {}", opt(&a.nack_error)),
         };
         t.add_row(vec![
-            s(&a["agent_id"]),
-            s(&a["service"]),
-            s(&a["token"]),
-            if chains.is_empty() {
+            text(&a.agent_id),
+            text(&a.service),
+            opt(&a.token),
+            if a.chains.is_empty() {
                 "-".into()
             } else {
-                chains.join(",")
+                a.chains
+                    .iter()
+                    .map(|c| text(c))
+                    .collect::<Vec<_>>()
+                    .join(",")
             },
-            s(&a["replica"]),
-            if a["connected"].as_bool() == Some(true) {
-                "yes".into()
-            } else {
-                "no".into()
-            },
-            s(&a["delivered"]),
-            s(&a["acked"]),
+            text(&a.replica),
+            flag(a.connected).into(),
+            a.delivered.to_string(),
+            a.acked.to_string(),
             nack,
-            s(&a["last_seen"]),
+            text(&a.last_seen),
         ]);
     }
     t.to_string()

@@ -1,42 +1,39 @@
 //! The archive: one baseline's archive state (a section of `baseline show`) and `archive verify`.
 
-use serde_json::Value;
+use budget_api::archive::{ArchiveReport, ArchiveStatus};
 
-use super::{arr, fields, s, short_sha, table, yes_no};
+use super::{fields, flag, opt, short, table, text};
 
 /// `GET /baselines/{id}/archive`, as a section of `baseline show`.
-pub fn archive_status(v: &Value) -> String {
-    let state = match v["state"].as_str() {
-        Some("archived") => "archived".to_owned(),
-        Some("pending") => "pending (upload queued)".to_owned(),
-        Some("retrying") => {
-            "retrying (uploads failed so far; retried until one succeeds)".to_owned()
-        }
-        Some("unknown") => "unknown (no upload of this key recorded)".to_owned(),
-        _ => s(&v["state"]),
+pub fn archive_status(v: &ArchiveStatus) -> String {
+    let state = match v.state.as_str() {
+        "archived" => "archived".to_owned(),
+        "pending" => "pending (upload queued)".to_owned(),
+        "retrying" => "retrying (uploads failed so far; retried until one succeeds)".to_owned(),
+        "unknown" => "unknown (no upload of this key recorded)".to_owned(),
+        other => text(other),
     };
     let body = fields(&[
         ("state", state),
-        ("key", s(&v["key"])),
-        ("store", s(&v["archive"])),
-        ("sha256", s(&v["sha256"])),
-        ("attempts", s(&v["attempts"])),
-        ("last error", s(&v["last_error"])),
-        ("archived at", s(&v["archived_at"])),
+        ("key", text(&v.key)),
+        ("store", text(&v.archive)),
+        ("sha256", text(&v.sha256)),
+        ("attempts", opt(&v.attempts)),
+        ("last error", opt(&v.last_error)),
+        ("archived at", opt(&v.archived_at)),
     ]);
     let indented: Vec<String> = body.lines().map(|l| format!("  {l}")).collect();
     format!("archive:\n{}", indented.join("\n"))
 }
 
 /// `GET /archive/verify`: the baselines whose archived object is missing or differs.
-pub fn archive_verify(v: &Value) -> String {
-    let scope = match v["date"].as_str() {
+pub fn archive_verify(v: &ArchiveReport) -> String {
+    let scope = match &v.date {
         Some(d) => format!(" created on {d}"),
         None => String::new(),
     };
-    let checked = s(&v["checked"]);
-    let list = arr(&v["problems"]);
-    if list.is_empty() {
+    let checked = v.checked;
+    if v.problems.is_empty() {
         return format!(
             "archive verified: {checked} baseline(s){scope} checked, none missing or differing"
         );
@@ -53,20 +50,20 @@ pub fn archive_verify(v: &Value) -> String {
         ],
         &[],
     );
-    for p in list {
+    for p in &v.problems {
         t.add_row(vec![
-            s(&p["baseline_id"]),
-            s(&p["key"]),
-            s(&p["problem"]),
-            short_sha(&p["expected_sha256"]),
-            short_sha(&p["actual_sha256"]),
-            yes_no(&p["pending"]).to_owned(),
-            s(&p["error"]),
+            text(&p.baseline_id),
+            text(&p.key),
+            text(&p.problem),
+            short(&p.expected_sha256),
+            p.actual_sha256.as_deref().map_or_else(|| "-".into(), short),
+            flag(p.pending).to_owned(),
+            opt(&p.error),
         ]);
     }
     format!(
         "archive: {} of {checked} baseline(s){scope} missing, differing or unreadable\n{t}",
-        list.len()
+        v.problems.len()
     )
 }
 
@@ -74,7 +71,11 @@ pub fn archive_verify(v: &Value) -> String {
 mod tests {
     use super::*;
     use crate::render::check;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
+        serde_json::from_value(v).unwrap()
+    }
 
     #[test]
     fn the_archive_section_shows_state_attempts_and_errors() {
@@ -85,7 +86,7 @@ mod tests {
             "archived_at": "2026-11-30T10:00:01Z", "uploads": []
         });
         check(
-            &archive_status(&archived),
+            &archive_status(&typed(archived)),
             &[
                 "archive:",
                 "  state:       archived",
@@ -101,7 +102,7 @@ mod tests {
             "state": "retrying", "key": "gov/bench/2026-11-30/bl-20261130-001.json",
             "attempts": 3, "last_error": "connection refused", "archived_at": null
         });
-        let text = archive_status(&retrying);
+        let text = archive_status(&typed(retrying));
         assert!(
             text.contains(
                 "  state:       retrying (uploads failed so far; retried until one succeeds)\n"
@@ -120,7 +121,7 @@ mod tests {
     fn archive_verify_lists_every_problem_or_says_there_is_none() {
         let clean = json!({"date": "2026-11-30", "checked": 3, "problems": []});
         assert_eq!(
-            archive_verify(&clean),
+            archive_verify(&typed(clean)),
             "archive verified: 3 baseline(s) created on 2026-11-30 checked, none missing or differing"
         );
         let report = json!({"date": null, "checked": 4, "problems": [
@@ -134,7 +135,7 @@ mod tests {
              "problem": "unreadable", "expected_sha256": "dddd", "actual_sha256": null,
              "pending": false, "error": "permission denied"}
         ]});
-        let text = archive_verify(&report);
+        let text = archive_verify(&typed(report));
         assert_eq!(
             text.lines().next(),
             Some("archive: 3 of 4 baseline(s) missing, differing or unreadable")

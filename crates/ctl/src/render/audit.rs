@@ -1,32 +1,32 @@
 //! The audit log.
 
+use budget_api::audit::AuditLog;
 use serde_json::Value;
 
-use super::{arr, s, table};
+use super::{opt, table, text};
 
 /// `GET /audit`.
-pub fn audit(v: &Value) -> String {
-    let list = arr(&v["entries"]);
-    if list.is_empty() {
+pub fn audit(v: &AuditLog) -> String {
+    if v.entries.is_empty() {
         return "no audit entries".into();
     }
     let mut t = table(
         &["id", "at", "actor", "action", "chain", "subject", "detail"],
         &[0],
     );
-    for e in list {
-        let detail = match &e["detail"] {
+    for e in &v.entries {
+        let detail = match &e.detail {
             Value::Object(m) if m.is_empty() => "-".into(),
             Value::Null => "-".into(),
             other => other.to_string(),
         };
         t.add_row(vec![
-            s(&e["id"]),
-            s(&e["at"]),
-            s(&e["actor"]),
-            s(&e["action"]),
-            s(&e["chain"]),
-            s(&e["subject"]),
+            e.id.to_string(),
+            text(&e.at),
+            text(&e.actor),
+            text(&e.action),
+            opt(&e.chain),
+            opt(&e.subject),
             detail,
         ]);
     }

@@ -1,15 +1,17 @@
 //! Baselines: a chain's list, one document, a diff, the answers of approve / reject /
 //! recompute, and a publication's rollout.
 
-use serde_json::Value;
+use budget_api::baselines::{
+    ApproveResult, BaselineDiff, BaselineList, Change, RejectResult, Rollout,
+};
+use budget_core::baseline::BaselineDocument;
 
 use super::checks::{drift_table, findings};
-use super::{arr, fields, ms, pct, s, table, yes_no};
+use super::{fields, flag, ms, ms_u, opt, pct, table, text, wire};
 
 /// `GET /chains/{chain}/baselines`.
-pub fn baselines(v: &Value) -> String {
-    let list = arr(&v["baselines"]);
-    if list.is_empty() {
+pub fn baselines(v: &BaselineList) -> String {
+    if v.baselines.is_empty() {
         return "no baselines".into();
     }
     let mut t = table(
@@ -25,57 +27,57 @@ pub fn baselines(v: &Value) -> String {
         ],
         &[4],
     );
-    for b in list {
+    for b in &v.baselines {
         t.add_row(vec![
-            s(&b["id"]),
-            s(&b["state"]),
-            s(&b["reason"]),
-            s(&b["run_id"]),
-            s(&b["topology_version"]),
-            yes_no(&b["has_errors"]).to_owned(),
-            s(&b["created_by"]),
-            s(&b["created_at"]),
+            text(&b.id),
+            wire(&b.state),
+            text(&b.reason),
+            text(&b.run_id),
+            b.topology_version.to_string(),
+            flag(b.has_errors).to_owned(),
+            text(&b.created_by),
+            text(&b.created_at),
         ]);
     }
     t.to_string()
 }
 
 /// A baseline document: header, segments, findings (and its drift, when it has one).
-pub fn baseline(v: &Value) -> String {
+pub fn baseline(v: &BaselineDocument) -> String {
     let mut head = vec![
-        ("baseline", s(&v["id"])),
-        ("chain", s(&v["chain"])),
-        ("state", s(&v["state"])),
-        ("reason", s(&v["reason"])),
-        ("run", s(&v["run_id"])),
-        ("topology", format!("v{}", s(&v["topology_version"]))),
+        ("baseline", text(&v.id)),
+        ("chain", text(&v.chain)),
+        ("state", wire(&v.state)),
+        ("reason", wire(&v.reason)),
+        ("run", text(&v.run_id)),
+        ("topology", format!("v{}", v.topology_version)),
         (
             "created",
-            format!("{} by {}", s(&v["created_at"]), s(&v["created_by"])),
+            format!("{} by {}", text(&v.created_at), text(&v.created_by)),
         ),
         (
             "policy",
             format!(
                 "entry {} ms, breaker window {} ms, max recovery {}",
-                ms(&v["entry_budget_ms"]),
-                ms(&v["breaker_window_ms"]),
-                s(&v["max_recovery"])
+                ms_u(v.entry_budget_ms),
+                ms_u(v.breaker_window_ms),
+                wire(&v.max_recovery)
             ),
         ),
     ];
-    let d = &v["decision"];
-    if !d.is_null() {
-        let comment = d["comment"]
-            .as_str()
+    if let Some(d) = &v.decision {
+        let comment = d
+            .comment
+            .as_ref()
             .map(|c| format!(": {c:?}"))
             .unwrap_or_default();
         head.push((
             "decision",
             format!(
                 "{} by {} at {}{comment}",
-                s(&v["state"]),
-                s(&d["by"]),
-                s(&d["at"])
+                wire(&v.state),
+                text(&d.by),
+                text(&d.at)
             ),
         ));
     }
@@ -85,69 +87,74 @@ pub fn baseline(v: &Value) -> String {
         ],
         &[3, 4, 5, 6],
     );
-    for seg in arr(&v["segments"]) {
+    for seg in &v.segments {
         t.add_row(vec![
-            s(&seg["id"]),
-            s(&seg["class"]),
-            s(&seg["rule"]),
-            ms(&seg["p99_ms"]),
-            ms(&seg["p999_ms"]),
-            ms(&seg["timeout_ms"]),
-            ms(&seg["budget_ms"]),
+            text(&seg.id),
+            wire(&seg.class),
+            wire(&seg.rule),
+            ms(seg.p99_ms),
+            ms(seg.p999_ms),
+            ms_u(seg.timeout_ms),
+            ms_u(seg.budget_ms),
         ]);
     }
-    let mut out = vec![fields(&head), t.to_string(), findings(&v["findings"])];
-    if !arr(&v["drift"]).is_empty() {
-        out.push(format!("drift from {}:", s(&v["drift_baseline_id"])));
-        out.push(drift_table(&v["drift"]));
+    let mut out = vec![fields(&head), t.to_string(), findings(&v.findings)];
+    if !v.drift.is_empty() {
+        out.push(format!("drift from {}:", opt(&v.drift_baseline_id)));
+        out.push(drift_table(&v.drift));
     }
     out.join("\n")
 }
 
 /// One `{from, to, change_pct}` of a diff: `390 → 507 (+30.0 %)`, or `44` when unchanged.
-fn change(c: &Value) -> String {
-    match (c["from"].is_null(), c["to"].is_null()) {
-        (true, true) => "-".into(),
-        (true, false) => format!("new {}", ms(&c["to"])),
-        (false, true) => format!("removed (was {})", ms(&c["from"])),
-        _ if c["from"].as_f64() == c["to"].as_f64() => ms(&c["to"]),
-        _ => match c["change_pct"].as_f64() {
-            Some(_) => format!(
-                "{} → {} ({} %)",
-                ms(&c["from"]),
-                ms(&c["to"]),
-                pct(&c["change_pct"])
-            ),
-            None => format!("{} → {}", ms(&c["from"]), ms(&c["to"])),
+fn change<T: Copy + Into<f64>>(c: &Change<T>) -> String {
+    let f = |v: T| ms(Some(v.into()));
+    match (c.from, c.to) {
+        (None, None) => "-".into(),
+        (None, Some(to)) => format!("new {}", f(to)),
+        (Some(from), None) => format!("removed (was {})", f(from)),
+        (Some(from), Some(to)) if from.into() == to.into() => f(to),
+        (Some(from), Some(to)) => match c.change_pct {
+            Some(_) => format!("{} → {} ({} %)", f(from), f(to), pct(c.change_pct)),
+            None => format!("{} → {}", f(from), f(to)),
         },
     }
 }
 
+/// A `u64` change as milliseconds.
+fn change_u(c: &Change<u64>) -> String {
+    change(&Change {
+        from: c.from.map(|v| v as f64),
+        to: c.to.map(|v| v as f64),
+        change_pct: c.change_pct,
+        drift: c.drift,
+    })
+}
+
 /// `GET /baselines/{id}/diff`.
-pub fn diff(v: &Value) -> String {
+pub fn diff(v: &BaselineDiff) -> String {
     let mut t = table(
         &["segment", "status", "p99", "p999", "timeout", "budget"],
         &[2, 3, 4, 5],
     );
-    for seg in arr(&v["segments"]) {
+    for seg in &v.segments {
         t.add_row(vec![
-            s(&seg["id"]),
-            s(&seg["status"]),
-            change(&seg["p99_ms"]),
-            change(&seg["p999_ms"]),
-            change(&seg["timeout_ms"]),
-            change(&seg["budget_ms"]),
+            text(&seg.id),
+            text(&seg.status),
+            change(&seg.p99_ms),
+            change(&seg.p999_ms),
+            change_u(&seg.timeout_ms),
+            change_u(&seg.budget_ms),
         ]);
     }
     let mut out = vec![
-        format!("diff {} → {}", s(&v["from"]), s(&v["to"])),
+        format!("diff {} → {}", text(&v.from), text(&v.to)),
         t.to_string(),
     ];
-    for (title, key) in [
-        ("findings added", "findings_added"),
-        ("findings resolved", "findings_resolved"),
+    for (title, list) in [
+        ("findings added", &v.findings_added),
+        ("findings resolved", &v.findings_resolved),
     ] {
-        let list = arr(&v[key]);
         if list.is_empty() {
             out.push(format!("{title}: none"));
         } else {
@@ -155,10 +162,10 @@ pub fn diff(v: &Value) -> String {
             out.extend(list.iter().map(|f| {
                 format!(
                     "  {} {} at {}: {}",
-                    s(&f["severity"]),
-                    s(&f["check"]),
-                    s(&f["segment"]),
-                    s(&f["message"])
+                    wire(&f.severity),
+                    f.kind.check_name(),
+                    text(&f.segment),
+                    text(&f.message)
                 )
             }));
         }
@@ -167,53 +174,54 @@ pub fn diff(v: &Value) -> String {
 }
 
 /// `POST /baselines/{id}/approve`.
-pub fn approved(v: &Value) -> String {
-    let b = &v["baseline"];
-    let mut line = format!("approved {} ({})", s(&b["id"]), s(&b["chain"]));
-    match v["revision"].as_i64() {
+pub fn approved(v: &ApproveResult) -> String {
+    let b = &v.baseline;
+    let mut line = format!("approved {} ({})", text(&b.id), text(&b.chain));
+    match v.revision {
         Some(rev) => line.push_str(&format!(": published as revision {rev}")),
         None => line.push_str(": not published"),
     }
-    if let Some(old) = v["superseded"].as_str() {
+    if let Some(old) = &v.superseded {
         line.push_str(&format!(", supersedes {old}"));
     }
     line
 }
 
 /// `POST /baselines/{id}/reject`.
-pub fn rejected(v: &Value) -> String {
-    let b = &v["baseline"];
+pub fn rejected(v: &RejectResult) -> String {
+    let b = &v.baseline;
+    let comment = b.decision.as_ref().and_then(|d| d.comment.clone());
     format!(
         "rejected {} ({}): {}",
-        s(&b["id"]),
-        s(&b["chain"]),
-        s(&b["decision"]["comment"])
+        text(&b.id),
+        text(&b.chain),
+        opt(&comment)
     )
 }
 
 /// `POST /chains/{chain}/baselines`: the new draft.
-pub fn recomputed(v: &Value) -> String {
+pub fn recomputed(v: &BaselineDocument) -> String {
     format!(
         "draft {} created for {} from run {} (topology v{})\n{}",
-        s(&v["id"]),
-        s(&v["chain"]),
-        s(&v["run_id"]),
-        s(&v["topology_version"]),
-        findings(&v["findings"])
+        text(&v.id),
+        text(&v.chain),
+        text(&v.run_id),
+        v.topology_version,
+        findings(&v.findings)
     )
 }
 
 /// `GET /baselines/{id}/rollout`.
-pub fn rollout(v: &Value) -> String {
+pub fn rollout(v: &Rollout) -> String {
     fields(&[
-        ("baseline", s(&v["baseline_id"])),
-        ("chain", s(&v["chain"])),
-        ("state", s(&v["state"])),
-        ("published as revision", s(&v["revision"])),
-        ("agents of the chain", s(&v["agents"])),
-        ("connected", s(&v["connected"])),
-        ("acked", s(&v["acked"])),
-        ("nacked", s(&v["nacked"])),
+        ("baseline", text(&v.baseline_id)),
+        ("chain", text(&v.chain)),
+        ("state", wire(&v.state)),
+        ("published as revision", opt(&v.revision)),
+        ("agents of the chain", v.agents.to_string()),
+        ("connected", v.connected.to_string()),
+        ("acked", v.acked.to_string()),
+        ("nacked", v.nacked.to_string()),
     ])
 }
 
@@ -222,17 +230,18 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn c(v: serde_json::Value) -> String {
+        change::<f64>(&serde_json::from_value(v).unwrap())
+    }
+
     #[test]
     fn diff_changes_show_from_and_to() {
         assert_eq!(
-            change(&json!({"from": 390, "to": 507, "change_pct": 30.0})),
+            c(json!({"from": 390, "to": 507, "change_pct": 30.0})),
             "390 → 507 (+30.0 %)"
         );
-        assert_eq!(
-            change(&json!({"from": 44, "to": 44, "change_pct": 0.0})),
-            "44"
-        );
-        assert_eq!(change(&json!({"from": null, "to": 9})), "new 9");
-        assert_eq!(change(&json!({"from": 9, "to": null})), "removed (was 9)");
+        assert_eq!(c(json!({"from": 44, "to": 44, "change_pct": 0.0})), "44");
+        assert_eq!(c(json!({"from": null, "to": 9})), "new 9");
+        assert_eq!(c(json!({"from": 9, "to": null})), "removed (was 9)");
     }
 }

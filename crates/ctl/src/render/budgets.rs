@@ -1,25 +1,25 @@
 //! A chain's live config (`budgets show`) and the answer of a rollback.
 
-use serde_json::Value;
+use budget_api::chains::{LiveChain, RollbackResult};
+use budget_core::rules::RetryPlan;
 
-use super::{arr, fields, idempotency, ms, s, table};
+use super::{fields, idempotency, ms_u, opt, table, text, wire};
 
 /// A live segment's retry plan: `deadline 1× [100] · unavailable 2× [100,300]`.
-fn retry_plan(r: &Value) -> String {
-    if !r["idempotent"].as_bool().unwrap_or(false) {
+fn retry_plan(r: &RetryPlan) -> String {
+    if !r.idempotent {
         return "never (not idempotent)".into();
     }
     let mut parts = Vec::new();
-    for (name, key) in [
-        ("deadline", "on_deadline"),
-        ("unavailable", "on_unavailable"),
+    for (name, rule) in [
+        ("deadline", &r.on_deadline),
+        ("unavailable", &r.on_unavailable),
     ] {
-        let p = &r[key];
-        if !p.is_null() {
-            let backoffs: Vec<String> = arr(&p["backoffs_ms"]).iter().map(ms).collect();
+        if let Some(p) = rule {
+            let backoffs: Vec<String> = p.backoffs_ms.iter().copied().map(ms_u).collect();
             parts.push(format!(
                 "{name} {}× [{} ms]",
-                s(&p["max_retries"]),
+                p.max_retries,
                 backoffs.join(", ")
             ));
         }
@@ -32,18 +32,18 @@ fn retry_plan(r: &Value) -> String {
 }
 
 /// `GET /chains/{chain}/budgets`: the live config.
-pub fn budgets(v: &Value) -> String {
+pub fn budgets(v: &LiveChain) -> String {
     let head = fields(&[
-        ("chain", s(&v["chain"])),
-        ("revision", s(&v["revision"])),
-        ("baseline", s(&v["baseline_id"])),
-        ("published", s(&v["published_at"])),
-        ("entry budget", format!("{} ms", ms(&v["entry_budget_ms"]))),
+        ("chain", text(&v.chain)),
+        ("revision", v.revision.to_string()),
+        ("baseline", text(&v.baseline_id)),
+        ("published", text(&v.published_at)),
+        ("entry budget", format!("{} ms", ms_u(v.entry_budget_ms))),
         (
             "breaker window",
-            format!("{} ms", ms(&v["breaker_window_ms"])),
+            format!("{} ms", ms_u(v.breaker_window_ms)),
         ),
-        ("max recovery", s(&v["max_recovery"])),
+        ("max recovery", wire(&v.max_recovery)),
     ]);
     let mut t = table(
         &[
@@ -58,30 +58,30 @@ pub fn budgets(v: &Value) -> String {
         ],
         &[3, 4, 5],
     );
-    for seg in arr(&v["segments"]) {
+    for seg in &v.segments {
         t.add_row(vec![
-            s(&seg["id"]),
-            s(&seg["parent"]),
-            s(&seg["class"]),
-            ms(&seg["timeout_ms"]),
-            ms(&seg["budget_ms"]),
-            ms(&seg["reserve_ms"]),
-            retry_plan(&seg["retry"]),
-            idempotency(&seg["idempotency"]),
+            text(&seg.id),
+            opt(&seg.parent),
+            wire(&seg.class),
+            ms_u(seg.timeout_ms),
+            ms_u(seg.budget_ms),
+            ms_u(seg.reserve_ms),
+            retry_plan(&seg.retry),
+            idempotency(&seg.idempotency),
         ]);
     }
     format!("{head}\n{t}")
 }
 
 /// `POST /chains/{chain}/rollback`.
-pub fn rolled_back(v: &Value) -> String {
+pub fn rolled_back(v: &RollbackResult) -> String {
     let mut line = format!(
         "{} now serves {} (revision {})",
-        s(&v["chain"]),
-        s(&v["baseline_id"]),
-        s(&v["revision"])
+        text(&v.chain),
+        text(&v.baseline_id),
+        v.revision
     );
-    if let Some(old) = v["superseded"].as_str() {
+    if let Some(old) = &v.superseded {
         line.push_str(&format!("; {old} superseded"));
     }
     line

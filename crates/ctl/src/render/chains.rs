@@ -1,15 +1,20 @@
 //! A chain's topology (`topology apply|show`) and the list of chains.
 
-use serde_json::Value;
+use budget_api::chains::{ChainList, TopologyVersion};
+use budget_core::topology::RetryFlags;
 
-use super::{arr, fields, idempotency, ms, s, table};
+use super::{fields, idempotency, ms_u, opt, table, text, wire};
 
 /// A topology segment's explicit retry flags, e.g. `on_deadline=false`; `-` when defaulted.
-fn retry_flags(r: &Value) -> String {
-    let set: Vec<String> = ["on_deadline", "on_unavailable"]
-        .iter()
-        .filter_map(|name| r[*name].as_bool().map(|b| format!("{name}={b}")))
-        .collect();
+fn retry_flags(r: &Option<RetryFlags>) -> String {
+    let Some(r) = r else { return "-".into() };
+    let set: Vec<String> = [
+        ("on_deadline", r.on_deadline),
+        ("on_unavailable", r.on_unavailable),
+    ]
+    .iter()
+    .filter_map(|(name, b)| b.map(|b| format!("{name}={b}")))
+    .collect();
     if set.is_empty() {
         "-".into()
     } else {
@@ -18,24 +23,21 @@ fn retry_flags(r: &Value) -> String {
 }
 
 /// `GET|PUT /chains/{chain}/topology`.
-pub fn topology(v: &Value) -> String {
-    let topo = &v["topology"];
+pub fn topology(v: &TopologyVersion) -> String {
+    let topo = &v.topology;
     let head = fields(&[
-        ("chain", s(&v["chain"])),
-        ("version", s(&v["version"])),
-        (
-            "entry budget",
-            format!("{} ms", ms(&topo["entry_budget_ms"])),
-        ),
+        ("chain", text(&v.chain)),
+        ("version", v.version.to_string()),
+        ("entry budget", format!("{} ms", ms_u(topo.entry_budget_ms))),
         (
             "breaker window",
-            format!("{} ms", ms(&topo["breaker_window_ms"])),
+            format!("{} ms", ms_u(topo.breaker_window_ms)),
         ),
-        ("max recovery", s(&topo["max_recovery"])),
-        ("sha256", s(&v["sha256"])),
+        ("max recovery", wire(&topo.max_recovery)),
+        ("sha256", text(&v.sha256)),
         (
             "created",
-            format!("{} by {}", s(&v["created_at"]), s(&v["created_by"])),
+            format!("{} by {}", text(&v.created_at), text(&v.created_by)),
         ),
     ]);
     let mut t = table(
@@ -51,25 +53,33 @@ pub fn topology(v: &Value) -> String {
         ],
         &[3, 6, 7],
     );
-    for seg in arr(&topo["segments"]) {
+    for seg in &topo.segments {
         t.add_row(vec![
-            s(&seg["id"]),
-            s(&seg["parent"]),
-            s(&seg["class"]),
-            s(&seg["stage"]),
-            idempotency(&seg["idempotency"]),
-            retry_flags(&seg["retry"]),
-            ms(&seg["pinned_timeout_ms"]),
-            ms(&seg["reserve_ms"]),
+            text(&seg.id),
+            opt(&seg.parent),
+            wire(&seg.class),
+            opt(&seg.stage),
+            idempotency(&seg.idempotency),
+            retry_flags(&seg.retry),
+            seg.pinned_timeout_ms.map_or_else(|| "-".into(), ms_u),
+            reserve(seg.reserve_ms),
         ]);
     }
     format!("{head}\n{t}")
 }
 
+/// A topology's reserve: absent on the wire (`-`) when zero.
+fn reserve(ms: u64) -> String {
+    if ms == 0 {
+        "-".into()
+    } else {
+        ms_u(ms)
+    }
+}
+
 /// `GET /chains`.
-pub fn chains(v: &Value) -> String {
-    let list = arr(&v["chains"]);
-    if list.is_empty() {
+pub fn chains(v: &ChainList) -> String {
+    if v.chains.is_empty() {
         return "no chains".into();
     }
     let mut t = table(
@@ -84,15 +94,15 @@ pub fn chains(v: &Value) -> String {
         ],
         &[1, 3, 4, 5],
     );
-    for c in list {
+    for c in &v.chains {
         t.add_row(vec![
-            s(&c["name"]),
-            s(&c["topology_version"]),
-            s(&c["current_baseline"]),
-            s(&c["revision"]),
-            s(&c["drafts"]),
-            s(&c["runs"]),
-            s(&c["updated_at"]),
+            text(&c.name),
+            opt(&c.topology_version),
+            opt(&c.current_baseline),
+            opt(&c.revision),
+            c.drafts.to_string(),
+            c.runs.to_string(),
+            text(&c.updated_at),
         ]);
     }
     t.to_string()

@@ -1,46 +1,44 @@
 //! The lines under a failed request's message: violations, findings, or the raw details.
 
+use budget_api::errors::ErrorDetails;
+use serde::Deserialize as _;
 use serde_json::Value;
 
-use super::{arr, s};
+use super::{opt, text, wire};
 
 /// The lines explaining a failed request's `details`: violations, findings, or the raw value.
 pub fn error_details(details: &Value) -> Vec<String> {
+    if details.is_null() {
+        return Vec::new();
+    }
+    let Ok(d) = ErrorDetails::deserialize(details) else {
+        return vec![format!("  details: {details}")];
+    };
     let mut lines = Vec::new();
-    for v in arr(&details["violations"]) {
-        let at = match (v["pointer"].as_str(), v["segment"].as_str()) {
+    for v in &d.violations {
+        let at = match (v.pointer.as_deref(), &v.segment) {
             (Some(""), _) => "(document)".to_owned(),
             (Some(p), _) => p.to_owned(),
-            (None, Some(seg)) => seg.to_owned(),
-            (None, None) => "-".to_owned(),
+            (None, seg) => opt(seg),
         };
-        lines.push(format!("  {at}: {}", s(&v["message"])));
+        lines.push(format!("  {at}: {}", text(&v.message)));
     }
-    for f in arr(&details["findings"]) {
+    for f in &d.findings {
         lines.push(format!(
             "  {} {} at {}: {}",
-            s(&f["severity"]),
-            s(&f["check"]),
-            s(&f["segment"]),
-            s(&f["message"])
+            wire(&f.severity),
+            f.kind.check_name(),
+            text(&f.segment),
+            text(&f.message)
         ));
     }
-    // Keys the message already states, or that the lines above cover.
-    const SHOWN: [&str; 6] = [
-        "violations",
-        "findings",
-        "schema",
-        "line",
-        "column",
-        "limit_bytes",
-    ];
-    if let Some(schema) = details["schema"].as_str() {
+    // Keys the message already states.
+    const SHOWN: [&str; 3] = ["line", "column", "limit_bytes"];
+    if let Some(schema) = &d.schema {
         lines.push(format!("  (schema: {schema})"));
     }
-    match details {
-        Value::Object(m) if m.keys().all(|k| SHOWN.contains(&k.as_str())) => {}
-        Value::Null => {}
-        other => lines.push(format!("  details: {other}")),
+    if !d.other.keys().all(|k| SHOWN.contains(&k.as_str())) {
+        lines.push(format!("  details: {details}"));
     }
     lines
 }
@@ -66,7 +64,7 @@ mod tests {
                 "  (schema: /schemas/topology.json)"
             ]
         );
-        let findings = json!({"findings": [{"check": "inversion", "segment": "gateway->order", "severity": "error", "message": "109 ms over"}]});
+        let findings = json!({"findings": [{"check": "inversion", "need_ms": 909, "available_ms": 800, "excess_ms": 109, "stages": [], "segment": "gateway->order", "severity": "error", "message": "109 ms over"}]});
         assert_eq!(
             error_details(&findings),
             ["  error inversion at gateway->order: 109 ms over"]

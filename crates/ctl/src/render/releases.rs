@@ -1,30 +1,29 @@
 //! Releases: a recorded one, the list, those citing a baseline (a section of `baseline show`),
 //! and a passed `release check`.
 
-use serde_json::Value;
+use budget_api::releases::{Release, ReleaseCheck, ReleaseList};
 
-use super::{arr, fields, s, short_sha, table};
+use super::{fields, opt, short, table, text};
 
 /// `POST /releases`: the recorded release.
-pub fn release(v: &Value) -> String {
+pub fn release(v: &Release) -> String {
     fields(&[
-        ("release", s(&v["id"])),
-        ("service", s(&v["service"])),
-        ("version", s(&v["version"])),
-        ("baseline", s(&v["baseline_id"])),
-        ("sha256", s(&v["baseline_sha256"])),
-        ("ticket", s(&v["ticket"])),
+        ("release", v.id.to_string()),
+        ("service", text(&v.service)),
+        ("version", text(&v.version)),
+        ("baseline", text(&v.baseline_id)),
+        ("sha256", text(&v.baseline_sha256)),
+        ("ticket", text(&v.ticket)),
         (
             "recorded",
-            format!("{} by {}", s(&v["created_at"]), s(&v["created_by"])),
+            format!("{} by {}", text(&v.created_at), text(&v.created_by)),
         ),
     ])
 }
 
 /// `GET /releases`.
-pub fn releases(v: &Value) -> String {
-    let list = arr(&v["releases"]);
-    if list.is_empty() {
+pub fn releases(v: &ReleaseList) -> String {
+    if v.releases.is_empty() {
         return "no releases".into();
     }
     let mut t = table(
@@ -33,56 +32,59 @@ pub fn releases(v: &Value) -> String {
         ],
         &[0],
     );
-    for r in list {
+    for r in &v.releases {
         t.add_row(vec![
-            s(&r["id"]),
-            s(&r["service"]),
-            s(&r["version"]),
-            s(&r["baseline_id"]),
-            short_sha(&r["baseline_sha256"]),
-            s(&r["ticket"]),
-            s(&r["created_by"]),
-            s(&r["created_at"]),
+            r.id.to_string(),
+            text(&r.service),
+            text(&r.version),
+            text(&r.baseline_id),
+            short(&r.baseline_sha256),
+            text(&r.ticket),
+            text(&r.created_by),
+            text(&r.created_at),
         ]);
     }
     t.to_string()
 }
 
 /// `GET /baselines/{id}/releases`, as a section of `baseline show`.
-pub fn baseline_releases(v: &Value) -> String {
-    let list = arr(&v["releases"]);
-    if list.is_empty() {
+pub fn baseline_releases(v: &ReleaseList) -> String {
+    if v.releases.is_empty() {
         return "releases: none cite this baseline".into();
     }
     let mut t = table(&["service", "version", "ticket", "by", "at"], &[]);
-    for r in list {
+    for r in &v.releases {
         t.add_row(vec![
-            s(&r["service"]),
-            s(&r["version"]),
-            s(&r["ticket"]),
-            s(&r["created_by"]),
-            s(&r["created_at"]),
+            text(&r.service),
+            text(&r.version),
+            text(&r.ticket),
+            text(&r.created_by),
+            text(&r.created_at),
         ]);
     }
-    format!("releases: {}\n{t}", list.len())
+    format!("releases: {}\n{t}", v.releases.len())
 }
 
 /// `release check`: the verdict when the baseline may be cited.
-pub fn release_check(v: &Value) -> String {
+pub fn release_check(v: &ReleaseCheck) -> String {
     let head = fields(&[
-        ("baseline", s(&v["baseline_id"])),
-        ("chain", s(&v["chain"])),
-        ("state", s(&v["state"])),
-        ("current", s(&v["current_baseline_id"])),
+        ("baseline", text(&v.baseline_id)),
+        ("chain", text(&v.chain)),
+        ("state", text(&v.state)),
+        ("current", opt(&v.current_baseline_id)),
     ]);
-    format!("{head}\nok: {}", s(&v["message"]))
+    format!("{head}\nok: {}", text(&v.message))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::render::check;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
+        serde_json::from_value(v).unwrap()
+    }
 
     fn a_release() -> Value {
         json!({
@@ -95,7 +97,7 @@ mod tests {
     #[test]
     fn a_recorded_release_shows_what_it_cites() {
         check(
-            &release(&a_release()),
+            &release(&typed(a_release())),
             &[
                 "release:  7",
                 "service:  order",
@@ -111,7 +113,7 @@ mod tests {
     #[test]
     fn releases_list_as_a_table() {
         check(
-            &releases(&json!({"releases": [a_release()]})),
+            &releases(&typed(json!({"releases": [a_release()]}))),
             &[
                 "┌────┬─────────┬─────────┬─────────────────┬───────────────┬────────┬─────┬──────────────────────┐",
                 "│ id ┆ service ┆ version ┆ baseline        ┆ sha256        ┆ ticket ┆ by  ┆ at                   │",
@@ -120,14 +122,14 @@ mod tests {
                 "└────┴─────────┴─────────┴─────────────────┴───────────────┴────────┴─────┴──────────────────────┘",
             ],
         );
-        assert_eq!(releases(&json!({"releases": []})), "no releases");
-        assert_eq!(releases(&json!({})), "no releases");
+        assert_eq!(releases(&typed(json!({"releases": []}))), "no releases");
+        assert_eq!(releases(&typed(json!({}))), "no releases");
     }
 
     #[test]
     fn the_baseline_view_lists_the_releases_citing_it() {
         check(
-            &baseline_releases(&json!({"releases": [a_release()]})),
+            &baseline_releases(&typed(json!({"releases": [a_release()]}))),
             &[
                 "releases: 1",
                 "┌─────────┬─────────┬────────┬─────┬──────────────────────┐",
@@ -138,7 +140,7 @@ mod tests {
             ],
         );
         assert_eq!(
-            baseline_releases(&json!({"releases": []})),
+            baseline_releases(&typed(json!({"releases": []}))),
             "releases: none cite this baseline"
         );
     }
@@ -149,7 +151,7 @@ mod tests {
             "current_baseline_id": "bl-20261130-001", "ok": true,
             "message": "bl-20261130-001 is the approved, current baseline of checkout"});
         check(
-            &release_check(&verdict),
+            &release_check(&typed(verdict)),
             &[
                 "baseline: bl-20261130-001",
                 "chain:    checkout",

@@ -1,43 +1,56 @@
 //! Runs: the outcome of an upload (run id, percentiles, label mapping, drift, draft), one run,
 //! a chain's runs.
 
-use serde_json::Value;
+use budget_api::runs::{LabelMapping, Run, RunList, RunSegment, RunUploadResult};
 
 use super::checks::{drift_table, findings};
-use super::{arr, fields, ms, s, table};
+use super::{fields, ms, opt, table, text, wire};
 
 /// `POST /chains/{chain}/runs`: run id, drift table, draft.
-pub fn run_outcome(v: &Value) -> String {
+pub fn run_outcome(v: &RunUploadResult) -> String {
     let mut out = vec![fields(&[
-        ("run", s(&v["run_id"])),
-        ("chain", s(&v["chain"])),
-        ("topology", format!("v{}", s(&v["topology_version"]))),
-        ("format", format!("{} ({})", s(&v["format"]), s(&v["tool"]))),
+        ("run", text(&v.run_id)),
+        ("chain", text(&v.chain)),
+        ("topology", format!("v{}", v.topology_version)),
+        ("format", format!("{} ({})", text(&v.format), opt(&v.tool))),
         (
             "compared with",
-            match v["compared_to"].as_str() {
-                Some(id) => id.to_owned(),
+            match &v.compared_to {
+                Some(id) => id.clone(),
                 None => "nothing (the chain has no approved baseline)".into(),
             },
         ),
     ])];
-    if !arr(&v["segments"]).is_empty() {
-        out.push(percentiles(&v["segments"]));
+    if !v.segments.is_empty() {
+        let segments: Vec<RunSegment> = v
+            .segments
+            .iter()
+            .map(|s| RunSegment {
+                id: s.id.clone(),
+                samples: s.samples,
+                failures: s.failures,
+                p50_ms: s.p50_ms,
+                p99_ms: s.p99_ms,
+                p999_ms: s.p999_ms,
+            })
+            .collect();
+        out.push(percentiles(&segments));
     }
-    out.extend(mapping(&v["mapping"]));
-    if !arr(&v["comparison"]).is_empty() {
-        out.push(drift_table(&v["comparison"]));
-        let drifted = arr(&v["drift"]).len();
+    out.extend(v.mapping.as_ref().map(mapping));
+    if !v.comparison.is_empty() {
+        out.push(drift_table(&v.comparison));
+        let drifted = v.drift.len();
         out.push(if drifted == 0 {
             "drift: none (no percentile moved more than 20 %)".into()
         } else {
             format!("drift: {drifted} percentile(s) moved more than 20 %")
         });
     }
-    match v["baseline_id"].as_str() {
+    match &v.baseline_id {
         Some(id) => {
-            out.push(format!("draft: {id} (reason: {})", s(&v["reason"])));
-            out.push(findings(&v["findings"]));
+            let reason = v.reason.as_ref().map_or_else(|| "-".into(), wire);
+            out.push(format!("draft: {id} (reason: {reason})"));
+            out.push(findings(&v.findings));
         }
         None => out.push("no draft".into()),
     }
@@ -45,89 +58,80 @@ pub fn run_outcome(v: &Value) -> String {
 }
 
 /// One run (`GET /chains/{chain}/runs/{id}`).
-pub fn run(v: &Value) -> String {
+pub fn run(v: &Run) -> String {
     let head = fields(&[
-        ("run", s(&v["id"])),
-        ("chain", s(&v["chain"])),
-        ("topology", format!("v{}", s(&v["topology_version"]))),
-        ("format", s(&v["format"])),
-        ("tool", s(&v["tool"])),
-        ("note", s(&v["note"])),
+        ("run", text(&v.id)),
+        ("chain", text(&v.chain)),
+        ("topology", format!("v{}", v.topology_version)),
+        ("format", text(&v.format)),
+        ("tool", opt(&v.tool)),
+        ("note", opt(&v.note)),
         (
             "uploaded",
-            format!("{} by {}", s(&v["created_at"]), s(&v["uploaded_by"])),
+            format!("{} by {}", text(&v.created_at), text(&v.uploaded_by)),
         ),
         (
             "source",
-            format!(
-                "{} bytes, sha256 {}",
-                s(&v["source_size"]),
-                s(&v["source_sha256"])
-            ),
+            format!("{} bytes, sha256 {}", v.source_size, text(&v.source_sha256)),
         ),
     ]);
-    let mut out = vec![head, percentiles(&v["segments"])];
-    let sources = arr(&v["sources"]);
-    if !sources.is_empty() {
+    let mut out = vec![head, percentiles(&v.segments)];
+    if !v.sources.is_empty() {
         let mut t = table(&["file", "format", "bytes", "sha256"], &[2]);
-        for f in sources {
+        for f in &v.sources {
             t.add_row(vec![
-                s(&f["name"]),
-                s(&f["format"]),
-                s(&f["size"]),
-                s(&f["sha256"]),
+                opt(&f.name),
+                text(&f.format),
+                f.size.to_string(),
+                text(&f.sha256),
             ]);
         }
         out.push(format!("evidence:\n{t}"));
     }
-    out.extend(mapping(&v["mapping"]));
+    out.extend(v.mapping.as_ref().map(mapping));
     out.join("\n")
 }
 
 /// Per-segment percentiles read from a run.
-pub fn percentiles(segments: &Value) -> String {
+pub fn percentiles(segments: &[RunSegment]) -> String {
     let mut t = table(
         &["segment", "samples", "failures", "p50", "p99", "p999"],
         &[1, 2, 3, 4, 5],
     );
-    for seg in arr(segments) {
+    for seg in segments {
         t.add_row(vec![
-            s(&seg["id"]),
-            s(&seg["samples"]),
-            s(&seg["failures"]),
-            ms(&seg["p50_ms"]),
-            ms(&seg["p99_ms"]),
-            ms(&seg["p999_ms"]),
+            text(&seg.id),
+            seg.samples.to_string(),
+            opt(&seg.failures),
+            ms(seg.p50_ms),
+            ms(Some(seg.p99_ms)),
+            ms(Some(seg.p999_ms)),
         ]);
     }
     t.to_string()
 }
 
 /// How load-tool labels were mapped: `label → segment`, and the labels left unmapped.
-pub fn mapping(m: &Value) -> Option<String> {
-    let mapped = m["mapped"].as_object()?;
+pub fn mapping(m: &LabelMapping) -> String {
     let mut lines = vec!["labels:".to_owned()];
-    for (label, seg) in mapped {
-        lines.push(format!("  {label} → {}", s(seg)));
+    for (label, seg) in &m.mapped {
+        lines.push(format!("  {label} → {}", text(seg)));
     }
-    let unmapped: Vec<String> = arr(&m["unmapped"]).iter().map(s).collect();
-    if !unmapped.is_empty() {
+    if !m.unmapped.is_empty() {
         lines.push(format!(
             "  unmapped (not used; map them with --map LABEL=SEGMENT or the topology's labels): {}",
-            unmapped.join(", ")
+            m.unmapped.join(", ")
         ));
     }
-    let ignored: Vec<String> = arr(&m["ignored"]).iter().map(s).collect();
-    if !ignored.is_empty() {
-        lines.push(format!("  ignored: {}", ignored.join(", ")));
+    if !m.ignored.is_empty() {
+        lines.push(format!("  ignored: {}", m.ignored.join(", ")));
     }
-    Some(lines.join("\n"))
+    lines.join("\n")
 }
 
 /// `GET /chains/{chain}/runs`.
-pub fn runs(v: &Value) -> String {
-    let list = arr(&v["runs"]);
-    if list.is_empty() {
+pub fn runs(v: &RunList) -> String {
+    if v.runs.is_empty() {
         return "no runs".into();
     }
     let mut t = table(
@@ -141,14 +145,14 @@ pub fn runs(v: &Value) -> String {
         ],
         &[1, 2],
     );
-    for r in list {
+    for r in &v.runs {
         t.add_row(vec![
-            s(&r["id"]),
-            s(&r["topology_version"]),
-            arr(&r["segments"]).len().to_string(),
-            s(&r["tool"]),
-            s(&r["uploaded_by"]),
-            s(&r["created_at"]),
+            text(&r.id),
+            r.topology_version.to_string(),
+            r.segments.len().to_string(),
+            opt(&r.tool),
+            text(&r.uploaded_by),
+            text(&r.created_at),
         ]);
     }
     t.to_string()
@@ -165,10 +169,10 @@ mod tests {
             "run_id": "run-20261130-002", "chain": "checkout", "topology_version": 1,
             "compared_to": "bl-20261130-001",
             "comparison": [{"segment": "order->payment", "metric": "p999", "baseline_ms": 300.0, "run_ms": 390.0, "change_pct": 30.0, "drift": true}],
-            "drift": [{"segment": "order->payment"}],
+            "drift": [{"segment": "order->payment", "metric": "p999", "baseline_ms": 300.0, "run_ms": 390.0, "change_pct": 30.0, "drift": true}],
             "baseline_id": "bl-20261130-002", "reason": "drift", "findings": []
         });
-        let text = run_outcome(&with_draft);
+        let text = run_outcome(&serde_json::from_value(with_draft).unwrap());
         assert!(
             text.starts_with("run:           run-20261130-002\n"),
             "{text}"
@@ -188,7 +192,7 @@ mod tests {
 
         let first = json!({"run_id": "run-1", "chain": "c", "topology_version": 1, "compared_to": null,
             "comparison": [], "drift": [], "baseline_id": null, "reason": null, "findings": []});
-        let text = run_outcome(&first);
+        let text = run_outcome(&serde_json::from_value(first).unwrap());
         assert!(
             text.contains("compared with: nothing (the chain has no approved baseline)"),
             "{text}"

@@ -1,23 +1,22 @@
 //! API tokens (never their secrets).
 
-use serde_json::Value;
+use budget_api::tokens::TokenList;
 
-use super::{arr, s, table};
+use super::{table, text};
 
 /// `GET /tokens`.
-pub fn tokens(v: &Value) -> String {
-    let list = arr(&v["tokens"]);
-    if list.is_empty() {
+pub fn tokens(v: &TokenList) -> String {
+    if v.tokens.is_empty() {
         return "no tokens".into();
     }
     let mut t = table(&["name", "role", "owner", "created by", "created at"], &[]);
-    for tok in list {
+    for tok in &v.tokens {
         t.add_row(vec![
-            s(&tok["name"]),
-            s(&tok["role"]),
-            s(&tok["owner"]),
-            s(&tok["created_by"]),
-            s(&tok["created_at"]),
+            text(&tok.name),
+            text(&tok.role),
+            text(&tok.owner),
+            text(&tok.created_by),
+            text(&tok.created_at),
         ]);
     }
     t.to_string()

@@ -1,0 +1,40 @@
+//! The fleet: `GET /agents`, every agent seen within the retention period, paginated. (A
+//! baseline's rollout is in [`crate::baselines::Rollout`].)
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// What the fleet knows of one agent (OpenAPI `Agent`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Agent {
+    pub agent_id: String,
+    pub service: String,
+    pub labels: BTreeMap<String, String>,
+    /// The chains the agent receives.
+    pub chains: Vec<String>,
+    /// `host:port` of the gRPC listener of the replica it streams from.
+    pub replica: String,
+    pub connected: bool,
+    /// Last revision sent to it.
+    pub delivered: i64,
+    /// Last revision it accepted (ACK).
+    pub acked: i64,
+    /// Last revision it refused (NACK), and why.
+    pub nack_revision: Option<i64>,
+    pub nack_error: Option<String>,
+    pub first_seen: String,
+    pub last_seen: String,
+    /// The name of the token the agent is bound to (`null` once that token is revoked).
+    pub token: Option<String>,
+}
+
+/// A page of agents, by service and id.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentList {
+    pub agents: Vec<Agent>,
+    /// Pass as `?cursor=` for the next page; `null` on the last.
+    pub next_cursor: Option<String>,
+}

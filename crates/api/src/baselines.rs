@@ -1,0 +1,172 @@
+//! Baselines: a chain's list (`GET /chains/{chain}/baselines`), one document
+//! (`GET /baselines/{id}`, the stored bytes: [`BaselineDocument`]), recompute, approve,
+//! reject, diff, and a publication's rollout (`GET /baselines/{id}/rollout`).
+
+use budget_core::baseline::{BaselineDocument, BaselineState};
+use budget_core::capacity::Capacity;
+use budget_core::checks::Finding;
+use serde::{Deserialize, Serialize};
+
+/// One baseline of a list (OpenAPI `BaselineSummary`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BaselineSummary {
+    pub id: String,
+    pub chain: String,
+    pub state: BaselineState,
+    pub reason: String,
+    pub run_id: String,
+    pub topology_version: i64,
+    pub has_errors: bool,
+    pub created_at: String,
+    pub created_by: String,
+    pub updated_at: String,
+}
+
+/// A page of a chain's baselines, newest first.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BaselineList {
+    pub baselines: Vec<BaselineSummary>,
+    /// Pass as `?cursor=` for the next page; `null` on the last.
+    pub next_cursor: Option<String>,
+}
+
+/// `POST /chains/{chain}/baselines` (OpenAPI `RecomputeRequest`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecomputeRequest {
+    pub run_id: String,
+    /// The topology version to compute against; the run's own when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_version: Option<u64>,
+}
+
+/// The body of approve and reject (OpenAPI `Comment`); approve's is optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Comment {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}
+
+/// `POST /baselines/{id}/approve` (OpenAPI `ApproveResult`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApproveResult {
+    /// The approved document.
+    pub baseline: BaselineDocument,
+    /// The publication's revision; `null` when nothing was published.
+    #[serde(default)]
+    pub revision: Option<i64>,
+    /// The baseline this one replaced as the approved one.
+    #[serde(default)]
+    pub superseded: Option<String>,
+}
+
+/// `POST /baselines/{id}/reject` (OpenAPI `RejectResult`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RejectResult {
+    /// The rejected document.
+    pub baseline: BaselineDocument,
+}
+
+/// A value in the old and the new baseline.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Change<T> {
+    pub from: Option<T>,
+    pub to: Option<T>,
+    /// Percent change, one decimal; absent when either side is missing or `from` is zero.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub change_pct: Option<f64>,
+    /// Whether the value moved more than the R-drift threshold either way.
+    pub drift: bool,
+}
+
+/// One segment of a diff.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SegmentDiff {
+    pub id: String,
+    /// `added`, `removed`, `changed` or `same`.
+    pub status: String,
+    pub p99_ms: Change<f64>,
+    pub p999_ms: Change<f64>,
+    pub timeout_ms: Change<u64>,
+    pub budget_ms: Change<u64>,
+}
+
+/// `GET /baselines/{id}/diff` (OpenAPI `BaselineDiff`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BaselineDiff {
+    pub from: String,
+    pub to: String,
+    /// The threshold of every change's `drift` flag, in percent.
+    pub drift_threshold_pct: u64,
+    pub segments: Vec<SegmentDiff>,
+    /// Findings of `to` that `from` did not have.
+    pub findings_added: Vec<Finding>,
+    /// Findings of `from` that `to` no longer has.
+    pub findings_resolved: Vec<Finding>,
+}
+
+impl<T> From<budget_core::diff::Change<T>> for Change<T> {
+    fn from(c: budget_core::diff::Change<T>) -> Self {
+        Self {
+            from: c.from,
+            to: c.to,
+            change_pct: c.change_pct,
+            drift: c.drift,
+        }
+    }
+}
+
+impl From<budget_core::diff::BaselineDiff> for BaselineDiff {
+    fn from(d: budget_core::diff::BaselineDiff) -> Self {
+        Self {
+            from: d.from,
+            to: d.to,
+            drift_threshold_pct: d.drift_threshold_pct,
+            segments: d
+                .segments
+                .into_iter()
+                .map(|s| SegmentDiff {
+                    id: s.id,
+                    status: s.status.into(),
+                    p99_ms: s.p99_ms.into(),
+                    p999_ms: s.p999_ms.into(),
+                    timeout_ms: s.timeout_ms.into(),
+                    budget_ms: s.budget_ms.into(),
+                })
+                .collect(),
+            findings_added: d.findings_added,
+            findings_resolved: d.findings_resolved,
+        }
+    }
+}
+
+/// `GET /baselines/{id}/rollout` (OpenAPI `Rollout`): how many agents receiving the chain
+/// have ACKed (or NACKed) the baseline's publication.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rollout {
+    pub baseline_id: String,
+    pub chain: String,
+    pub state: BaselineState,
+    /// The baseline's latest publication, or `null` if it was never published.
+    #[serde(default)]
+    pub revision: Option<i64>,
+    /// Agents receiving the chain.
+    pub agents: u64,
+    pub connected: u64,
+    /// Of those, how many ACKed (or NACKed) the publication or a later revision.
+    pub acked: u64,
+    pub nacked: u64,
+}
+
+/// `GET /baselines/{id}/tree` (OpenAPI `BaselineTree`): the call tree of a baseline in
+/// numbers — every parent's need against its time, and how each budget is made (what the
+/// console draws).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BaselineTree {
+    pub baseline_id: String,
+    #[serde(flatten)]
+    pub capacity: Capacity,
+}
