@@ -246,12 +246,8 @@ async fn process_token(
     v["token"].as_str().unwrap().to_owned()
 }
 
-/// Memory: one uploader streams a 256 MiB `map` part (generated as it is sent) to the real
-/// binary. The server stops at 64 KiB (413) and its resident memory grows by less than
-/// MAP_STREAM_RSS_BOUND_KIB; before the fix it read the whole part (+256 MiB and more).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn process_map_part_stream_keeps_memory_bounded() {
-    const PART: u64 = 256 * 1024 * 1024;
+/// The real binary with chain `checkout` (labelled topology) and an uploader's token.
+async fn process_with_checkout() -> (ServerProcess, reqwest::Client, String) {
     let server = start_process().await;
     let http = reqwest::Client::new();
     let uploader = process_token(&server, &http, "uploader", "uma").await;
@@ -264,6 +260,16 @@ async fn process_map_part_stream_keeps_memory_bounded() {
     )
     .await;
     assert_eq!(status, 201, "{v}");
+    (server, http, uploader)
+}
+
+/// Memory: one uploader streams a 256 MiB `map` part (generated as it is sent) to the real
+/// binary. The server stops at 64 KiB (413) and its resident memory grows by less than
+/// MAP_STREAM_RSS_BOUND_KIB; before the fix it read the whole part (+256 MiB and more).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_map_part_stream_keeps_memory_bounded() {
+    const PART: u64 = 256 * 1024 * 1024;
+    let (server, http, uploader) = process_with_checkout().await;
     // Warm up the upload path (parser, allocator arenas) with a real multipart upload.
     let warm = http
         .post(server.url("/api/v1/chains/checkout/runs?format=oha"))
@@ -1143,18 +1149,7 @@ crate::on_both_backends!(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn process_tool_summaries_are_capped() {
     const BODY: u64 = 60 * 1024 * 1024;
-    let server = start_process().await;
-    let http = reqwest::Client::new();
-    let uploader = process_token(&server, &http, "uploader", "uma").await;
-    let (status, v) = process_call(
-        &http,
-        Method::PUT,
-        server.url("/api/v1/chains/checkout/topology"),
-        &uploader,
-        Some(labelled_topology()),
-    )
-    .await;
-    assert_eq!(status, 201, "{v}");
+    let (server, _, uploader) = process_with_checkout().await;
     for (format, prefix) in [
         (
             "oha",
