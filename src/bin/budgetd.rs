@@ -223,7 +223,8 @@ async fn serve(common: Common, listen: Listen, demo: bool) -> anyhow::Result<()>
 }
 
 async fn token(command: TokenCommand) -> anyhow::Result<()> {
-    use budgetd::service::tokens::{self, CreateToken};
+    use budget_api::tokens::TokenCreateRequest;
+    use budgetd::service::tokens;
     match command {
         TokenCommand::Create {
             common,
@@ -231,11 +232,7 @@ async fn token(command: TokenCommand) -> anyhow::Result<()> {
             name,
             owner,
         } => {
-            let request = CreateToken {
-                name: Some(name),
-                role: Some(role),
-                owner,
-            };
+            let request = TokenCreateRequest { name, role, owner };
             let issued =
                 tokens::create_offline(&common.settings()?.database_url(), request).await?;
             println!("{}", issued.secret.unwrap_or_default());

@@ -1,13 +1,24 @@
-//! Request extractors that answer bad input with precise errors in our format.
+//! Request extractors that answer bad input with precise errors in our format: path, query
+//! string and JSON bodies — typed ones (`budget_api`'s request types, read by [`super::fields`])
+//! and, for the bodies checked against a JSON Schema, the parsed value as it is.
+
+use std::collections::HashMap;
+use std::ops::RangeInclusive;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::{json, Value};
 
+use super::api::page::MAX_LIMIT;
+use super::fields::{self, FieldError, Param, MAX_TEXT};
 use crate::auth::{Principal, Role};
 use crate::error::{ApiError, ApiResult, Code};
+use crate::service::violation;
 use crate::state::AppState;
 
 /// Path parameters whose rejection (e.g. invalid UTF-8 once percent-decoded) answers in our
@@ -16,7 +27,7 @@ pub struct Path<T>(pub T);
 
 impl<T, S> FromRequestParts<S> for Path<T>
 where
-    T: serde::de::DeserializeOwned + Send,
+    T: DeserializeOwned + Send,
     S: Send + Sync,
 {
     type Rejection = ApiError;
@@ -29,32 +40,162 @@ where
     }
 }
 
-/// A query string, rejected in our error format like [`Path`].
+/// A query string read as `T` (one of `budget_api`'s query types). Integer parameters are
+/// checked against [`int_range`]; a bad one answers `400` naming the parameter, its value and
+/// the range. A repeated parameter counts once, with its last value.
 pub struct Query<T>(pub T);
+
+/// The integers the API's query parameters take: `limit` is a page (1 to [`MAX_LIMIT`]);
+/// `before` and `version` are an id or a version (1 or more).
+fn int_range(name: &str) -> RangeInclusive<i64> {
+    if name == "limit" {
+        1..=MAX_LIMIT
+    } else {
+        1..=i64::MAX
+    }
+}
 
 impl<T, S> FromRequestParts<S> for Query<T>
 where
-    T: serde::de::DeserializeOwned,
+    T: DeserializeOwned,
     S: Send + Sync,
 {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> ApiResult<Self> {
-        axum::extract::Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|axum::extract::Query(v)| Self(v))
-            .map_err(|e| ApiError::bad_request(format!("invalid query string: {}", e.body_text())))
+        let axum::extract::Query(params) =
+            axum::extract::Query::<HashMap<String, String>>::from_request_parts(parts, state)
+                .await
+                .map_err(|e| invalid_query(e.body_text()))?;
+        let params = params
+            .into_iter()
+            .map(|(name, raw)| {
+                let ints = int_range(&name);
+                (name, Param { raw, ints })
+            })
+            .collect();
+        fields::read(params).map(Self).map_err(|e| match e {
+            FieldError::Invalid { why, .. } => ApiError::bad_request(why),
+            other => invalid_query(other.to_string()),
+        })
     }
 }
 
-/// A JSON body: content type checked, size limited, parsed; keeps the raw bytes too.
+fn invalid_query(why: String) -> ApiError {
+    ApiError::bad_request(format!("invalid query string: {why}"))
+}
+
+/// A request body of one of `budget_api`'s request types, and the API's words for one that is
+/// not: serde reads the fields (see [`fields`]), this says what is wrong with the first field
+/// that fails.
+pub trait RequestBody: DeserializeOwned + Send {
+    /// The `422` for a required `field` that is absent or null; by default [`required`].
+    fn missing(field: &str) -> ApiError {
+        required(field)
+    }
+
+    /// The `422` for a `field` not of its type (a string: of at most [`MAX_TEXT`] bytes); by
+    /// default [`not_text`].
+    fn invalid(field: &str) -> ApiError {
+        not_text(field)
+    }
+
+    /// What an empty body stands for; `None`: an empty body is refused like any non-JSON one.
+    fn empty() -> Option<Self> {
+        None
+    }
+}
+
+/// `{field} is required`.
+pub(crate) fn required(field: &str) -> ApiError {
+    violation(
+        &format!("/{field}"),
+        format!("{field} is required"),
+        "required",
+    )
+}
+
+/// `{field} must be a string of at most 4096 characters`.
+pub fn not_text(field: &str) -> ApiError {
+    violation(
+        &format!("/{field}"),
+        format!("{field} must be a string of at most {MAX_TEXT} characters"),
+        "expected a string",
+    )
+}
+
+/// A typed JSON body or answer. As an extractor, `T` is a [`RequestBody`]: content type
+/// checked (415), size limited (413), parsed (400 `malformed_json`), a JSON object (422), then
+/// read field by field (422 naming the field). As an answer, one of `budget_api`'s types,
+/// written with its object keys sorted (as `serde_json::Value` writes them), so the bytes on
+/// the wire do not depend on field order.
+#[derive(Debug)]
+pub struct Json<T>(pub T);
+
+impl<T: RequestBody> FromRequest<AppState> for Json<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> ApiResult<Self> {
+        let content_type = content_type(&req);
+        let limit = state.settings.max_body_bytes;
+        let raw = match T::empty() {
+            // A body that may be empty is read before its content type counts.
+            Some(empty) => {
+                let raw = read_body(req, limit).await?;
+                if raw.iter().all(u8::is_ascii_whitespace) {
+                    return Ok(Self(empty));
+                }
+                require_json(content_type.as_deref())?;
+                raw
+            }
+            None => {
+                require_json(content_type.as_deref())?;
+                read_body(req, limit).await?
+            }
+        };
+        let Value::Object(object) = parse(&raw)? else {
+            return Err(violation(
+                "",
+                "the body must be a JSON object",
+                "expected an object",
+            ));
+        };
+        fields::read(object.into_iter().collect())
+            .map(Self)
+            .map_err(|e| match e {
+                FieldError::Missing(field) => T::missing(&field),
+                FieldError::Invalid { field, .. } => T::invalid(&field),
+                FieldError::Other(why) => violation("", why.clone(), why),
+            })
+    }
+}
+
+impl<T: Serialize> IntoResponse for Json<T> {
+    fn into_response(self) -> Response {
+        match serde_json::to_value(&self.0) {
+            Ok(v) => axum::Json(v).into_response(),
+            Err(e) => ApiError::internal(e.into()).into_response(),
+        }
+    }
+}
+
+/// A JSON body as it is, for the bodies checked against a JSON Schema (topologies, native
+/// runs): content type checked, size limited, parsed; keeps the raw bytes too.
 pub struct JsonBody {
     pub value: Value,
     pub raw: Bytes,
 }
 
-/// A JSON body that may be empty (e.g. approve without a comment).
-pub struct OptionalJsonBody(pub Option<Value>);
+impl FromRequest<AppState> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> ApiResult<Self> {
+        require_json(content_type(&req).as_deref())?;
+        let raw = read_body(req, state.settings.max_body_bytes).await?;
+        let value = parse(&raw)?;
+        Ok(Self { value, raw })
+    }
+}
 
 async fn read_body(req: Request, limit: usize) -> ApiResult<Bytes> {
     let body: Body = req.into_body();
@@ -87,7 +228,15 @@ pub fn body_error(e: axum::Error, limit: usize, setting: &str) -> ApiError {
     ApiError::bad_request(format!("failed to read the request body: {source}"))
 }
 
-fn is_json(content_type: Option<&str>) -> bool {
+fn content_type(req: &Request) -> Option<String> {
+    req.headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// Whether a `Content-Type` is JSON: `application/json` or `application/*+json`.
+pub fn is_json(content_type: Option<&str>) -> bool {
     content_type
         .and_then(|ct| ct.split(';').next())
         .map(|m| {
@@ -95,6 +244,20 @@ fn is_json(content_type: Option<&str>) -> bool {
             m == "application/json" || (m.starts_with("application/") && m.ends_with("+json"))
         })
         .unwrap_or(false)
+}
+
+fn require_json(content_type: Option<&str>) -> ApiResult<()> {
+    if is_json(content_type) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            Code::UnsupportedMediaType,
+            format!(
+                "expected Content-Type: application/json, got {}",
+                content_type.unwrap_or("none")
+            ),
+        ))
+    }
 }
 
 fn parse(raw: &[u8]) -> ApiResult<Value> {
@@ -105,75 +268,6 @@ fn parse(raw: &[u8]) -> ApiResult<Value> {
         )
         .with_details(json!({"line": e.line(), "column": e.column()}))
     })
-}
-
-impl FromRequest<AppState> for JsonBody {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &AppState) -> ApiResult<Self> {
-        let ct = req
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        if !is_json(ct.as_deref()) {
-            return Err(ApiError::new(
-                Code::UnsupportedMediaType,
-                format!(
-                    "expected Content-Type: application/json, got {}",
-                    ct.as_deref().unwrap_or("none")
-                ),
-            ));
-        }
-        let raw = read_body(req, state.settings.max_body_bytes).await?;
-        let value = parse(&raw)?;
-        Ok(Self { value, raw })
-    }
-}
-
-impl FromRequest<AppState> for OptionalJsonBody {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &AppState) -> ApiResult<Self> {
-        let ct = req
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let raw = read_body(req, state.settings.max_body_bytes).await?;
-        if raw.iter().all(u8::is_ascii_whitespace) {
-            return Ok(Self(None));
-        }
-        if !is_json(ct.as_deref()) {
-            return Err(ApiError::new(
-                Code::UnsupportedMediaType,
-                format!(
-                    "expected Content-Type: application/json, got {}",
-                    ct.as_deref().unwrap_or("none")
-                ),
-            ));
-        }
-        Ok(Self(Some(parse(&raw)?)))
-    }
-}
-
-/// An optional string field of an optional JSON object body, e.g. `{"comment": "…"}`.
-pub fn string_field(body: &Option<Value>, field: &str) -> ApiResult<Option<String>> {
-    let Some(body) = body else { return Ok(None) };
-    let Some(obj) = body.as_object() else {
-        return Err(ApiError::validation(
-            "the body must be a JSON object",
-            json!({"violations": [{"pointer": "", "message": "expected an object"}]}),
-        ));
-    };
-    match obj.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if s.len() <= 4096 => Ok(Some(s.clone())),
-        Some(_) => Err(ApiError::validation(
-            format!("{field} must be a string of at most 4096 characters"),
-            json!({"violations": [{"pointer": format!("/{field}"), "message": "expected a string"}]}),
-        )),
-    }
 }
 
 impl FromRequestParts<AppState> for Principal {

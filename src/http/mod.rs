@@ -3,6 +3,7 @@
 pub mod api;
 pub mod console;
 pub mod extract;
+pub mod fields;
 pub mod metrics;
 pub mod middleware;
 pub mod serve;

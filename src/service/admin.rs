@@ -3,8 +3,10 @@
 
 use std::io::{Read, Write};
 
+use budget_api::chains::ChainSummary;
+
 use crate::state::AppState;
-use crate::store::{self, Backend, ChainSummary, Export, PoolStatus, Store, TableCounts};
+use crate::store::{self, Backend, Export, PoolStatus, Store, TableCounts};
 
 /// The store's backend when it answers (`/readyz`); why not otherwise.
 pub async fn ready(state: &AppState) -> anyhow::Result<Backend> {

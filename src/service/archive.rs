@@ -6,27 +6,11 @@ use crate::archive::{self, verify};
 use crate::config::Settings;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
-use crate::store::{self, archive_key, OutboxItem};
+use crate::store::{self, archive_key};
 
 /// A baseline's archive: its key, state and upload attempts.
 pub use budget_api::archive::ArchiveStatus;
-use budget_api::archive::{ArchiveProblem, ArchiveReport, ArchiveUpload};
-
-/// An outbox item on the wire.
-fn upload(i: OutboxItem) -> ArchiveUpload {
-    ArchiveUpload {
-        id: i.id,
-        baseline_id: i.baseline_id,
-        key: i.key,
-        sha256: i.sha256,
-        state: i.state,
-        attempts: i.attempts,
-        last_error: i.last_error,
-        next_attempt_at: i.next_attempt_at,
-        created_at: i.created_at,
-        archived_at: i.archived_at,
-    }
-}
+use budget_api::archive::{ArchiveProblem, ArchiveReport};
 
 /// A verification report on the wire.
 pub fn report(r: verify::Report) -> ArchiveReport {
@@ -77,7 +61,7 @@ pub async fn status(state: &AppState, id: &str) -> ApiResult<ArchiveStatus> {
         attempts: latest.map(|i| i.attempts),
         last_error: latest.and_then(|i| i.last_error.clone()),
         archived_at: latest.and_then(|i| i.archived_at.clone()),
-        uploads: items.into_iter().map(upload).collect(),
+        uploads: items,
     })
 }
 

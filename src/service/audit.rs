@@ -1,9 +1,10 @@
 //! The audit log: who did what, newest first.
 
+use budget_api::audit::AuditEntry;
+
 use super::check_chain_name;
 use crate::error::ApiResult;
 use crate::state::AppState;
-use crate::store::AuditEntry;
 
 /// Up to `limit` entries (of one chain, or all), newer than nothing and older than entry
 /// `before` when given.

@@ -3,6 +3,7 @@
 //! is still a draft (or superseded, for a rollback) is decided by the store inside the
 //! transaction that moves it, so a repeat of a committed request finds its result.
 
+use budget_api::baselines::BaselineSummary;
 use budget_core::baseline::BaselineState;
 use budget_core::capacity;
 use budget_core::diff::BaselineDiff;
@@ -14,7 +15,7 @@ use super::{audit, check_chain_name, now, republish, violations_of};
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
-use crate::store::{BaselineCursor, BaselineSummary, Published, StoredBaseline, Verdict};
+use crate::store::{BaselineCursor, Published, StoredBaseline, Verdict};
 
 impl From<ApproveError> for ApiError {
     fn from(e: ApproveError) -> Self {

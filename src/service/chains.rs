@@ -1,5 +1,6 @@
 //! Chains: names, topologies and the live budgets.
 
+use budget_api::chains::{ChainSummary, TopologyVersion};
 use budget_core::live::LiveChain;
 use budget_core::Topology;
 use serde_json::{json, Value};
@@ -9,7 +10,6 @@ use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::schemas::Schema;
 use crate::state::AppState;
-use crate::store::{ChainSummary, TopologyVersion};
 
 /// Chain names: lowercase letters, digits, `-`, `_`, `.`; 1–64 characters.
 pub fn check_chain_name(chain: &str) -> ApiResult<()> {

@@ -1,13 +1,54 @@
 //! Releases citing baseline ids (SPEC §1.6): recorded only for a baseline that was approved.
 
+use budget_api::releases::{Release, ReleaseRequest};
 use budget_core::baseline::BaselineState;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::{audit, violation};
 use crate::auth::Principal;
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
-use crate::store::{Audit, NewRelease, Release, StoreError};
+use crate::store::{Audit, StoreError};
+
+/// The most bytes field `name` of a release request may hold.
+fn max_len(name: &str) -> usize {
+    match name {
+        "service" | "version" => 128,
+        "baseline_id" => 64,
+        _ => 256,
+    }
+}
+
+/// Why field `name` of a release request is refused: missing, not a string, blank, too long or
+/// holding a control character.
+pub fn refused(name: &str) -> ApiError {
+    let max = max_len(name);
+    violation(
+        &format!("/{name}"),
+        format!("{name} is required: a non-empty string of at most {max} characters"),
+        format!("required string, 1-{max} characters"),
+    )
+}
+
+/// The request with every field checked and trimmed, or the first field refused.
+fn checked(request: &ReleaseRequest) -> ApiResult<ReleaseRequest> {
+    let field = |name: &str, value: &str| {
+        if value.trim().is_empty()
+            || value.len() > max_len(name)
+            || value.chars().any(char::is_control)
+        {
+            Err(refused(name))
+        } else {
+            Ok(value.trim().to_owned())
+        }
+    };
+    Ok(ReleaseRequest {
+        service: field("service", &request.service)?,
+        version: field("version", &request.version)?,
+        baseline_id: field("baseline_id", &request.baseline_id)?,
+        ticket: field("ticket", &request.ticket)?,
+    })
+}
 
 /// Records a release citing a baseline: the baseline must exist and have been approved
 /// (approved or superseded); its document's SHA-256 is kept with the release.
@@ -15,35 +56,9 @@ use crate::store::{Audit, NewRelease, Release, StoreError};
 pub async fn record_release(
     state: &AppState,
     principal: &Principal,
-    body: Value,
+    request: ReleaseRequest,
 ) -> ApiResult<Release> {
-    let field = |name: &str, max: usize| -> ApiResult<String> {
-        match body.get(name) {
-            Some(Value::String(s))
-                if !s.trim().is_empty() && s.len() <= max && !s.chars().any(char::is_control) =>
-            {
-                Ok(s.trim().to_owned())
-            }
-            _ => Err(violation(
-                &format!("/{name}"),
-                format!("{name} is required: a non-empty string of at most {max} characters"),
-                format!("required string, 1-{max} characters"),
-            )),
-        }
-    };
-    if !body.is_object() {
-        return Err(violation(
-            "",
-            "the body must be a JSON object",
-            "expected an object",
-        ));
-    }
-    let release = NewRelease {
-        service: field("service", 128)?,
-        version: field("version", 128)?,
-        baseline_id: field("baseline_id", 64)?,
-        ticket: field("ticket", 256)?,
-    };
+    let release = checked(&request)?;
     let baseline = match state.store.get_baseline(&release.baseline_id).await {
         Ok(b) => b,
         Err(StoreError::NotFound(_)) => {

@@ -5,6 +5,7 @@
 //! Every token belongs to an owner — a person or a pipeline, `owner` at creation, its name by
 //! default — and rotating a token keeps it: four eyes compares owners (SPEC §7).
 
+use budget_api::tokens::TokenCreateRequest;
 use serde_json::json;
 
 use super::{now, violation};
@@ -12,15 +13,6 @@ use crate::auth::{generate_token, hash_token, valid_token_name, Principal, Role}
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::store::{self, Audit, NewToken, Store, TokenRecord};
-
-/// What a token creation asks for, as received (each field may be missing).
-#[derive(Debug, Clone, Default)]
-pub struct CreateToken {
-    pub name: Option<String>,
-    pub role: Option<String>,
-    /// Defaults to the name.
-    pub owner: Option<String>,
-}
 
 /// A token just created, with its secret — `None` when a repeat of an `Idempotency-Key`
 /// request found the token already created: the secret was answered once and is kept nowhere.
@@ -48,24 +40,23 @@ fn token_audit(
     }
 }
 
-/// The name, role and owner of a new token, or why not.
-pub fn validate(req: CreateToken) -> ApiResult<(String, Role, String)> {
-    let name = req
-        .name
-        .ok_or_else(|| violation("/name", "name is required", "name is required"))?;
+/// The name, role and owner of a new token (the owner defaults to the name), or why not.
+pub fn validate(req: TokenCreateRequest) -> ApiResult<(String, Role, String)> {
+    let TokenCreateRequest {
+        name,
+        role: role_name,
+        owner,
+    } = req;
     if !valid_token_name(&name) {
         let message = format!("invalid token name {name:?}: {NAME_RULE}");
         return Err(violation("/name", message.clone(), message));
     }
-    let role_name = req
-        .role
-        .ok_or_else(|| violation("/role", "role is required", "role is required"))?;
     let role = Role::parse(&role_name).ok_or_else(|| {
         let message =
             format!("unknown role {role_name:?}: use reader, uploader, approver, agent or admin");
         violation("/role", message.clone(), message)
     })?;
-    let owner = req.owner.unwrap_or_else(|| name.clone());
+    let owner = owner.unwrap_or_else(|| name.clone());
     if !valid_token_name(&owner) {
         let message = format!("invalid owner {owner:?}: {NAME_RULE}");
         return Err(violation("/owner", message.clone(), message));
@@ -74,7 +65,11 @@ pub fn validate(req: CreateToken) -> ApiResult<(String, Role, String)> {
 }
 
 /// Creates a token (`POST /tokens`).
-pub async fn create(state: &AppState, actor: &Principal, req: CreateToken) -> ApiResult<Issued> {
+pub async fn create(
+    state: &AppState,
+    actor: &Principal,
+    req: TokenCreateRequest,
+) -> ApiResult<Issued> {
     create_in(&*state.store, actor, req).await
 }
 
@@ -82,7 +77,7 @@ pub async fn create(state: &AppState, actor: &Principal, req: CreateToken) -> Ap
 pub async fn create_in(
     store: &dyn Store,
     actor: &Principal,
-    req: CreateToken,
+    req: TokenCreateRequest,
 ) -> ApiResult<Issued> {
     let (name, role, owner) = validate(req)?;
     let secret = generate_token();
@@ -108,11 +103,9 @@ pub async fn rotate(
     state: &AppState,
     actor: &Principal,
     old: &str,
-    name: Option<String>,
+    name: &str,
 ) -> ApiResult<Issued> {
-    let name =
-        name.ok_or_else(|| violation("/name", "name (of the new token) is required", "required"))?;
-    if !valid_token_name(&name) {
+    if !valid_token_name(name) {
         return Err(violation(
             "/name",
             format!("invalid token name {name:?}: {NAME_RULE}"),
@@ -123,12 +116,12 @@ pub async fn rotate(
     let audit = token_audit(
         actor,
         "token.rotate",
-        &name,
+        name,
         json!({"rotated": old, "by_owner": actor.owner}),
     );
     let record = state
         .store
-        .rotate_token(old, &name, &hash_token(&secret), audit)
+        .rotate_token(old, name, &hash_token(&secret), audit)
         .await?;
     issued(&*state.store, record, secret).await
 }
@@ -159,7 +152,7 @@ const CLI: &str = "budgetd-cli";
 
 /// `budgetd token create`: creates a token directly in the store at `database_url` (no server
 /// needed). The request is checked before the store is opened.
-pub async fn create_offline(database_url: &str, req: CreateToken) -> anyhow::Result<Issued> {
+pub async fn create_offline(database_url: &str, req: TokenCreateRequest) -> anyhow::Result<Issued> {
     validate(req.clone()).map_err(ApiError::into_anyhow)?;
     let store = store::connect(database_url).await?;
     let actor = Principal::internal(CLI, Role::Admin);

@@ -1,20 +1,9 @@
 //! The audit log, written in the transaction of each change.
 
 use async_trait::async_trait;
-use serde::Serialize;
+use budget_api::audit::AuditEntry;
 
 use super::StoreResult;
-
-#[derive(Debug, Clone, Serialize)]
-pub struct AuditEntry {
-    pub id: i64,
-    pub at: String,
-    pub actor: String,
-    pub action: String,
-    pub chain: Option<String>,
-    pub subject: Option<String>,
-    pub detail: serde_json::Value,
-}
 
 /// What happened, by whom, to go into the audit log in the same transaction.
 #[derive(Debug, Clone)]

@@ -1,6 +1,7 @@
 //! Baselines: drafts, decisions on them and rollbacks.
 
 use async_trait::async_trait;
+use budget_api::baselines::BaselineSummary;
 use budget_core::baseline::{BaselineDocument, BaselineState};
 use serde::Serialize;
 
@@ -17,20 +18,6 @@ pub struct StoredBaseline {
     /// The owner of that token (four eyes).
     #[serde(default)]
     pub run_uploaded_by_owner: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct BaselineSummary {
-    pub id: String,
-    pub chain: String,
-    pub state: BaselineState,
-    pub reason: String,
-    pub run_id: String,
-    pub topology_version: i64,
-    pub has_errors: bool,
-    pub created_at: String,
-    pub created_by: String,
-    pub updated_at: String,
 }
 
 /// Where a page of a chain's baselines starts: after (older than) this `(created_at, id)`.

@@ -1,6 +1,7 @@
 //! The fleet: the agents that watch the server, and the tokens they are bound to.
 
 use async_trait::async_trait;
+use budget_api::agents::Agent;
 use serde::Serialize;
 
 use super::StoreResult;
@@ -30,6 +31,27 @@ pub struct AgentStatus {
     /// The identity of that token (its hash): only it may update this entry.
     #[serde(skip)]
     pub token_id: String,
+}
+
+/// What the API shows of an entry: all of it but the identity of its token.
+impl From<AgentStatus> for Agent {
+    fn from(a: AgentStatus) -> Self {
+        Self {
+            agent_id: a.agent_id,
+            service: a.service,
+            labels: a.labels,
+            chains: a.chains,
+            replica: a.replica,
+            connected: a.connected,
+            delivered: a.delivered,
+            acked: a.acked,
+            nack_revision: a.nack_revision,
+            nack_error: a.nack_error,
+            first_seen: a.first_seen,
+            last_seen: a.last_seen,
+            token: a.token,
+        }
+    }
 }
 
 /// Where a page of `GET /agents` starts: after this `(service, agent_id)`.

@@ -1,27 +1,20 @@
 //! The archive outbox: uploads queued in the transaction that produced their bytes.
 
 use async_trait::async_trait;
-use serde::Serialize;
+use budget_api::archive::ArchiveUpload;
 
 use super::StoreResult;
 
-/// One archive upload waiting in (or done through) the outbox.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+/// An upload the archive worker has claimed: what to put where, and how often it failed.
+/// (How an upload went, as listed, is a [`ArchiveUpload`].)
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct OutboxItem {
     pub id: i64,
-    pub baseline_id: String,
     #[sqlx(rename = "object_key")]
     pub key: String,
-    #[serde(skip)]
     pub body: String,
     pub sha256: String,
-    /// `pending`, `done` or `superseded` (a newer item for the same key replaced it).
-    pub state: String,
     pub attempts: i64,
-    pub last_error: Option<String>,
-    pub next_attempt_at: String,
-    pub created_at: String,
-    pub archived_at: Option<String>,
 }
 
 /// The archive key layout: `{prefix}/{YYYY-MM-DD}/{name}`, the date being the baseline's UTC
@@ -62,8 +55,8 @@ pub trait Outbox: Send + Sync {
         body: &str,
         now: &str,
     ) -> StoreResult<()>;
-    /// Every outbox item of a baseline, oldest first.
-    async fn archive_items(&self, baseline_id: &str) -> StoreResult<Vec<OutboxItem>>;
+    /// Every upload of a baseline, oldest first.
+    async fn archive_items(&self, baseline_id: &str) -> StoreResult<Vec<ArchiveUpload>>;
     /// Pending items and the creation time of the oldest one.
     async fn archive_backlog(&self) -> StoreResult<(i64, Option<String>)>;
 }

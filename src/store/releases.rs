@@ -1,37 +1,18 @@
 //! Releases citing a baseline.
 
 use async_trait::async_trait;
-use serde::Serialize;
+use budget_api::releases::{Release, ReleaseRequest};
 
 use super::{Audit, StoreResult};
-
-/// A release citing a baseline.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, sqlx::FromRow)]
-pub struct Release {
-    pub id: i64,
-    pub service: String,
-    pub version: String,
-    pub baseline_id: String,
-    pub baseline_sha256: String,
-    pub ticket: String,
-    pub created_by: String,
-    pub created_at: String,
-}
-
-#[derive(Debug, Clone)]
-pub struct NewRelease {
-    pub service: String,
-    pub version: String,
-    pub baseline_id: String,
-    pub ticket: String,
-}
 
 /// Releases, recorded with the hash of the baseline they cite.
 #[async_trait]
 pub trait Releases: Send + Sync {
+    /// Records `release` (checked, its fields trimmed) citing a baseline whose document has
+    /// the SHA-256 `sha256`.
     async fn create_release(
         &self,
-        release: NewRelease,
+        release: ReleaseRequest,
         sha256: &str,
         audit: Audit,
     ) -> StoreResult<Release>;

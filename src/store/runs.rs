@@ -1,21 +1,12 @@
 //! Runs: the measurements uploaded for a chain.
 
 use async_trait::async_trait;
+use budget_api::runs::{LabelMapping, RunSource};
 use budget_core::baseline::BaselineDocument;
 use budget_core::RunData;
 use serde::Serialize;
 
 use super::{Audit, StoreResult, StoredBaseline};
-
-/// One uploaded file of a run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct RunSource {
-    /// The multipart part or file name, when known.
-    pub name: Option<String>,
-    pub format: String,
-    pub sha256: String,
-    pub size: i64,
-}
 
 /// A run to insert; the store assigns its id (`run-YYYYMMDD-NNN`).
 #[derive(Debug, Clone)]
@@ -23,7 +14,7 @@ pub struct NewRun {
     /// Every file the run was read from.
     pub sources: Vec<RunSource>,
     /// How tool labels were mapped to segments (load-tool formats).
-    pub mapping: Option<budget_ingest::mapping::Mapping>,
+    pub mapping: Option<LabelMapping>,
     pub chain: String,
     pub topology_version: i64,
     pub format: String,
@@ -54,7 +45,7 @@ pub struct StoredRun {
     pub uploaded_by_owner: String,
     pub created_at: String,
     pub sources: Vec<RunSource>,
-    pub mapping: Option<budget_ingest::mapping::Mapping>,
+    pub mapping: Option<LabelMapping>,
     #[serde(skip_serializing, default)]
     pub data: RunData,
 }

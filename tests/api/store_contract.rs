@@ -3,14 +3,15 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use budget_api::releases::ReleaseRequest;
 use budget_core::baseline::{BaselineDocument, BaselineReason, BaselineState};
 use budget_core::example::{CHECKOUT_RUN_A, CHECKOUT_TOPOLOGY};
 use budget_core::run::RunUpload;
 use budget_core::Topology;
 use budgetd::auth::Role;
 use budgetd::store::{
-    self, AgentClaim, AgentStatus, Audit, IdemClaim, IdemLookup, IdemResponse, NewRelease, NewRun,
-    NewToken, Store, StoreError, Verdict,
+    self, AgentClaim, AgentStatus, Audit, IdemClaim, IdemLookup, IdemResponse, NewRun, NewToken,
+    Store, StoreError, Verdict,
 };
 use serde_json::json;
 
@@ -504,8 +505,8 @@ async fn postgres_store_contract() {
     contract(Backend::Postgres).await;
 }
 
-fn release(baseline_id: &str) -> NewRelease {
-    NewRelease {
+fn release(baseline_id: &str) -> ReleaseRequest {
+    ReleaseRequest {
         service: "order".into(),
         version: "1.2.3".into(),
         baseline_id: baseline_id.into(),

@@ -38,3 +38,13 @@ pub struct AgentList {
     /// Pass as `?cursor=` for the next page; `null` on the last.
     pub next_cursor: Option<String>,
 }
+
+/// `GET /agents`'s query: a page.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentListQuery {
+    /// At most this many agents (1 to 1000, default 100).
+    pub limit: Option<i64>,
+    /// The previous page's `next_cursor`, unchanged.
+    pub cursor: Option<String>,
+}

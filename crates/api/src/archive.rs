@@ -66,3 +66,11 @@ pub struct ArchiveReport {
     /// Empty when the archive matches the store.
     pub problems: Vec<ArchiveProblem>,
 }
+
+/// `GET /archive/verify`'s query.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct VerifyQuery {
+    /// Only baselines created on this UTC day (`YYYY-MM-DD`); empty or absent: all.
+    pub date: Option<String>,
+}

@@ -24,3 +24,15 @@ pub struct AuditEntry {
 pub struct AuditLog {
     pub entries: Vec<AuditEntry>,
 }
+
+/// `GET /audit`'s query.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AuditQuery {
+    /// Only entries of this chain; empty or absent: all.
+    pub chain: Option<String>,
+    /// At most this many entries (1 to 1000, default 100).
+    pub limit: Option<i64>,
+    /// Only entries with an id below this (paging).
+    pub before: Option<i64>,
+}

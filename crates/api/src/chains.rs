@@ -39,6 +39,14 @@ pub struct TopologyVersion {
     pub topology: Topology,
 }
 
+/// `GET /chains/{chain}/topology`'s query.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TopologyQuery {
+    /// The version wanted (1 or more); the latest when absent.
+    pub version: Option<i64>,
+}
+
 /// `POST /chains/{chain}/rollback` (OpenAPI `RollbackRequest`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RollbackRequest {

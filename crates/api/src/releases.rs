@@ -44,3 +44,15 @@ pub struct ReleaseCheck {
     pub ok: bool,
     pub message: String,
 }
+
+/// `GET /releases`'s query.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReleaseListQuery {
+    /// Only releases citing this baseline; empty or absent: all.
+    pub baseline_id: Option<String>,
+    /// Only releases of this service; empty or absent: all.
+    pub service: Option<String>,
+    /// At most this many releases (1 to 1000, default 100).
+    pub limit: Option<i64>,
+}

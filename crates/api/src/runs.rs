@@ -8,6 +8,21 @@ use budget_core::drift::DriftEntry;
 use budget_core::run::SegmentUpload;
 use serde::{Deserialize, Serialize};
 
+/// `POST /chains/{chain}/runs`'s query: how to read the upload.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UploadQuery {
+    /// `native`, `locust`, `oha`, `k6`, `jmeter`, `hdrhistogram` or `wrk2`; absent: `native`
+    /// for a JSON body, otherwise detected from the content.
+    pub format: Option<String>,
+    /// The unit of HdrHistogram values: `ns`, `us`, `ms` or `s`.
+    pub unit: Option<String>,
+    /// The label of a single-endpoint file (oha, wrk2) sent as a raw body.
+    pub label: Option<String>,
+    /// A JSON object of tool label → segment id; it wins over the topology's `labels`.
+    pub map: Option<String>,
+}
+
 /// What a run upload answers (OpenAPI `RunUploadResult`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -114,4 +129,12 @@ pub struct Run {
 #[serde(default)]
 pub struct RunList {
     pub runs: Vec<Run>,
+}
+
+/// `GET /chains/{chain}/runs`'s query.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunListQuery {
+    /// At most this many runs (1 to 1000, default 100).
+    pub limit: Option<i64>,
 }

@@ -1,19 +1,17 @@
 //! Fleet status: every agent seen within the retention period (paginated), and how far a
 //! baseline has rolled out.
 
-use std::collections::HashMap;
-
-use crate::http::extract::{Path, Query};
 use axum::extract::State;
 use axum::routing::get;
 use axum::Router;
-use budget_api::agents::{Agent, AgentList};
+use budget_api::agents::{Agent, AgentList, AgentListQuery};
 use budget_api::baselines::Rollout;
 
 use super::page::PageRequest;
 use super::Json;
 use crate::auth::Principal;
 use crate::error::ApiResult;
+use crate::http::extract::{Path, Query};
 use crate::service;
 use crate::state::AppState;
 
@@ -28,31 +26,13 @@ pub fn router() -> Router<AppState> {
 async fn list(
     State(state): State<AppState>,
     _: Principal,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query<AgentListQuery>,
 ) -> ApiResult<Json<AgentList>> {
-    let page = PageRequest::from_query(&query)?;
+    let page = PageRequest::new(query.limit, query.cursor.as_deref())?;
     let agents = service::agents::list(&state, page.after.as_ref(), page.fetch()).await?;
     let (agents, next_cursor) = page.split(agents, |a| (&a.service, &a.agent_id));
-    let agents = agents
-        .into_iter()
-        .map(|a| Agent {
-            agent_id: a.agent_id,
-            service: a.service,
-            labels: a.labels,
-            chains: a.chains,
-            replica: a.replica,
-            connected: a.connected,
-            delivered: a.delivered,
-            acked: a.acked,
-            nack_revision: a.nack_revision,
-            nack_error: a.nack_error,
-            first_seen: a.first_seen,
-            last_seen: a.last_seen,
-            token: a.token,
-        })
-        .collect();
     Ok(Json(AgentList {
-        agents,
+        agents: agents.into_iter().map(Agent::from).collect(),
         next_cursor,
     }))
 }

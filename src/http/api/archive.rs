@@ -1,17 +1,14 @@
 //! Archive status of a baseline, and verification of the archive against the store.
 
-use std::collections::HashMap;
-
-use crate::http::extract::{Path, Query};
 use axum::extract::State;
 use axum::routing::get;
 use axum::Router;
-use budget_api::archive::{ArchiveReport, ArchiveStatus};
+use budget_api::archive::{ArchiveReport, ArchiveStatus, VerifyQuery};
 
 use super::Json;
-
 use crate::auth::Principal;
 use crate::error::ApiResult;
+use crate::http::extract::{Path, Query};
 use crate::service;
 use crate::state::AppState;
 
@@ -34,12 +31,9 @@ async fn status(
 async fn check(
     State(state): State<AppState>,
     _: Principal,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query<VerifyQuery>,
 ) -> ApiResult<Json<ArchiveReport>> {
-    let date = query
-        .get("date")
-        .map(String::as_str)
-        .filter(|d| !d.is_empty());
+    let date = query.date.as_deref().filter(|d| !d.is_empty());
     let report = service::archive::verify(&state, date).await?;
     Ok(Json(service::archive::report(report)))
 }

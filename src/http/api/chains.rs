@@ -1,21 +1,17 @@
 //! Chains, their topologies, live budgets and rollback.
 
-use std::collections::HashMap;
-
-use crate::http::extract::{Path, Query};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
 use budget_api::chains::{
-    ChainList, ChainSummary, LiveChain, RollbackRequest, RollbackResult, TopologyVersion,
+    ChainList, LiveChain, RollbackRequest, RollbackResult, TopologyQuery, TopologyVersion,
 };
-use serde_json::json;
 
-use super::{query_int, Json};
+use super::Json;
 use crate::auth::Principal;
-use crate::error::{ApiError, ApiResult};
-use crate::http::extract::{string_field, JsonBody};
+use crate::error::ApiResult;
+use crate::http::extract::{JsonBody, Path, Query, RequestBody};
 use crate::service;
 use crate::state::AppState;
 
@@ -30,32 +26,8 @@ pub fn router() -> Router<AppState> {
         .route("/chains/{chain}/rollback", post(rollback))
 }
 
-/// A topology version on the wire.
-fn version(v: crate::store::TopologyVersion) -> TopologyVersion {
-    TopologyVersion {
-        chain: v.chain,
-        version: v.version,
-        sha256: v.sha256,
-        created_at: v.created_at,
-        created_by: v.created_by,
-        topology: v.topology,
-    }
-}
-
 async fn list(State(state): State<AppState>, _: Principal) -> ApiResult<Json<ChainList>> {
     let chains = service::chains::list(&state).await?;
-    let chains = chains
-        .into_iter()
-        .map(|c| ChainSummary {
-            name: c.name,
-            topology_version: c.topology_version,
-            current_baseline: c.current_baseline,
-            revision: c.revision,
-            drafts: c.drafts,
-            runs: c.runs,
-            updated_at: c.updated_at,
-        })
-        .collect();
     Ok(Json(ChainList { chains }))
 }
 
@@ -63,14 +35,15 @@ async fn get_topology(
     State(state): State<AppState>,
     _: Principal,
     Path(chain): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query<TopologyQuery>,
 ) -> ApiResult<Json<TopologyVersion>> {
-    let wanted = query_int(&query, "version", 1..=i64::MAX)?;
-    Ok(Json(version(
-        service::chains::topology(&state, &chain, wanted).await?,
-    )))
+    Ok(Json(
+        service::chains::topology(&state, &chain, query.version).await?,
+    ))
 }
 
+/// The body is checked against `schemas/topology.json` first, so every violation is answered
+/// with its JSON pointer: it is read as it is, not as a typed request.
 async fn put_topology(
     State(state): State<AppState>,
     principal: Principal,
@@ -83,7 +56,7 @@ async fn put_topology(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(version(stored))))
+    Ok((status, Json(stored)))
 }
 
 async fn budgets(
@@ -94,20 +67,14 @@ async fn budgets(
     Ok(Json(service::budgets(&state, &chain).await?))
 }
 
+impl RequestBody for RollbackRequest {}
+
 async fn rollback(
     State(state): State<AppState>,
     principal: Principal,
     Path(chain): Path<String>,
-    body: JsonBody,
+    Json(request): Json<RollbackRequest>,
 ) -> ApiResult<Json<RollbackResult>> {
-    let request = RollbackRequest {
-        baseline_id: string_field(&Some(body.value), "baseline_id")?.ok_or_else(|| {
-            ApiError::validation(
-                "baseline_id is required",
-                json!({"violations": [{"pointer": "/baseline_id", "message": "required"}]}),
-            )
-        })?,
-    };
     let published = service::rollback(&state, &principal, &chain, &request.baseline_id).await?;
     Ok(Json(RollbackResult {
         chain,

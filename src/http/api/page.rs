@@ -2,9 +2,6 @@
 //! `?cursor=`, the opaque `next_cursor` of the previous page (`null` on the last page).
 //! Pages are keyset pages: an item added or removed meanwhile never shifts the others.
 
-use std::collections::HashMap;
-
-use super::query_int;
 use crate::error::{ApiError, ApiResult};
 
 pub const DEFAULT_LIMIT: i64 = 100;
@@ -19,9 +16,9 @@ pub struct PageRequest {
 }
 
 impl PageRequest {
-    pub fn from_query(query: &HashMap<String, String>) -> ApiResult<Self> {
-        let limit = query_int(query, "limit", 1..=MAX_LIMIT)?.unwrap_or(DEFAULT_LIMIT);
-        let after = match query.get("cursor").map(String::as_str) {
+    /// The page `?limit=` (already checked by the query extractor) and `?cursor=` ask for.
+    pub fn new(limit: Option<i64>, cursor: Option<&str>) -> ApiResult<Self> {
+        let after = match cursor {
             None | Some("") => None,
             Some(cursor) => Some(decode(cursor).ok_or_else(|| {
                 ApiError::bad_request(
@@ -29,7 +26,10 @@ impl PageRequest {
                 )
             })?),
         };
-        Ok(Self { limit, after })
+        Ok(Self {
+            limit: limit.unwrap_or(DEFAULT_LIMIT),
+            after,
+        })
     }
 
     /// How many items to fetch: one more than the page, to know whether another follows.

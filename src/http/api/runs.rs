@@ -1,20 +1,18 @@
 //! Load-test runs.
 
-use std::collections::HashMap;
-
-use crate::http::extract::{Path, Query};
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
-use budget_api::runs::{Run, RunList, RunUploadResult};
+use budget_api::runs::{Run, RunList, RunListQuery, RunUploadResult, UploadQuery};
 use budget_ingest::Format;
 
-use super::upload::{self, UploadQuery};
-use super::{query_int, Json};
+use super::page::DEFAULT_LIMIT;
+use super::upload::{self, UploadOptions};
+use super::Json;
 use crate::auth::Principal;
 use crate::error::ApiResult;
-use crate::http::extract::JsonBody;
+use crate::http::extract::{JsonBody, Path, Query};
 use crate::service;
 use crate::state::AppState;
 
@@ -33,11 +31,11 @@ async fn upload(
     State(state): State<AppState>,
     principal: Principal,
     Path(chain): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query<UploadQuery>,
     req: Request,
 ) -> ApiResult<(StatusCode, Json<RunUploadResult>)> {
     service::check_chain_name(&chain)?;
-    let q = UploadQuery::parse(&query)?;
+    let q = UploadOptions::parse(query)?;
     let native =
         matches!(q.format, Some(Format::Native)) || (q.format.is_none() && upload::is_json(&req));
     let outcome = if upload::is_multipart(&req) {
@@ -68,9 +66,9 @@ async fn list(
     State(state): State<AppState>,
     _: Principal,
     Path(chain): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query<RunListQuery>,
 ) -> ApiResult<Json<RunList>> {
-    let limit = query_int(&query, "limit", 1..=1000)?.unwrap_or(100);
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
     let runs = service::runs::list(&state, &chain, limit).await?;
     Ok(Json(RunList { runs }))
 }

@@ -4,21 +4,21 @@
 //! default — and rotating a token (a new token, with a new name and secret, for the same
 //! role and owner) keeps it: four eyes compares owners (SPEC §7).
 
-use crate::http::extract::Path;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse as _, Response};
 use axum::routing::{delete, get, post};
 use axum::Router;
-use budget_api::tokens::{May, Token, TokenCreated, TokenList, WhoAmI};
+use budget_api::tokens::{
+    May, Token, TokenCreateRequest, TokenCreated, TokenList, TokenRotateRequest, WhoAmI,
+};
 
 use super::Json;
-
 use crate::auth::{Principal, Role};
-use crate::error::ApiResult;
-use crate::http::extract::{string_field, JsonBody};
+use crate::error::{ApiError, ApiResult};
+use crate::http::extract::{Path, RequestBody};
 use crate::http::middleware::NotReplayable;
-use crate::service::{self, tokens::CreateToken, tokens::Issued};
+use crate::service::{self, tokens::Issued, violation};
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -60,19 +60,27 @@ async fn list(State(state): State<AppState>) -> ApiResult<Json<TokenList>> {
     Ok(Json(TokenList { tokens }))
 }
 
+impl RequestBody for TokenCreateRequest {
+    /// `name is required`, `role is required`, in the violation too.
+    fn missing(field: &str) -> ApiError {
+        let message = format!("{field} is required");
+        violation(&format!("/{field}"), message.clone(), message)
+    }
+}
+
 async fn create(
     State(state): State<AppState>,
     principal: Principal,
-    body: JsonBody,
+    Json(request): Json<TokenCreateRequest>,
 ) -> ApiResult<Response> {
-    let body = Some(body.value);
-    let request = CreateToken {
-        name: string_field(&body, "name")?,
-        role: string_field(&body, "role")?,
-        owner: string_field(&body, "owner")?,
-    };
     let issued = service::tokens::create(&state, &principal, request).await?;
     Ok(created(issued))
+}
+
+impl RequestBody for TokenRotateRequest {
+    fn missing(_name: &str) -> ApiError {
+        violation("/name", "name (of the new token) is required", "required")
+    }
 }
 
 /// A new token with the role and owner of `{name}` and a new secret, named by the body's
@@ -81,10 +89,9 @@ async fn rotate(
     State(state): State<AppState>,
     principal: Principal,
     Path(old): Path<String>,
-    body: JsonBody,
+    Json(request): Json<TokenRotateRequest>,
 ) -> ApiResult<Response> {
-    let name = string_field(&Some(body.value), "name")?;
-    let issued = service::tokens::rotate(&state, &principal, &old, name).await?;
+    let issued = service::tokens::rotate(&state, &principal, &old, &request.name).await?;
     Ok(created(issued))
 }
 

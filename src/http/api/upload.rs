@@ -4,31 +4,33 @@
 //! the whole file. Reading one file (format detection, parsing, SHA-256) is
 //! `budget_ingest::reader`; this module is the HTTP side: limits, multipart parts, API errors.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use axum::body::Body;
 use axum::extract::{FromRequest, Multipart, Request};
 use axum::http::header::CONTENT_TYPE;
+use budget_api::runs::{RunSource, UploadQuery};
 use budget_ingest::reader::{FileReader, ReadError};
 use budget_ingest::{Extracted, Format, IngestError, Options, TimeUnit};
 use futures_util::StreamExt;
 use serde_json::json;
 
 use crate::error::{ApiError, ApiResult, Code};
+use crate::http::extract::body_error;
 use crate::state::AppState;
-use crate::store::RunSource;
 
-/// What the query string says about an upload.
-pub struct UploadQuery {
+/// What the query string says about an upload, read: the format and unit known to the reader,
+/// the label map a JSON object.
+pub struct UploadOptions {
     pub format: Option<Format>,
     pub unit: Option<TimeUnit>,
     pub label: Option<String>,
     pub map: BTreeMap<String, String>,
 }
 
-impl UploadQuery {
-    pub fn parse(query: &HashMap<String, String>) -> ApiResult<Self> {
-        let format = match query.get("format").map(String::as_str) {
+impl UploadOptions {
+    pub fn parse(query: UploadQuery) -> ApiResult<Self> {
+        let format = match query.format.as_deref() {
             None | Some("") => None,
             Some(f) => Some(Format::parse(f).ok_or_else(|| {
                 let known: Vec<&str> = Format::ALL.iter().map(|f| f.as_str()).collect();
@@ -38,20 +40,20 @@ impl UploadQuery {
                 ))
             })?),
         };
-        let unit = match query.get("unit").map(String::as_str) {
+        let unit = match query.unit.as_deref() {
             None | Some("") => None,
             Some(u) => Some(TimeUnit::parse(u).ok_or_else(|| {
                 ApiError::bad_request(format!("unknown unit {u:?}; use ns, us, ms or s"))
             })?),
         };
-        let map = match query.get("map") {
+        let map = match query.map {
             None => BTreeMap::new(),
             Some(raw) => parse_map(raw.as_bytes(), "query parameter map")?,
         };
         Ok(Self {
             format,
             unit,
-            label: query.get("label").filter(|l| !l.is_empty()).cloned(),
+            label: query.label.filter(|l| !l.is_empty()),
             map,
         })
     }
@@ -141,7 +143,7 @@ fn finish(file: FileReader) -> ApiResult<(Extracted, RunSource)> {
 pub async fn read_raw(
     state: &AppState,
     req: Request,
-    q: &UploadQuery,
+    q: &UploadOptions,
 ) -> ApiResult<(Vec<Extracted>, Vec<RunSource>)> {
     let limit = state.settings.max_upload_bytes;
     let options = Options {
@@ -151,8 +153,7 @@ pub async fn read_raw(
     let mut file = FileReader::new(q.label.clone(), q.format, options);
     let mut stream = req.into_body().into_data_stream();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk
-            .map_err(|e| crate::http::extract::body_error(e, limit as usize, "max_upload_bytes"))?;
+        let chunk = chunk.map_err(|e| body_error(e, limit as usize, "max_upload_bytes"))?;
         if file.size() + chunk.len() as u64 > limit {
             return Err(too_large(limit));
         }
@@ -166,7 +167,7 @@ pub async fn read_raw(
 pub async fn read_multipart(
     state: &AppState,
     req: Request,
-    q: &UploadQuery,
+    q: &UploadOptions,
 ) -> ApiResult<(Vec<Extracted>, Vec<RunSource>, BTreeMap<String, String>)> {
     let limit = state.settings.max_upload_bytes;
     let mut multipart = Multipart::from_request(req, state)
@@ -258,12 +259,9 @@ pub fn is_multipart(req: &Request<Body>) -> bool {
 }
 
 pub fn is_json(req: &Request<Body>) -> bool {
-    req.headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|ct| ct.split(';').next())
-        .is_some_and(|m| {
-            let m = m.trim().to_ascii_lowercase();
-            m == "application/json" || (m.starts_with("application/") && m.ends_with("+json"))
-        })
+    crate::http::extract::is_json(
+        req.headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok()),
+    )
 }

@@ -1,10 +1,11 @@
 //! [`AuditLog`] over SQL (entries are written by [`write_audit`](super::tx::write_audit)).
 
 use async_trait::async_trait;
+use budget_api::audit::AuditEntry;
 
 use super::rows::audit_entry_from_row;
 use super::SqlStore;
-use crate::store::{AuditEntry, AuditLog, StoreResult};
+use crate::store::{AuditLog, StoreResult};
 
 #[async_trait]
 impl AuditLog for SqlStore {

@@ -2,6 +2,7 @@
 //! changes and queueing them for the archive in the same transaction.
 
 use async_trait::async_trait;
+use budget_api::baselines::BaselineSummary;
 use budget_core::baseline::{BaselineDocument, BaselineState, Decision};
 use sqlx::Row;
 
@@ -10,8 +11,7 @@ use super::rows::{baseline_from_row, baseline_summary_from_row, BASELINE_COLUMNS
 use super::tx::{commit, lock_chain, next_counter, publish, replayed, write_audit};
 use super::{compact_date, internal, sha256_hex, SqlStore, Tx};
 use crate::store::{
-    Audit, BaselineCursor, BaselineSummary, Baselines, Published, StoreError, StoreResult,
-    StoredBaseline, Verdict,
+    Audit, BaselineCursor, Baselines, Published, StoreError, StoreResult, StoredBaseline, Verdict,
 };
 
 pub(super) async fn fetch_baseline(tx: &mut Tx, id: &str) -> StoreResult<StoredBaseline> {

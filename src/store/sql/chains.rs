@@ -1,13 +1,13 @@
 //! [`Chains`] over SQL: chains and their topology versions.
 
 use async_trait::async_trait;
+use budget_api::chains::{ChainSummary, TopologyVersion};
 use budget_core::Topology;
-use sqlx::FromRow;
 
-use super::rows::topology_from_row;
+use super::rows::{chain_summary_from_row, topology_from_row};
 use super::tx::{commit, replayed, write_audit};
 use super::{internal, sha256_hex, SqlStore};
-use crate::store::{Audit, ChainSummary, Chains, StoreError, StoreResult, TopologyVersion};
+use crate::store::{Audit, Chains, StoreError, StoreResult};
 
 #[async_trait]
 impl Chains for SqlStore {
@@ -108,8 +108,6 @@ impl Chains for SqlStore {
         )
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| Ok(ChainSummary::from_row(r)?))
-            .collect()
+        rows.iter().map(chain_summary_from_row).collect()
     }
 }

@@ -1,9 +1,12 @@
 //! [`Outbox`] over SQL: queueing archive uploads, and the worker's claims on them.
 
 use async_trait::async_trait;
+use budget_api::archive::ArchiveUpload;
 use sqlx::Row;
 
-use super::rows::{outbox_from_row, OUTBOX_COLUMNS};
+use super::rows::{
+    archive_upload_from_row, outbox_item_from_row, ARCHIVE_UPLOAD_COLUMNS, OUTBOX_ITEM_COLUMNS,
+};
 use super::{sha256_hex, SqlStore, Tx};
 use crate::store::{archive_key, Backend, Outbox, OutboxItem, StoreResult, StoredBaseline};
 
@@ -81,7 +84,7 @@ impl Outbox for SqlStore {
                  AND NOT EXISTS (SELECT 1 FROM archive_outbox f WHERE f.object_key = o.object_key \
                                  AND f.id <> o.id AND f.locked_until IS NOT NULL AND f.locked_until >= $1) \
                ORDER BY o.id LIMIT $3 {skip_locked}) \
-             RETURNING {OUTBOX_COLUMNS}"
+             RETURNING {OUTBOX_ITEM_COLUMNS}"
         ))
         .bind(now)
         .bind(lease_until)
@@ -90,7 +93,7 @@ impl Outbox for SqlStore {
         .await?;
         let mut items = rows
             .iter()
-            .map(outbox_from_row)
+            .map(outbox_item_from_row)
             .collect::<StoreResult<Vec<_>>>()?;
         items.sort_by_key(|i| i.id);
         Ok(items)
@@ -134,14 +137,14 @@ impl Outbox for SqlStore {
         Ok(())
     }
 
-    async fn archive_items(&self, baseline_id: &str) -> StoreResult<Vec<OutboxItem>> {
+    async fn archive_items(&self, baseline_id: &str) -> StoreResult<Vec<ArchiveUpload>> {
         let rows = sqlx::query(&format!(
-            "SELECT {OUTBOX_COLUMNS} FROM archive_outbox WHERE baseline_id = $1 ORDER BY id"
+            "SELECT {ARCHIVE_UPLOAD_COLUMNS} FROM archive_outbox WHERE baseline_id = $1 ORDER BY id"
         ))
         .bind(baseline_id)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(outbox_from_row).collect()
+        rows.iter().map(archive_upload_from_row).collect()
     }
 
     async fn archive_backlog(&self) -> StoreResult<(i64, Option<String>)> {

@@ -1,17 +1,18 @@
 //! [`Releases`] over SQL.
 
 use async_trait::async_trait;
-use sqlx::{FromRow, Row};
+use budget_api::releases::{Release, ReleaseRequest};
 
+use super::rows::{release_from_row, RELEASE_COLUMNS};
 use super::tx::{commit, replayed, write_audit};
 use super::SqlStore;
-use crate::store::{Audit, NewRelease, Release, Releases, StoreResult};
+use crate::store::{Audit, Releases, StoreResult};
 
 #[async_trait]
 impl Releases for SqlStore {
     async fn create_release(
         &self,
-        release: NewRelease,
+        release: ReleaseRequest,
         sha256: &str,
         audit: Audit,
     ) -> StoreResult<Release> {
@@ -19,10 +20,10 @@ impl Releases for SqlStore {
         if let Some(done) = replayed(&mut tx).await? {
             return Ok(done);
         }
-        let row = sqlx::query(
+        let row = sqlx::query(&format!(
             "INSERT INTO releases (service, version, baseline_id, baseline_sha256, ticket, created_by, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
-        )
+             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {RELEASE_COLUMNS}"
+        ))
         .bind(&release.service)
         .bind(&release.version)
         .bind(&release.baseline_id)
@@ -32,18 +33,8 @@ impl Releases for SqlStore {
         .bind(&audit.at)
         .fetch_one(&mut *tx)
         .await?;
-        let id: i64 = row.try_get(0)?;
+        let release = release_from_row(&row)?;
         write_audit(&mut tx, &audit).await?;
-        let release = Release {
-            id,
-            service: release.service,
-            version: release.version,
-            baseline_id: release.baseline_id,
-            baseline_sha256: sha256.to_owned(),
-            ticket: release.ticket,
-            created_by: audit.actor,
-            created_at: audit.at,
-        };
         commit(tx, release).await
     }
 
@@ -53,15 +44,15 @@ impl Releases for SqlStore {
         service: Option<&str>,
         limit: i64,
     ) -> StoreResult<Vec<Release>> {
-        let rows = sqlx::query(
-            "SELECT id, service, version, baseline_id, baseline_sha256, ticket, created_by, created_at FROM releases \
-             WHERE ($1 = '' OR baseline_id = $1) AND ($2 = '' OR service = $2) ORDER BY id DESC LIMIT $3",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {RELEASE_COLUMNS} FROM releases \
+             WHERE ($1 = '' OR baseline_id = $1) AND ($2 = '' OR service = $2) ORDER BY id DESC LIMIT $3"
+        ))
         .bind(baseline_id.unwrap_or(""))
         .bind(service.unwrap_or(""))
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(|r| Ok(Release::from_row(r)?)).collect()
+        rows.iter().map(release_from_row).collect()
     }
 }

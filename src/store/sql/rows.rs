@@ -1,6 +1,11 @@
 //! Rows to store types: the columns each mapper reads, and the mapper, apart from the queries
 //! that select them.
 
+use budget_api::archive::ArchiveUpload;
+use budget_api::audit::AuditEntry;
+use budget_api::baselines::BaselineSummary;
+use budget_api::chains::{ChainSummary, TopologyVersion};
+use budget_api::releases::Release;
 use budget_core::baseline::{BaselineDocument, BaselineState};
 use budget_core::RunData;
 use sqlx::any::AnyRow;
@@ -9,8 +14,8 @@ use sqlx::{FromRow, Row};
 use super::internal;
 use crate::auth::Role;
 use crate::store::{
-    AgentStatus, AuditEntry, BaselineSummary, ColumnKind, ExportTable, OutboxItem, Publication,
-    StoreResult, StoredBaseline, StoredRun, TokenRecord, TopologyVersion,
+    AgentStatus, ColumnKind, ExportTable, OutboxItem, Publication, StoreResult, StoredBaseline,
+    StoredRun, TokenRecord,
 };
 
 /// The columns of a [`StoredBaseline`], in the order [`baseline_from_row`] reads them (`b`: the
@@ -45,6 +50,19 @@ pub(super) fn baseline_summary_from_row(r: &AnyRow) -> StoreResult<BaselineSumma
         has_errors: r.try_get::<i64, _>("has_errors")? != 0,
         created_at: r.try_get("created_at")?,
         created_by: r.try_get("created_by")?,
+        updated_at: r.try_get("updated_at")?,
+    })
+}
+
+/// A chain with its live baseline and counts (the columns of `list_chains`, by name).
+pub(super) fn chain_summary_from_row(r: &AnyRow) -> StoreResult<ChainSummary> {
+    Ok(ChainSummary {
+        name: r.try_get("name")?,
+        topology_version: r.try_get("topology_version")?,
+        current_baseline: r.try_get("current_baseline")?,
+        revision: r.try_get("revision")?,
+        drafts: r.try_get("drafts")?,
+        runs: r.try_get("runs")?,
         updated_at: r.try_get("updated_at")?,
     })
 }
@@ -113,11 +131,45 @@ pub(super) fn publication_with_baseline_from_row(
     Ok((publication, baseline))
 }
 
-pub(super) const OUTBOX_COLUMNS: &str =
-    "id, baseline_id, object_key, body, sha256, state, attempts, last_error, next_attempt_at, created_at, archived_at";
+/// The columns of an [`OutboxItem`] (a claimed upload), read by name.
+pub(super) const OUTBOX_ITEM_COLUMNS: &str = "id, object_key, body, sha256, attempts";
 
-pub(super) fn outbox_from_row(r: &AnyRow) -> StoreResult<OutboxItem> {
+pub(super) fn outbox_item_from_row(r: &AnyRow) -> StoreResult<OutboxItem> {
     Ok(OutboxItem::from_row(r)?)
+}
+
+pub(super) const ARCHIVE_UPLOAD_COLUMNS: &str =
+    "id, baseline_id, object_key, sha256, state, attempts, last_error, next_attempt_at, created_at, archived_at";
+
+pub(super) fn archive_upload_from_row(r: &AnyRow) -> StoreResult<ArchiveUpload> {
+    Ok(ArchiveUpload {
+        id: r.try_get("id")?,
+        baseline_id: r.try_get("baseline_id")?,
+        key: r.try_get("object_key")?,
+        sha256: r.try_get("sha256")?,
+        state: r.try_get("state")?,
+        attempts: r.try_get("attempts")?,
+        last_error: r.try_get("last_error")?,
+        next_attempt_at: r.try_get("next_attempt_at")?,
+        created_at: r.try_get("created_at")?,
+        archived_at: r.try_get("archived_at")?,
+    })
+}
+
+pub(super) const RELEASE_COLUMNS: &str =
+    "id, service, version, baseline_id, baseline_sha256, ticket, created_by, created_at";
+
+pub(super) fn release_from_row(r: &AnyRow) -> StoreResult<Release> {
+    Ok(Release {
+        id: r.try_get("id")?,
+        service: r.try_get("service")?,
+        version: r.try_get("version")?,
+        baseline_id: r.try_get("baseline_id")?,
+        baseline_sha256: r.try_get("baseline_sha256")?,
+        ticket: r.try_get("ticket")?,
+        created_by: r.try_get("created_by")?,
+        created_at: r.try_get("created_at")?,
+    })
 }
 
 /// `owner` is null only in a store imported from an export older than owners: the name.

@@ -35,8 +35,9 @@ impl Runs for SqlStore {
         let n = next_counter(&mut tx, &format!("run-{day}")).await?;
         let id = format!("run-{day}-{n:03}");
         let data = serde_json::to_string(&run.data).map_err(internal)?;
-        sqlx::query(&format!(
-            "INSERT INTO runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+        let row = sqlx::query(&format!(
+            "INSERT INTO runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+             RETURNING {RUN_COLUMNS}"
         ))
         .bind(&id)
         .bind(&run.chain)
@@ -58,8 +59,9 @@ impl Runs for SqlStore {
                 .map_err(internal)?,
         )
         .bind(&run.uploaded_by_owner)
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
+        let stored = run_from_row(&row)?;
         let baseline = match draft {
             Some(mut doc) => {
                 doc.run_id = id.clone();
@@ -68,7 +70,7 @@ impl Runs for SqlStore {
                         &mut tx,
                         &self.archive_prefix,
                         doc,
-                        (run.uploaded_by.clone(), run.uploaded_by_owner.clone()),
+                        (run.uploaded_by, run.uploaded_by_owner),
                     )
                     .await?,
                 )
@@ -81,22 +83,6 @@ impl Runs for SqlStore {
             audit.detail["baseline_id"] = b.doc.id.clone().into();
         }
         write_audit(&mut tx, &audit).await?;
-        let stored = StoredRun {
-            id,
-            chain: run.chain,
-            topology_version: run.topology_version,
-            format: run.format,
-            tool: run.tool,
-            note: run.note,
-            source_sha256: run.source_sha256,
-            source_size: run.source_size,
-            uploaded_by: run.uploaded_by,
-            uploaded_by_owner: run.uploaded_by_owner,
-            created_at: run.created_at,
-            sources: run.sources,
-            mapping: run.mapping,
-            data: run.data,
-        };
         commit(tx, (stored, baseline)).await
     }
 
