@@ -20,7 +20,7 @@ use crate::publish::Hub;
 use crate::state::AppState;
 use crate::store;
 use crate::tls::Tls;
-use crate::{grpc, http, service};
+use crate::{feedback, grpc, http, service};
 
 pub struct App {
     listener: TcpListener,
@@ -54,6 +54,10 @@ impl App {
         // Unusable certificate files stop the start before anything else, naming the file.
         let tls = Tls::from_settings(&settings.tls)?;
         let http_limits = http::serve::Limits::from_settings(&settings.http_limits)?;
+        settings
+            .feedback
+            .check()
+            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
         if let Some(token) = &settings.admin_token {
             check_admin_token(&token.0)?;
         }
@@ -87,8 +91,18 @@ impl App {
             .replica
             .clone()
             .unwrap_or_else(|| grpc_addr.to_string());
-        let fleet = Fleet::new(store.clone(), replica, &settings.agents);
+        let fleet = Fleet::new(store.clone(), replica.clone(), &settings.agents);
         let archiver = Archiver::new(store.clone(), archive);
+        // Each process writes rollup rows of its own (a restart starts new ones).
+        let writer = format!("{replica}#{}", hex::encode(rand::random::<[u8; 4]>()));
+        let reports = Arc::new(feedback::Reports {
+            rollups: feedback::rollup::Rollups::new(
+                store.clone(),
+                writer,
+                settings.feedback.rollup_ms,
+            ),
+            bindings: Default::default(),
+        });
         let state = AppState {
             store,
             settings: Arc::new(settings),
@@ -96,6 +110,7 @@ impl App {
             fleet,
             archiver,
             archive_prefix,
+            reports,
         };
         Ok(Self {
             listener,
@@ -149,6 +164,13 @@ impl App {
             state.hub.spawn_catch_up(Duration::from_secs(5)),
             state.fleet.spawn_flusher(Duration::from_millis(500)),
             state.archiver.spawn(Duration::from_secs(1)),
+            state
+                .reports
+                .rollups
+                .spawn_flusher(Duration::from_millis(200)),
+            feedback::alerts::spawn(state.clone()),
+            feedback::webhooks::Deliverer::new(state.store.clone(), &state.settings.feedback)
+                .spawn(Duration::from_millis(500)),
         ];
         background.push(state.hub.spawn_listener());
         if let Some(reloader) = self.tls.as_ref().and_then(|tls| tls.spawn_reloader()) {
@@ -199,6 +221,7 @@ impl App {
             task.abort();
         }
         state.fleet.flush().await;
+        state.reports.rollups.flush().await;
         grpc_result.context("gRPC server failed")?;
         http_result.context("HTTP server failed")
     }

@@ -52,6 +52,74 @@ pub struct Settings {
     pub http_limits: HttpLimits,
     /// Limits of the agents' gRPC Watch streams and how long the fleet remembers an agent.
     pub agents: AgentSettings,
+    /// Runtime feedback: agents' reports, alert rules and webhook delivery (SPEC §8).
+    pub feedback: FeedbackSettings,
+}
+
+/// Runtime feedback (SPEC §8): how long rollups are kept, how often rules run, the rules'
+/// thresholds and webhook delivery.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct FeedbackSettings {
+    /// Days per-minute rollups are kept.
+    pub retention_days: u64,
+    /// Length of one rollup in milliseconds: 60 000 (a minute, as SPEC §8 says) unless a test
+    /// shortens it; the production windows `1m`, `5m` and `1h` are 1, 5 and 60 rollups.
+    pub rollup_ms: u64,
+    /// How often the alert rules are evaluated, in milliseconds.
+    pub evaluate_every_ms: u64,
+    /// The rules' thresholds (seed defaults: amplification 2, kill rate 1 %, drift needs
+    /// 1 000 samples, archive backlog 600 s).
+    pub alerts: budget_core::feedback::AlertThresholds,
+    /// Seconds a webhook receiver has to answer one delivery.
+    pub webhook_timeout_secs: u64,
+    /// Attempts before a delivery is given up (`failed`); the backoff doubles from 1 s up to
+    /// 10 minutes between attempts.
+    pub webhook_max_attempts: u32,
+}
+
+impl Default for FeedbackSettings {
+    fn default() -> Self {
+        Self {
+            retention_days: 7,
+            rollup_ms: 60_000,
+            evaluate_every_ms: 10_000,
+            alerts: budget_core::feedback::AlertThresholds::default(),
+            webhook_timeout_secs: 5,
+            webhook_max_attempts: 20,
+        }
+    }
+}
+
+impl FeedbackSettings {
+    /// The settings' problems, if any (checked at start).
+    pub fn check(&self) -> Result<(), String> {
+        if !(1_000..=60_000).contains(&self.rollup_ms) {
+            return Err("feedback.rollup_ms must be from 1000 to 60000".into());
+        }
+        if !(100..=600_000).contains(&self.evaluate_every_ms) {
+            return Err("feedback.evaluate_every_ms must be from 100 to 600000".into());
+        }
+        if !(1..=366).contains(&self.retention_days) {
+            return Err("feedback.retention_days must be from 1 to 366".into());
+        }
+        if !(1..=120).contains(&self.webhook_timeout_secs) || self.webhook_max_attempts == 0 {
+            return Err(
+                "feedback.webhook_timeout_secs must be from 1 to 120 and webhook_max_attempts at least 1"
+                    .into(),
+            );
+        }
+        let a = &self.alerts;
+        let amplification_ok = a.amplification.is_finite() && a.amplification >= 1.0;
+        let kill_rate_ok = a.kill_rate.is_finite() && (0.0..=1.0).contains(&a.kill_rate);
+        if !amplification_ok || !kill_rate_ok {
+            return Err(
+                "feedback.alerts: amplification must be at least 1 and kill_rate from 0 to 1"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
 }
 
 /// What agents may hold, and how long a gone agent is remembered.
@@ -171,12 +239,13 @@ impl Default for Settings {
             tls: TlsSettings::default(),
             http_limits: HttpLimits::default(),
             agents: AgentSettings::default(),
+            feedback: FeedbackSettings::default(),
         }
     }
 }
 
 /// Environment keys that belong to the server (others, such as budgetctl's, are ignored).
-const ENV_KEYS: [&str; 14] = [
+const ENV_KEYS: [&str; 15] = [
     "archive_url",
     "archive_prefix",
     "data_dir",
@@ -191,6 +260,7 @@ const ENV_KEYS: [&str; 14] = [
     "log_format",
     "tls",
     "agents",
+    "feedback",
 ];
 
 fn insert_nested(dict: &mut Dict, path: &[&str], value: Value) {
@@ -373,6 +443,28 @@ max_streams_per_token = 1024
 # Seconds an agent without a Watch stream stays in fleet status (GET /api/v1/agents, memory,
 # database) before it is forgotten. Connected agents stay. Default: 24 h.
 retention_secs = 86400
+
+[feedback]
+# Agents' reports are merged into rollups of this many milliseconds (a minute; the production
+# windows 1m, 5m and 1h are 1, 5 and 60 rollups), kept this many days.
+rollup_ms = 60000
+retention_days = 7
+# How often the alert rules run, in milliseconds.
+evaluate_every_ms = 10000
+# A webhook receiver has this many seconds to answer; a delivery is tried this many times
+# (backoff doubling from 1 s to 10 min) before it is marked failed.
+webhook_timeout_secs = 5
+webhook_max_attempts = 20
+
+[feedback.alerts]
+# Retry amplification (attempts / calls) over the last minute above which `amplification` fires.
+amplification = 2.0
+# Share of attempts killed by their timeout over the last 5 minutes above which `kill_rate` fires.
+kill_rate = 0.01
+# Production drift (> 20 % from the live baseline, R-drift) needs this many samples in 5 minutes.
+drift_min_samples = 1000
+# An archive upload pending longer than this many seconds fires `archive_backlog`.
+archive_backlog_secs = 600
 "#;
 
 #[cfg(test)]

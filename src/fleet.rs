@@ -281,6 +281,13 @@ impl Fleet {
         AckOutcome::Recorded
     }
 
+    /// The identity of the token `agent_id` is bound to, if the agent has a slot here.
+    pub fn token_of(&self, agent_id: &str) -> Option<String> {
+        lock(&self.agents)
+            .get(agent_id)
+            .map(|slot| slot.token_id.clone())
+    }
+
     /// How often a connected agent's entry is rewritten, so it never looks gone.
     fn heartbeat(&self) -> Duration {
         (self.retention / 4).min(Duration::from_secs(3600))

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod feedback;
 pub mod fleet;
 pub mod grpc;
 pub mod http;

@@ -88,6 +88,36 @@ pub fn drift_event() {
     DRIFT_EVENTS.fetch_add(1, Relaxed);
 }
 
+/// Alerts firing now, by rule (set after each evaluation from the store, so every replica
+/// shows the same).
+static FIRING: LazyLock<Mutex<BTreeMap<String, u64>>> = LazyLock::new(Default::default);
+/// Alert transitions made by this replica: (rule, `firing` | `resolved`) → count.
+static TRANSITIONS: LazyLock<Mutex<BTreeMap<(String, &'static str), u64>>> =
+    LazyLock::new(Default::default);
+static REPORT_WINDOWS: AtomicU64 = AtomicU64::new(0);
+static REPORT_WINDOWS_REFUSED: AtomicU64 = AtomicU64::new(0);
+
+/// The alerts firing now, by rule.
+pub fn alerts_firing(by_rule: BTreeMap<String, u64>) {
+    if let Ok(mut m) = FIRING.lock() {
+        *m = by_rule;
+    }
+}
+
+/// This replica fired (`firing`) or resolved an alert of `rule`.
+pub fn alert_transition(rule: &str, firing: bool) {
+    let state = if firing { "firing" } else { "resolved" };
+    if let Ok(mut m) = TRANSITIONS.lock() {
+        *m.entry((rule.to_owned(), state)).or_default() += 1;
+    }
+}
+
+/// A Report's windows: `accepted` merged, `refused` skipped (unknown segment, too late, …).
+pub fn report_windows(accepted: u64, refused: u64) {
+    REPORT_WINDOWS.fetch_add(accepted, Relaxed);
+    REPORT_WINDOWS_REFUSED.fetch_add(refused, Relaxed);
+}
+
 /// An HTTP request on `route` (the route template) took `d`.
 pub fn http_request(method: &str, route: &str, d: Duration) {
     let histogram = {
@@ -117,6 +147,35 @@ pub fn render(out: &mut String) {
         out,
         "budgetd_drift_events_total {}",
         DRIFT_EVENTS.load(Relaxed)
+    );
+    out.push_str("# HELP budgetd_alerts_firing Alerts firing now, by rule.\n# TYPE budgetd_alerts_firing gauge\n");
+    let firing = FIRING.lock().map(|m| m.clone()).unwrap_or_default();
+    for rule in budget_core::feedback::Rule::ALL {
+        let n = firing.get(rule.as_str()).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "budgetd_alerts_firing{{rule=\"{}\"}} {n}",
+            rule.as_str()
+        );
+    }
+    out.push_str("# HELP budgetd_alert_transitions_total Alerts this replica fired or resolved.\n# TYPE budgetd_alert_transitions_total counter\n");
+    let transitions = TRANSITIONS.lock().map(|m| m.clone()).unwrap_or_default();
+    for ((rule, state), n) in transitions {
+        let _ = writeln!(
+            out,
+            "budgetd_alert_transitions_total{{rule=\"{rule}\",state=\"{state}\"}} {n}"
+        );
+    }
+    out.push_str("# HELP budgetd_report_windows_total Agents' report windows merged into rollups (accepted) or skipped (refused).\n# TYPE budgetd_report_windows_total counter\n");
+    let _ = writeln!(
+        out,
+        "budgetd_report_windows_total{{result=\"accepted\"}} {}",
+        REPORT_WINDOWS.load(Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "budgetd_report_windows_total{{result=\"refused\"}} {}",
+        REPORT_WINDOWS_REFUSED.load(Relaxed)
     );
     out.push_str("# HELP budgetd_http_request_duration_seconds HTTP request duration by route.\n# TYPE budgetd_http_request_duration_seconds histogram\n");
     let routes: Vec<_> = HTTP

@@ -20,4 +20,6 @@ pub struct AppState {
     pub archiver: Archiver,
     /// The archive key prefix in effect.
     pub archive_prefix: String,
+    /// Agents' reports merged into rollups (SPEC §8).
+    pub reports: Arc<crate::feedback::Reports>,
 }

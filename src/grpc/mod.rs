@@ -1,4 +1,4 @@
-//! gRPC transport: `budget.v1.BudgetControl` (Watch, Ack), health and reflection.
+//! gRPC transport: `budget.v1.BudgetControl` (Watch, Ack, Report), health and reflection.
 //!
 //! Each call authenticates ([`auth::authenticate`]), converts its message, calls one function
 //! of [`service::agents`](crate::service::agents) (which validates and bounds every field an agent sends, binds agent
@@ -12,7 +12,9 @@ use std::time::Duration;
 
 // The encode-once view of budget.v1.BudgetControl: same wire protocol, chains pre-encoded.
 use budget_proto::wire::budget_control_server::{BudgetControl, BudgetControlServer};
-use budget_proto::wire::{AckRequest, AckResponse, BudgetUpdate, WatchRequest};
+use budget_proto::wire::{
+    AckRequest, AckResponse, BudgetUpdate, ReportRequest, ReportResponse, WatchRequest,
+};
 use futures_util::Stream;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
@@ -22,6 +24,7 @@ use crate::error::ApiError;
 use crate::fleet::{Fleet, Slot, StreamPermit};
 use crate::publish::{ChainEntry, Hub, HubState};
 use crate::service::agents::{self, Selection};
+use crate::service::feedback;
 use crate::state::AppState;
 use std::sync::Arc;
 
@@ -191,6 +194,33 @@ impl BudgetControl for Control {
         };
         agents::ack(&self.state, &principal, request).await?;
         Ok(Response::new(AckResponse {}))
+    }
+
+    async fn report(
+        &self,
+        req: Request<ReportRequest>,
+    ) -> Result<Response<ReportResponse>, Status> {
+        let principal = self.authenticate(&req).await?;
+        let req = req.into_inner();
+        let windows = req
+            .windows
+            .into_iter()
+            .map(|w| feedback::ReportWindow {
+                chain: w.chain,
+                segment: w.segment,
+                start_unix_ms: w.start_unix_ms,
+                end_unix_ms: w.end_unix_ms,
+                calls: w.calls,
+                attempts: w.attempts,
+                retries: w.retries,
+                outcomes: w.outcomes,
+                latency_hdr: w.latency_hdr.to_vec(),
+            })
+            .collect();
+        let accepted = feedback::report(&self.state, &principal, &req.agent_id, windows).await?;
+        Ok(Response::new(ReportResponse {
+            accepted_windows: i64::try_from(accepted).unwrap_or(i64::MAX),
+        }))
     }
 }
 

@@ -104,7 +104,7 @@ pub fn require_agent(principal: &Principal) -> ApiResult<()> {
 
 /// Agent ids and service names: 1-128 printable ASCII characters (no spaces, no control
 /// characters). The value is not echoed: it may be huge or hostile.
-fn check_id(field: &str, v: &str) -> ApiResult<()> {
+pub(crate) fn check_id(field: &str, v: &str) -> ApiResult<()> {
     if v.is_empty() || v.len() > MAX_ID_LEN || !v.chars().all(|c| c.is_ascii_graphic()) {
         return Err(ApiError::bad_request(format!(
             "{field} must be 1-{MAX_ID_LEN} printable ASCII characters (no spaces or control characters)"

@@ -15,6 +15,7 @@ pub mod archive;
 pub mod audit;
 pub mod baselines;
 pub mod chains;
+pub mod feedback;
 pub mod idempotency;
 pub mod releases;
 pub mod runs;
@@ -76,7 +77,7 @@ fn violations_of<E: Serialize>(message: String, errors: Vec<E>) -> ApiError {
 }
 
 /// `422` with one violation at `pointer`.
-fn violation(pointer: &str, message: impl Into<String>, detail: impl Into<String>) -> ApiError {
+pub fn violation(pointer: &str, message: impl Into<String>, detail: impl Into<String>) -> ApiError {
     ApiError::validation(
         message,
         json!({"violations": [{"pointer": pointer, "message": detail.into()}]}),

@@ -19,30 +19,22 @@ use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::schemas::Schema;
 use crate::state::AppState;
-use crate::store::{NewRun, RunSource, StoreError, StoredRun, TopologyVersion};
+use crate::store::{NewRun, StoreError, StoredRun};
 
+use budget_api::chains::TopologyVersion;
 /// A stored run as shown.
 pub use budget_api::runs::Run as RunView;
 /// What a run upload answers.
 pub use budget_api::runs::RunUploadResult as RunOutcome;
-use budget_api::runs::{LabelMapping, LiveComparison, RunSegment};
+use budget_api::runs::{LabelMapping, LiveComparison, RunSegment, RunSource};
 
-/// The wire form of a label mapping.
-pub(crate) fn label_mapping(m: Mapping) -> LabelMapping {
+/// How labels were mapped, as stored and answered (the load-tool reader's own report has the
+/// same fields).
+fn label_mapping(m: Mapping) -> LabelMapping {
     LabelMapping {
         mapped: m.mapped,
         unmapped: m.unmapped,
         ignored: m.ignored,
-    }
-}
-
-/// The wire form of a stored run's file.
-fn run_source(s: RunSource) -> budget_api::runs::RunSource {
-    budget_api::runs::RunSource {
-        name: s.name,
-        format: s.format,
-        sha256: s.sha256,
-        size: s.size,
     }
 }
 
@@ -98,7 +90,33 @@ pub async fn upload_tool_run(
         upload,
         format,
         sources,
-        mapping: Some(mapping),
+        mapping: Some(label_mapping(mapping)),
+    };
+    record_run(state, principal, chain, topo, run).await
+}
+
+/// A run made from production data (`from: production`): `upload` holds the merged
+/// percentiles, `source` names the window and the agents.
+pub async fn upload_production_run(
+    state: &AppState,
+    principal: &Principal,
+    chain: &str,
+    upload: RunUpload,
+    source: String,
+) -> ApiResult<RunOutcome> {
+    let topo = state.store.get_topology(chain, None).await?;
+    let bytes = serde_json::to_vec(&upload).map_err(|e| ApiError::internal(e.into()))?;
+    let sources = vec![RunSource {
+        name: Some(source),
+        format: "production".into(),
+        sha256: hex::encode(sha2::Sha256::digest(&bytes)),
+        size: bytes.len() as i64,
+    }];
+    let run = Upload {
+        upload,
+        format: Format::Native,
+        sources,
+        mapping: None,
     };
     record_run(state, principal, chain, topo, run).await
 }
@@ -108,7 +126,7 @@ struct Upload {
     upload: RunUpload,
     format: Format,
     sources: Vec<RunSource>,
-    mapping: Option<Mapping>,
+    mapping: Option<LabelMapping>,
 }
 
 /// One checksum for the run: the file's, or a hash over every file's name and hash.
@@ -230,7 +248,7 @@ async fn record_run(
                     format: format.as_str().into(),
                     tool,
                     segments,
-                    mapping: mapping.map(label_mapping),
+                    mapping,
                 });
             }
             Err(StoreError::Conflict(_)) => continue,
@@ -293,8 +311,8 @@ async fn views(state: &AppState, chain: &str, runs: Vec<StoredRun>) -> ApiResult
             uploaded_by: run.uploaded_by,
             uploaded_by_owner: run.uploaded_by_owner,
             created_at: run.created_at,
-            sources: run.sources.into_iter().map(run_source).collect(),
-            mapping: run.mapping.map(label_mapping),
+            sources: run.sources,
+            mapping: run.mapping,
             segments,
             vs_live,
         });

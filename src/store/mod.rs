@@ -1,8 +1,11 @@
-//! Persistence behind one [`Store`] trait, returning core types.
+//! Persistence behind one [`Store`] trait, returning core types — and `budget_api`'s types for
+//! the records the API shows as they are stored (chain and baseline summaries, topology
+//! versions, run sources, releases, archive uploads, audit entries): one type for each, no
+//! copy between a row type and a wire type.
 //!
 //! [`Store`] is the sum of one trait per concern, each declared beside its types in its own
 //! module: [`Chains`], [`Runs`], [`Baselines`], [`Publications`], [`Outbox`], [`Releases`],
-//! [`Fleet`], [`AuditLog`], [`Access`], [`Idempotency`], [`ExportImport`] and [`Connection`].
+//! [`Fleet`], [`Feedback`], [`AuditLog`], [`Access`], [`Idempotency`], [`ExportImport`] and [`Connection`].
 //! Every type implementing them all is a `Store`; through `dyn Store` (or a `T: Store` bound)
 //! every method is callable without importing the concern traits.
 //!
@@ -16,6 +19,7 @@ mod baselines;
 mod chains;
 mod connection;
 mod export;
+pub mod feedback;
 mod fleet;
 mod idempotency;
 mod outbox;
@@ -30,22 +34,21 @@ pub mod sqlite;
 use std::sync::Arc;
 
 pub use self::access::{Access, NewToken, TokenRecord};
-pub use self::audit::{Audit, AuditEntry, AuditLog};
-pub use self::baselines::{
-    BaselineCursor, BaselineSummary, Baselines, Published, StoredBaseline, Verdict,
-};
-pub use self::chains::{ChainSummary, Chains, TopologyVersion};
+pub use self::audit::{Audit, AuditLog};
+pub use self::baselines::{BaselineCursor, Baselines, Published, StoredBaseline, Verdict};
+pub use self::chains::Chains;
 pub use self::connection::{Backend, Connection, PoolStatus};
 pub use self::export::{
     ColumnKind, Export, ExportImport, ExportTable, ExportedTable, Progress, TableCounts,
     ADDED_COLUMNS, EXPORT_FORMAT, EXPORT_TABLES,
 };
+pub use self::feedback::Feedback;
 pub use self::fleet::{AgentClaim, AgentCursor, AgentStatus, Fleet};
 pub use self::idempotency::{with_idempotency, IdemClaim, IdemLookup, IdemResponse, Idempotency};
 pub use self::outbox::{archive_key, Outbox, OutboxItem, DEFAULT_ARCHIVE_PREFIX};
 pub use self::publications::{Publication, PublicationListener, Publications};
-pub use self::releases::{NewRelease, Release, Releases};
-pub use self::runs::{NewRun, RunSource, Runs, StoredRun};
+pub use self::releases::Releases;
+pub use self::runs::{NewRun, Runs, StoredRun};
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -85,29 +88,21 @@ impl From<sqlx::Error> for StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// Everything the server keeps: one trait per concern. Implemented for every type that
-/// implements them all, so an `Arc<dyn Store>` reaches every method of each.
-pub trait Store:
-    Connection
-    + Chains
-    + Runs
-    + Baselines
-    + Publications
-    + Outbox
-    + Releases
-    + Fleet
-    + AuditLog
-    + Access
-    + Idempotency
-    + ExportImport
-    + Send
-    + Sync
-    + 'static
-{
+/// `pub trait Name = A + B + …`: a trait that is the sum of others, implemented for every type
+/// implementing them all (a trait alias, which stable Rust lacks), so the list is written once.
+macro_rules! sum_of {
+    ($(#[$doc:meta])* pub trait $name:ident = $first:ident $(+ $concern:ident)*) => {
+        $(#[$doc])*
+        pub trait $name: $first $(+ $concern)* + Send + Sync + 'static {}
+
+        impl<T> $name for T where T: $first $(+ $concern)* + Send + Sync + 'static {}
+    };
 }
 
-impl<T> Store for T where
-    T: Connection
+sum_of! {
+    /// Everything the server keeps: one trait per concern. Implemented for every type that
+    /// implements them all, so an `Arc<dyn Store>` reaches every method of each.
+    pub trait Store = Connection
         + Chains
         + Runs
         + Baselines
@@ -115,14 +110,11 @@ impl<T> Store for T where
         + Outbox
         + Releases
         + Fleet
+        + Feedback
         + AuditLog
         + Access
         + Idempotency
         + ExportImport
-        + Send
-        + Sync
-        + 'static
-{
 }
 
 /// Opens the store named by `url` (`sqlite:…` or `postgres://…`) and applies its migrations;

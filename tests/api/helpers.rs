@@ -165,6 +165,13 @@ pub async fn spawn_replica(first: &TestApp) -> TestApp {
     .await
 }
 
+/// Another replica on the same database (and archive) as `first`, with its settings tuned.
+pub async fn spawn_replica_with(first: &TestApp, tune: impl FnOnce(&mut Settings)) -> TestApp {
+    let mut settings = settings_for(&first.db_url);
+    tune(&mut settings);
+    spawn_with(None, settings, Some(first.archive_dir.clone())).await
+}
+
 async fn spawn_with(
     db: Option<TestDb>,
     settings: Settings,

@@ -10,6 +10,7 @@ mod crash;
 mod deploy;
 mod examples;
 mod export;
+mod feedback;
 mod fleet;
 mod formats;
 mod fuzz;

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 /// Every `(method, path)` the router serves, read from `src/http/mod.rs` and
 /// `src/http/api/*.rs` (the `/api/v1` routes are nested there). Update with the router.
-const ROUTES: [(&str, &str); 33] = [
+const ROUTES: [(&str, &str); 39] = [
     // src/http/mod.rs
     ("get", "/healthz"),
     ("get", "/readyz"),
@@ -50,6 +50,13 @@ const ROUTES: [(&str, &str); 33] = [
     ("post", "/api/v1/releases"),
     ("get", "/api/v1/releases"),
     ("get", "/api/v1/baselines/{id}/releases"),
+    // src/http/api/feedback.rs
+    ("get", "/api/v1/chains/{chain}/production"),
+    ("get", "/api/v1/alerts"),
+    ("get", "/api/v1/webhooks"),
+    ("post", "/api/v1/webhooks"),
+    ("delete", "/api/v1/webhooks/{id}"),
+    ("get", "/api/v1/webhooks/{id}/deliveries"),
 ];
 
 const METHODS: [&str; 8] = [
@@ -384,7 +391,31 @@ fn openapi_schemas_match_the_typed_api() {
     let release = releases::Release::default();
     let c = |name: &str| format!("/components/schemas/{name}");
 
+    use budget_api::feedback;
+    let production_segment = feedback::ProductionSegment::default();
     let checks: Vec<(String, BTreeSet<String>)> = vec![
+        // Runtime feedback
+        (
+            c("Production"),
+            field_names(&feedback::Production::default()),
+        ),
+        (c("ProductionSegment"), field_names(&production_segment)),
+        (c("Alert"), field_names(&feedback::Alert::default())),
+        (c("AlertList"), field_names(&feedback::AlertList::default())),
+        (
+            c("WebhookRequest"),
+            field_names(&feedback::WebhookRequest::default()),
+        ),
+        (c("Webhook"), field_names(&feedback::Webhook::default())),
+        (
+            c("WebhookList"),
+            field_names(&feedback::WebhookList::default()),
+        ),
+        (c("Delivery"), field_names(&feedback::Delivery::default())),
+        (
+            c("DeliveryList"),
+            field_names(&feedback::DeliveryList::default()),
+        ),
         // Runs
         (c("RunUploadResult"), field_names(&upload)),
         (c("LabelMapping"), field_names(&mapping)),
@@ -410,6 +441,8 @@ fn openapi_schemas_match_the_typed_api() {
             field_names(&baselines::RecomputeRequest {
                 run_id: "run-20261130-001".into(),
                 topology_version: Some(1),
+                from: some("production"),
+                window: some("1h"),
             }),
         ),
         (

@@ -3,6 +3,10 @@
 // sets the scene through the HTTP API, and then does in the browser what people do: upload a
 // run, review and approve a draft (as another person), watch the agent fleet update live, roll
 // back, and check that an inverted draft cannot be approved and a reader is offered nothing.
+// Then agents report production figures (gRPC Report, written by hand in report.mjs): the
+// Production page shows them per segment with each latency distribution against its timeout
+// (at 1440 and 390 px), an amplification alert fires and resolves on the Alerts page, and
+// budgetctl shows the same figures and delivers the alert to a signed webhook.
 //
 // Run from the repository root (binaries built with `cargo build --bins`):
 //
@@ -23,11 +27,13 @@ import assert from 'node:assert/strict';
 import { spawn, execFile } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
+import { latencies, report } from './report.mjs';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const BIN = path.resolve(REPO, process.env.BUDGETD_BIN || 'target/debug/budgetd');
@@ -40,6 +46,9 @@ const DOCS = path.join(REPO, 'docs');
 const ADMIN = crypto.randomBytes(32).toString('hex');
 const STEP_TIMEOUT = 60_000;
 const UI_TIMEOUT = 15_000;
+// Rollups of 5 s instead of a minute, so the production windows 1m, 5m and 1h span 5 s, 25 s and
+// 300 s, and alert rules are evaluated twice a second: an alert fires and resolves within seconds.
+const ROLLUP_MS = 5_000;
 
 const example = (name) => JSON.parse(fs.readFileSync(path.join(EXAMPLES, name), 'utf8'));
 
@@ -70,7 +79,9 @@ async function startServer() {
   // must not leak into the server under test.
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('BUDGETD_')));
   env.BUDGETD_ADMIN_TOKEN = ADMIN;
-  env.RUST_LOG = env.RUST_LOG || 'warn';
+  env.BUDGETD_FEEDBACK__ROLLUP_MS = String(ROLLUP_MS);
+  env.BUDGETD_FEEDBACK__EVALUATE_EVERY_MS = '500';
+  env.RUST_LOG = env.RUST_LOG || 'warn,budgetd::service::feedback=info';
   server.proc = spawn(BIN, ['serve', '--data-dir', server.dataDir, '--http', `127.0.0.1:${httpPort}`, '--grpc', `127.0.0.1:${grpcPort}`], {
     cwd: REPO, env, stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -112,6 +123,21 @@ async function api(method, route, token, body, expect = [200, 201]) {
   if (!expect.includes(res.status)) throw new Error(`${method} ${route} → ${res.status}: ${text}`);
   return data;
 }
+
+/** Polls `probe` until it answers something truthy; throws after `ms`. */
+async function until(what, probe, ms) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await probe();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await sleep(200);
+  }
+}
+
+// The console's number formats (web/js/format.js), to compare the page with the API's numbers.
+const fmtMs = (v) => (v === null || v === undefined ? '—' : (Number.isInteger(v) ? String(v) : v.toFixed(v < 10 ? 2 : 1)) + ' ms');
+const fmtShare = (n) => (n === 0 ? '0 %' : n < 0.0001 ? '<0.01 %' : n < 1 && n > 0.9999 ? '>99.99 %' : (n * 100).toFixed(n < 0.01 ? 2 : 1) + ' %');
 
 function run(cmd, args, opts) {
   return new Promise((resolve, reject) => {
@@ -256,6 +282,29 @@ describe('budgetd console', { timeout: 10 * 60_000 }, () => {
     // an uploader may not approve: nothing is offered
     assert.equal(await page.locator('#approve').count(), 0);
     assert.match(await page.locator('#archive').innerText(), new RegExp(`gov/bench/\\d{4}-\\d{2}-\\d{2}/${ids.first}\\.json`));
+  });
+
+  it('before any agent reports, the Production and Alerts pages show their empty states', { timeout: STEP_TIMEOUT }, async () => {
+    const page = tabs.uploader;
+    await open(page, '#/chains/checkout');
+    // reachable from the chain's tabs
+    await page.locator('.tabs a', { hasText: 'Production' }).click();
+    await page.locator('.view-production[data-ready="true"]').waitFor();
+    assert.equal(await page.evaluate(() => location.hash), '#/chains/checkout/production');
+    assert.equal(await page.locator('.tabs a[aria-current="page"]').innerText(), 'Production');
+    assert.match(await page.locator('#production-empty').innerText(), /No agent reported calls of checkout/);
+    assert.equal(await page.locator('#window-select a[aria-current="page"]').innerText(), '5m');
+    assert.match(await page.locator('#production-status').innerText(), /Window 5m: .* · no approved baseline to compare with/);
+    await page.locator('#window-select a[data-window="1h"]').click();
+    await page.waitForFunction(() => location.hash === '#/chains/checkout/production/1h');
+    await page.locator('.view-production[data-ready="true"] #production-empty').waitFor();
+    assert.match(await page.locator('#production-status').innerText(), /Window 1h/);
+    assert.equal(await page.locator('svg.cdf').count(), 0);
+    await page.locator('#nav a[data-nav="alerts"]').click();
+    await page.locator('.view-alerts[data-ready="true"]').waitFor();
+    assert.equal(await page.locator('#nav a[aria-current="page"]').innerText(), 'Alerts');
+    assert.match(await page.locator('#alerts-firing').innerText(), /No alert is firing/);
+    assert.match(await page.locator('#alerts-resolved').innerText(), /No alert has resolved yet/);
   });
 
   it('the approver (a second person) approves the draft with the keyboard', { timeout: STEP_TIMEOUT }, async () => {
@@ -404,6 +453,148 @@ describe('budgetd console', { timeout: 10 * 60_000 }, () => {
     await page.close();
   });
 
+  it('agents’ reports show on the Production page: figures next to the live baseline, and each segment’s latency against its timeout', { timeout: STEP_TIMEOUT }, async () => {
+    // what the agents of checkout saw 30 s ago (outside the 25 s of the rules' 5m window): the
+    // live baseline's percentiles, except payment 30 % slower
+    const live = await api('GET', '/baselines/' + ids.first, tokens.reader);
+    const now = Date.now();
+    const windows = live.segments.map((seg) => {
+      const slow = seg.id === 'order->payment' ? 1.3 : 1;
+      const retried = seg.id === 'order->inventory' ? 600 : 0;
+      return {
+        chain: 'checkout', segment: seg.id, startMs: now - 30_000, endMs: now - 29_000,
+        calls: 2000, attempts: 2000 + retried, retries: { deadline: retried }, outcomes: { ok: 1996, business_error: 4 },
+        latenciesUs: latencies(2000, { p50: seg.p99_ms * 0.5 * slow, p99: seg.p99_ms * slow, p999: seg.p999_ms * slow, maxMs: seg.p999_ms * 1.1 * slow }),
+      };
+    });
+    const accepted = await report(server.grpc, tokens.agent, 'e2e-order-1', windows);
+    assert.equal(accepted, windows.length, 'budgetd skipped report windows:\n' + server.log.split('\n').filter((l) => /report windows/.test(l)).join('\n'));
+    const prod = await api('GET', '/chains/checkout/production?window=1h', tokens.reader);
+    assert.equal(prod.baseline_id, ids.first);
+    assert.deepEqual(prod.segments.map((x) => x.segment).sort(), live.segments.map((x) => x.id).sort());
+    const payment = prod.segments.find((x) => x.segment === 'order->payment');
+    assert.equal(payment.drift, true, 'payment 30 % slower than the baseline is drift');
+
+    const page = tabs.approver;
+    await open(page, '#/chains/checkout/production/1h');
+    assert.match(await page.locator('#production-status').innerText(), new RegExp(`Window 1h: .* compared with the live baseline ${ids.first}`));
+    await page.waitForFunction((n) => document.querySelectorAll('svg.cdf').length === n, prod.segments.length);
+    for (const seg of prod.segments) {
+      const row = page.locator(`#production-table tr[data-segment="${seg.segment}"]`);
+      const text = await row.innerText();
+      for (const v of [fmtMs(seg.p99_ms), 'baseline ' + fmtMs(seg.baseline_p99_ms), fmtMs(seg.p999_ms), 'baseline ' + fmtMs(seg.baseline_p999_ms), fmtMs(seg.timeout_ms)]) {
+        assert.ok(text.includes(v), `${seg.segment}: ${v} missing from ${JSON.stringify(text)}`);
+      }
+      assert.equal(seg.drift, /DRIFT/.test(text), `${seg.segment}: the server's drift flag`);
+      assert.equal(seg.drift, (await row.getAttribute('class') || '').includes('row-big-change'));
+      // the plot: the timeout line and the share of samples slower than it, read off the
+      // distribution (one minus the share at the last point at or below the timeout)
+      const plot = page.locator(`svg.cdf[data-segment="${seg.segment}"]`);
+      assert.equal(Number(await plot.locator('.mark-timeout').getAttribute('data-ms')), seg.timeout_ms);
+      const below = seg.distribution.filter(([ms]) => ms <= seg.timeout_ms).pop();
+      const slower = 1 - (below ? below[1] : 0);
+      assert.equal(await plot.locator('.timeout-slower').textContent(), fmtShare(slower) + ' slower than the timeout');
+      assert.equal(Number(await plot.locator('.mark-p99').getAttribute('data-ms')), seg.p99_ms);
+      assert.equal(Number(await plot.locator('.mark-p999').getAttribute('data-ms')), seg.p999_ms);
+      assert.equal(Number(await plot.locator('.mark-base-p999').getAttribute('data-ms')), seg.baseline_p999_ms);
+      assert.ok((await plot.locator('path.curve').getAttribute('d')).split('L').length > 10, 'the curve has its points');
+    }
+    // a stable segment's timeout (p99 + 10 %) lies below its p999: some samples are slower
+    const inventory = page.locator('svg.cdf[data-segment="order->inventory"] .mark-timeout');
+    assert.ok(Number(await inventory.getAttribute('data-slower')) > 0);
+    assert.match(await page.locator('section.prod-segment[data-segment="order->inventory"]').innerText(), /Amplification\s*1\.3×[\s\S]*Kill rate\s*23\.1 %/);
+    assert.match(await page.locator('section.prod-segment[data-segment="order->payment"] h2').innerText(), /DRIFT \+\d+\.\d %/);
+    await shot(page, 'production');
+
+    // a phone: nothing wider than the screen, each plot redrawn at the width it has
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.waitForFunction(() => [...document.querySelectorAll('svg.cdf')].every((svg) => Number(svg.getAttribute('width')) <= 366));
+    assert.ok(await page.evaluate(() => document.documentElement.scrollWidth) <= 390, 'the page scrolls sideways at 390 px');
+    assert.equal(await page.locator('section.prod-segment[data-segment="order->payment"] .timeout-slower').count(), 1);
+    await page.screenshot({ path: path.join(SHOTS, 'console-production-390.png'), fullPage: true });
+    await page.setViewportSize({ width: 1440, height: 900 });
+  });
+
+  it('an amplification alert fires once and resolves once: the Alerts page, budgetctl and a signed webhook show its numbers', { timeout: 2 * STEP_TIMEOUT }, async () => {
+    // a webhook receiver, registered with budgetctl (the secret from the environment)
+    const received = [];
+    const receiver = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (c) => { body += c; });
+      req.on('end', () => { received.push({ headers: req.headers, body }); res.end('ok'); });
+    });
+    await new Promise((r) => receiver.listen(0, '127.0.0.1', r));
+    const secret = crypto.randomBytes(24).toString('hex');
+    const ctl = (args, env) => run(CTL, ['--url', server.base, '--token', ADMIN, ...args], { env: { ...process.env, ...env } });
+    try {
+      const added = await ctl(['webhook', 'add', `http://127.0.0.1:${receiver.address().port}/hook`, '--event', 'alert.firing', '--event', 'alert.resolved'],
+        { BUDGETD_WEBHOOK_SECRET: secret });
+      const hook = added.match(/^webhook:\s+(wh-\S+)$/m)[1];
+      assert.match(added, /events:\s+alert\.firing, alert\.resolved/);
+      assert.match(await ctl(['webhook', 'list']), new RegExp(hook));
+
+      // one rollup where order->user made 3 attempts per call: fires once it is complete
+      await report(server.grpc, tokens.agent, 'e2e-order-1', [{ chain: 'checkout', segment: 'order->user', startMs: Date.now(), endMs: Date.now() + 100,
+        calls: 100, attempts: 300, retries: { unavailable: 200 }, outcomes: { ok: 100 } }]);
+      const firing = await until('the amplification alert', async () => (await api('GET', '/alerts?state=firing', tokens.reader)).alerts
+        .find((a) => a.rule === 'amplification' && a.segment === 'order->user'), 4 * ROLLUP_MS);
+      assert.deepEqual([firing.chain, firing.value, firing.threshold], ['checkout', 3, 2]);
+      const page = tabs.approver;
+      await open(page, '#/alerts');
+      const row = page.locator(`#alerts-firing tr[data-alert="${firing.id}"]`);
+      assert.match(await row.innerText(), /Retry amplification[\s\S]*checkout[\s\S]*order->user[\s\S]*3×[\s\S]*2×/);
+      assert.match(await page.locator('#alerts-status').innerText(), /[1-9]\d* firing/);
+      // the Production page names it too
+      await open(page, '#/chains/checkout/production/1h');
+      assert.match(await page.locator('#production-alerts').innerText(), /firing on checkout[\s\S]*Retry amplification on order->user \(3×\)/);
+
+      // a later rollup at 1×: resolved
+      await report(server.grpc, tokens.agent, 'e2e-order-1', [{ chain: 'checkout', segment: 'order->user', startMs: Date.now(), endMs: Date.now() + 100,
+        calls: 100, attempts: 100, retries: {}, outcomes: { ok: 100 } }]);
+      await until('the alert to resolve', async () => (await api('GET', '/alerts', tokens.reader)).alerts
+        .find((a) => a.id === firing.id && a.state === 'resolved'), 4 * ROLLUP_MS);
+      await open(page, '#/alerts');
+      const resolved = page.locator(`#alerts-resolved tr[data-alert="${firing.id}"]`);
+      assert.match(await resolved.innerText(), /Retry amplification[\s\S]*3×[\s\S]*2×[\s\S]*UTC[\s\S]*UTC/);
+      assert.equal(await page.locator(`#alerts-firing tr[data-alert="${firing.id}"]`).count(), 0);
+      await resolved.locator('details summary').click();
+      assert.match(await resolved.locator('details').innerText(), /counts\.attempts\s*300[\s\S]*window\s*1m/);
+      await shot(page, 'alerts');
+      await page.setViewportSize({ width: 390, height: 844 });
+      assert.ok(await page.evaluate(() => document.documentElement.scrollWidth) <= 390, 'the Alerts page scrolls sideways at 390 px');
+      await page.screenshot({ path: path.join(SHOTS, 'console-alerts-390.png'), fullPage: true });
+      await page.setViewportSize({ width: 1440, height: 900 });
+
+      // budgetctl: the same alert and figures
+      const alerts = await ctl(['alerts']);
+      assert.match(alerts, new RegExp(`│ +${firing.id} ┆ amplification +┆ checkout +┆ order->user +┆ resolved +┆ 3× vs 2× `));
+      assert.doesNotMatch(await ctl(['alerts', '--firing']), new RegExp(`│ +${firing.id} ┆`));
+      const figures = await ctl(['production', '--chain', 'checkout', '--window', '1h']);
+      assert.match(figures, new RegExp(`baseline: ${ids.first} \\(live\\)`));
+      assert.match(figures, /│ order->payment +┆[^\n]*┆ yes \+\d+\.\d % /);
+      assert.match(figures, /│ order->inventory +┆ +2000 ┆ +2600 ┆ +1\.3× ┆ +23\.1 % /);
+
+      // the webhook got both events, signed with the secret
+      const events = await until('both webhook deliveries', async () => {
+        const mine = received.map((r) => ({ ...r, json: JSON.parse(r.body) })).filter((r) => r.json.alert && r.json.alert.id === firing.id);
+        return mine.length >= 2 ? mine : null;
+      }, 20_000);
+      assert.deepEqual(events.map((e) => e.json.event).sort(), ['alert.firing', 'alert.resolved']);
+      for (const e of events) {
+        const expect = 'sha256=' + crypto.createHmac('sha256', secret).update(e.body).digest('hex');
+        assert.equal(e.headers['x-budgetd-signature'], expect);
+        assert.deepEqual([e.json.alert.value, e.json.alert.threshold], [3, 2]);
+      }
+      await until('the delivery log', async () => (await api('GET', `/webhooks/${hook}/deliveries`, ADMIN)).deliveries
+        .filter((d) => d.state === 'delivered').length >= 2, 10_000);
+      assert.match(await ctl(['webhook', 'deliveries', hook]), /alert\.resolved +┆ delivered +┆ +1 ┆ HTTP 200 /);
+      assert.match(await ctl(['webhook', 'rm', hook]), new RegExp(`removed webhook ${hook}`));
+      assert.equal((await ctl(['webhook', 'list'])).trim(), 'no webhooks');
+    } finally {
+      receiver.close();
+    }
+  });
+
   it('the chains overview shows baselines, drafts, drift, rollout and archive', { timeout: STEP_TIMEOUT }, async () => {
     const page = tabs.approver;
     await open(page, '#/');
@@ -424,7 +615,7 @@ describe('budgetd console', { timeout: 10 * 60_000 }, () => {
   it('no CSP violation or script error happened, and the screenshots are copied to docs/', () => {
     assert.deepEqual(browser.problems, []);
     fs.mkdirSync(DOCS, { recursive: true });
-    for (const name of ['chains', 'runs', 'baseline', 'baseline-inverted', 'agents', 'history']) {
+    for (const name of ['chains', 'runs', 'baseline', 'baseline-inverted', 'agents', 'history', 'production', 'alerts']) {
       fs.copyFileSync(path.join(SHOTS, `console-${name}.png`), path.join(DOCS, `console-${name}.png`));
     }
   });

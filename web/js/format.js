@@ -15,6 +15,20 @@ export const fmt = {
     const sign = n > 0 ? '+' : n < 0 ? '−' : '±';
     return sign + Math.abs(n).toFixed(Math.abs(n) >= 100 ? 0 : 1) + ' %';
   },
+  /** A multiplier (retry amplification): "1.3×". */
+  times(v) {
+    if (v === null || v === undefined) return '—';
+    return String(Number(Number(v).toFixed(2))) + '×';
+  },
+  /** A fraction as a percentage: "23.1 %", "0.05 %", "<0.01 %". */
+  share(v) {
+    if (v === null || v === undefined) return '—';
+    const n = Number(v);
+    if (n === 0) return '0 %';
+    if (n > 0 && n < 0.0001) return '<0.01 %';
+    if (n < 1 && n > 0.9999) return '>99.99 %';
+    return (n * 100).toFixed(n < 0.01 ? 2 : 1) + ' %';
+  },
   time(iso) {
     if (!iso) return '—';
     const d = new Date(iso);
@@ -35,6 +49,21 @@ export const fmt = {
   },
   rule(r) {
     return { entry: 'entry budget (policy)', pinned: 'pinned by hand', p999_plus30: 'p999 + 30 %', p99_plus10: 'p99 + 10 %' }[r] || r;
+  },
+  /** An alert rule in words. */
+  alertRule(r) {
+    return { amplification: 'Retry amplification', kill_rate: 'Timeout kill rate', drift: 'Production drift', nack: 'Config refused (NACK)', archive_backlog: 'Archive backlog' }[r] || r;
+  },
+  /** An alert's value and threshold in its rule's unit: ["3×", "2×"]; threshold null when it has none. */
+  alertValue(a) {
+    switch (a.rule) {
+      case 'amplification': return [this.times(a.value), this.times(a.threshold)];
+      case 'kill_rate': return [this.share(a.value), this.share(a.threshold)];
+      case 'drift': return [this.pct(a.value), '±' + a.threshold + ' %'];
+      case 'nack': return [a.value + ' agent' + (a.value === 1 ? '' : 's') + ' refusing', null];
+      case 'archive_backlog': return [a.value + ' s', a.threshold + ' s'];
+      default: return [String(a.value), String(a.threshold)];
+    }
   },
   reason(r) {
     return { first_run: 'first run', no_approved_baseline: 'no approved baseline', drift: 'drift', recompute: 'recompute' }[r] || r;

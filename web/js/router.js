@@ -3,9 +3,11 @@
 import { caps, session, whenExpired } from './api.js';
 import { h } from './dom.js';
 import { agents } from './pages/agents.js';
+import { alerts } from './pages/alerts.js';
 import { baseline } from './pages/baseline.js';
 import { chains } from './pages/chains.js';
 import { history } from './pages/history.js';
+import { production } from './pages/production.js';
 import { runs } from './pages/runs.js';
 import { signIn } from './pages/signin.js';
 import { pageHead, ui } from './ui.js';
@@ -17,14 +19,16 @@ function notFound(root) {
 }
 
 /** One function per page: (root, params, ctx) → renders into root. */
-const views = { signIn, chains, runs, history, baseline, agents, notFound };
+const views = { signIn, chains, runs, production, history, baseline, agents, alerts, notFound };
 
 const routes = [
   { re: /^#?\/?$/, view: 'chains', nav: 'chains' },
   { re: /^#\/chains\/([^/]+)\/runs\/?$/, view: 'runs', nav: 'chains' },
+  { re: /^#\/chains\/([^/]+)\/production(?:\/(1m|5m|1h))?\/?$/, view: 'production', nav: 'chains' },
   { re: /^#\/chains\/([^/]+)\/?$/, view: 'history', nav: 'chains' },
   { re: /^#\/baselines\/([^/]+)\/?$/, view: 'baseline', nav: 'chains' },
   { re: /^#\/agents\/?$/, view: 'agents', nav: 'agents' },
+  { re: /^#\/alerts\/?$/, view: 'alerts', nav: 'alerts' },
 ];
 
 export const app = {
@@ -84,7 +88,8 @@ export const app = {
           if (a.dataset.nav === r.nav) a.setAttribute('aria-current', 'page');
           else a.removeAttribute('aria-current');
         }
-        return this.mount(r.view, m.slice(1).map(decodeURIComponent), {});
+        // an optional part that did not match stays undefined
+        return this.mount(r.view, m.slice(1).map((p) => (p === undefined ? undefined : decodeURIComponent(p))), {});
       }
     }
     this.mount('notFound', [], {});

@@ -34,18 +34,21 @@ export const ui = {
   baselineLink(id) {
     return id ? h('a', { href: '#/baselines/' + enc(id), class: 'mono' }, id) : '—';
   },
-  /** A table: cols [{label, num?}], rows of cell arrays (or {cells, class}). */
+  /**
+   * A table: cols [{label, num?}], rows of cell arrays (or {cells, class}). `stack`: on narrow
+   * screens each row becomes a block of "label value" lines instead of a wide row.
+   */
   table(cols, rows, opts) {
     const o = opts || {};
     return h('div', { class: 'table-wrap' },
-      h('table', { class: ['data', o.class], id: o.id, 'aria-label': o.label },
+      h('table', { class: ['data', o.class, o.stack ? 'stack' : null], id: o.id, 'aria-label': o.label },
         o.caption ? h('caption', null, o.caption) : null,
         h('thead', null, h('tr', null, cols.map((c) => h('th', { scope: 'col', class: c.num ? 'num' : null }, c.label)))),
         h('tbody', null, rows.length
           ? rows.map((r) => {
             const cells = Array.isArray(r) ? r : r.cells;
             return h('tr', { class: Array.isArray(r) ? null : r.class, dataset: Array.isArray(r) ? null : r.data },
-              cells.map((c, i) => h(i === 0 && o.rowHeader ? 'th' : 'td', { class: cols[i] && cols[i].num ? 'num' : null, scope: i === 0 && o.rowHeader ? 'row' : null }, c)));
+              cells.map((c, i) => h(i === 0 && o.rowHeader ? 'th' : 'td', { class: cols[i] && cols[i].num ? 'num' : null, scope: i === 0 && o.rowHeader ? 'row' : null, 'data-label': o.stack && cols[i] ? cols[i].label : null }, c)));
           })
           : h('tr', null, h('td', { colspan: cols.length, class: 'empty' }, o.empty || 'Nothing yet.')))));
   },
@@ -87,5 +90,6 @@ export function pageHead(title, sub, crumbs) {
 export function chainTabs(chain, active) {
   return h('nav', { class: 'tabs', 'aria-label': 'Chain ' + chain },
     h('a', { href: '#/chains/' + enc(chain), 'aria-current': active === 'history' ? 'page' : null }, 'History & audit'),
-    h('a', { href: '#/chains/' + enc(chain) + '/runs', 'aria-current': active === 'runs' ? 'page' : null }, 'Runs & upload'));
+    h('a', { href: '#/chains/' + enc(chain) + '/runs', 'aria-current': active === 'runs' ? 'page' : null }, 'Runs & upload'),
+    h('a', { href: '#/chains/' + enc(chain) + '/production', 'aria-current': active === 'production' ? 'page' : null }, 'Production'));
 }

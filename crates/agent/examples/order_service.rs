@@ -119,6 +119,11 @@ async fn main() -> ExitCode {
         ENTRY_DEADLINE.as_millis(),
         agent.retry_counts()
     );
+    // Graceful shutdown: report what the calls did (SPEC §8) before the process exits.
+    match agent.flush_report().await {
+        Ok(windows) => println!("reported {windows} segment window(s) to the control plane"),
+        Err(e) => println!("calls not reported: {e}"),
+    }
     agent.shutdown();
     ExitCode::SUCCESS
 }

@@ -1,6 +1,7 @@
 //! [`Agent`], the handle a service embeds: how it starts (control plane, else cache), the
-//! live budgets and `deadline`, and calls under R-retry with their retry counters. It wires
-//! the other modules together and holds no protocol of its own.
+//! live budgets and `deadline`, calls under R-retry with their counts (SPEC §8), and the
+//! reporting of those counts. It wires the other modules together and holds no protocol of
+//! its own.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -14,10 +15,13 @@ use tracing::warn;
 
 use crate::cache;
 use crate::call::{self, Attempt, CallError};
+use crate::cell::Record;
 use crate::config::AgentConfig;
+use crate::counts::Counts;
 use crate::error::AgentError;
 use crate::live::Live;
 use crate::policy::{self, Cause, Classify};
+use crate::report::{self, ReportError, ReportStats, Reporter};
 use crate::snapshot::{Refusal, Snapshot};
 use crate::watch::Watcher;
 
@@ -43,6 +47,10 @@ struct Inner {
     live: Arc<Live>,
     /// Retries made by calls: (segment, cause) → count.
     retries: Mutex<BTreeMap<(String, Cause), u64>>,
+    /// What calls did in the window in progress, per segment (SPEC §8).
+    counts: Arc<Counts>,
+    /// Sends the counts; `None` for a static agent.
+    reporter: Option<Arc<Reporter>>,
     source: Source,
     task: Option<AbortHandle>,
 }
@@ -51,6 +59,9 @@ impl Drop for Inner {
     fn drop(&mut self) {
         if let Some(task) = &self.task {
             task.abort();
+        }
+        if let Some(reporter) = &self.reporter {
+            reporter.stop();
         }
     }
 }
@@ -76,16 +87,25 @@ impl Agent {
     ///   `first_config_timeout`, the agent starts from the cache (validated the same way) and
     ///   keeps trying to connect in the background; without a usable cache:
     ///   [`AgentError::Unavailable`].
+    /// - A second background task reports what the calls did every `report_window` (see
+    ///   [`Agent::flush_report`]).
     ///
     /// Must be called inside a tokio runtime.
     pub async fn start(config: AgentConfig) -> Result<Agent, AgentError> {
         let mut watcher = Watcher::new(&config)?;
+        report::check_window(&config)?;
         match watcher.first_config().await {
             Ok((mut stream, update)) => {
                 let snapshot = watcher.accept_first(&mut stream, update).await?;
                 let live = Live::new(snapshot);
+                let reporting = Self::reporting(&config, &watcher, &live)?;
                 let task = tokio::spawn(watcher.run(live.clone(), Some(stream))).abort_handle();
-                Ok(Self::with(live, Source::ControlPlane, Some(task)))
+                Ok(Self::with(
+                    live,
+                    reporting,
+                    Source::ControlPlane,
+                    Some(task),
+                ))
             }
             Err(reason) => {
                 let Some(path) = config.cache_path.clone() else {
@@ -106,24 +126,57 @@ impl Agent {
                     "control plane unavailable; starting from the cached budgets"
                 );
                 let live = Live::new(snapshot);
+                let reporting = Self::reporting(&config, &watcher, &live)?;
                 let task = tokio::spawn(watcher.run(live.clone(), None)).abort_handle();
-                Ok(Self::with(live, Source::Cache, Some(task)))
+                Ok(Self::with(live, reporting, Source::Cache, Some(task)))
             }
         }
     }
 
     /// An agent over a fixed snapshot, with no control plane: for tests, examples and tools.
-    /// The snapshot is validated like any received config.
+    /// The snapshot is validated like any received config. Its calls are counted (and seen by
+    /// the `metrics` recorder) but never reported.
     pub fn from_snapshot(snapshot: Snapshot) -> Result<Agent, AgentError> {
         snapshot.check()?;
-        Ok(Self::with(Live::new(snapshot), Source::Static, None))
+        let counts = Arc::new(Counts::new(&snapshot));
+        Ok(Self::with(
+            Live::new(snapshot),
+            (counts, None),
+            Source::Static,
+            None,
+        ))
     }
 
-    fn with(live: Arc<Live>, source: Source, task: Option<AbortHandle>) -> Self {
+    /// The counts of `live`'s segments and the task reporting them, started.
+    fn reporting(
+        config: &AgentConfig,
+        watcher: &Watcher,
+        live: &Arc<Live>,
+    ) -> Result<(Arc<Counts>, Option<Arc<Reporter>>), AgentError> {
+        let counts = Arc::new(Counts::new(&live.current()));
+        let reporter = Arc::new(Reporter::new(
+            config,
+            counts.clone(),
+            live.clone(),
+            watcher.link(),
+            watcher.auth(),
+        )?);
+        tokio::spawn(reporter.clone().run());
+        Ok((counts, Some(reporter)))
+    }
+
+    fn with(
+        live: Arc<Live>,
+        (counts, reporter): (Arc<Counts>, Option<Arc<Reporter>>),
+        source: Source,
+        task: Option<AbortHandle>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 live,
                 retries: Mutex::new(BTreeMap::new()),
+                counts,
+                reporter,
                 source,
                 task,
             }),
@@ -186,6 +239,10 @@ impl Agent {
     /// other errors never retry. No backoff or attempt runs past the segment's `budget_ms`
     /// (counted from now) or the inherited deadline: the call stops with the last error.
     /// Each retry is logged (`retry=n cause=…`) and counted ([`Agent::retry_count`]).
+    ///
+    /// When it ends, the call is counted for its segment's report and metrics: its attempts,
+    /// retries by cause, its [`crate::Outcome`] and, when an attempt succeeded, that attempt's
+    /// duration. A call on an unknown segment, or dropped before it ends, is not counted.
     pub async fn call_within<T, E, F, Fut>(
         &self,
         segment: &str,
@@ -199,16 +256,57 @@ impl Agent {
         E: Classify,
     {
         let snapshot = self.snapshot();
-        let Some(seg) = snapshot.segment(segment) else {
+        let Some((chain, seg)) = snapshot.locate(segment) else {
             return Err(CallError::UnknownSegment(segment.to_owned()));
         };
-        call::run(seg, idempotency_key.is_some(), inherited, op, |cause| {
+        let (result, ended) = call::run(seg, idempotency_key.is_some(), inherited, op, |cause| {
             *self
                 .retries()
                 .entry((segment.to_owned(), cause))
                 .or_default() += 1;
         })
-        .await
+        .await;
+        let record = Record {
+            attempts: ended.attempts,
+            retries: [
+                ended.retries.retries(Cause::Deadline),
+                ended.retries.retries(Cause::Unavailable),
+            ],
+            outcome: ended.outcome,
+            latency: ended.latency,
+        };
+        self.inner.counts.record(chain, segment, &record);
+        result
+    }
+
+    /// Sends the window in progress now, with every window still pending, and waits for the
+    /// answer (at most half a report window, within 1..=10 s). Returns how many windows
+    /// (one per segment and minute) the control plane accepted; 0 when there was nothing to
+    /// send. On failure the windows stay pending for the next report.
+    ///
+    /// For graceful shutdown: `agent.flush_report().await` before the runtime stops, so the
+    /// last seconds of calls are not lost ([`Agent::shutdown`] also tries, without waiting).
+    pub async fn flush_report(&self) -> Result<u64, ReportError> {
+        match &self.inner.reporter {
+            Some(reporter) => reporter.flush().await,
+            None => Err(ReportError::NoControlPlane),
+        }
+    }
+
+    /// How reporting is going: segments counted and the memory they take, windows pending,
+    /// sent and dropped (`dropped_windows`), failed requests.
+    pub fn report_stats(&self) -> ReportStats {
+        match &self.inner.reporter {
+            Some(reporter) => reporter.stats(),
+            None => {
+                let (segments, counting_bytes) = self.inner.counts.footprint();
+                ReportStats {
+                    segments,
+                    counting_bytes,
+                    ..ReportStats::default()
+                }
+            }
+        }
     }
 
     /// Retries made by this agent on `segment` for `cause`.
@@ -236,11 +334,24 @@ impl Agent {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Stops the background task now, even if clones of this agent remain. The live config
-    /// stays readable but is no longer updated.
+    /// Stops the background tasks, even if clones of this agent remain. The live config stays
+    /// readable but is no longer updated. The reporter sends the last partial window first,
+    /// best effort, within [`crate::FINAL_REPORT_TIMEOUT`]; this does not wait for it (await
+    /// [`Agent::flush_report`] first for that). Dropping the last clone does the same.
     pub fn shutdown(self) {
         if let Some(task) = &self.inner.task {
             task.abort();
         }
+        if let Some(reporter) = &self.inner.reporter {
+            reporter.stop();
+        }
+    }
+}
+
+#[cfg(test)]
+impl Agent {
+    /// Takes every segment's counts as windows, as the reporter does.
+    pub(crate) fn take_windows(&self) -> Vec<crate::window::Window> {
+        self.inner.counts.take(0, 1, &self.snapshot())
     }
 }

@@ -1,5 +1,6 @@
 //! Running one downstream call under R-retry: per-attempt timeout, backoff with jitter, never
-//! past the segment budget or the inherited deadline.
+//! past the segment budget or the inherited deadline; and what the call did ([`Ended`]), for
+//! the counts of SPEC §8.
 
 use std::future::Future;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use budget_core::live::LiveSegment;
 use tokio::time::Instant;
 
 use crate::jitter::random_pick;
+use crate::outcome::Outcome;
 use crate::policy::{self, Cause, Classify, Decision, Failure, RetryState};
 
 /// One attempt of a call, handed to the operation.
@@ -88,14 +90,26 @@ impl Classify for tonic::Status {
     }
 }
 
+/// What a finished call did: its attempts, the retries made, how it ended, and how long its
+/// successful attempt took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ended {
+    pub(crate) attempts: u32,
+    pub(crate) retries: RetryState,
+    pub(crate) outcome: Outcome,
+    /// The duration of the attempt that succeeded; `None` when none did.
+    pub(crate) latency: Option<Duration>,
+}
+
 /// Runs `op` for `segment` under R-retry; `on_retry` is told the cause of every retry made.
+/// Returns the call's result and what it did.
 pub(crate) async fn run<T, E, F, Fut>(
     segment: &LiveSegment,
     key_given: bool,
     inherited: Option<Instant>,
     mut op: F,
     mut on_retry: impl FnMut(Cause),
-) -> Result<T, CallError<E>>
+) -> (Result<T, CallError<E>>, Ended)
 where
     F: FnMut(Attempt) -> Fut,
     Fut: Future<Output = Result<T, E>>,
@@ -104,13 +118,27 @@ where
     let start = Instant::now();
     let end = policy::earliest(start, Duration::from_millis(segment.budget_ms), inherited);
     let mut state = RetryState::default();
-    let mut last: Option<CallError<E>> = None;
+    let mut last: Option<(CallError<E>, Failure)> = None;
     let mut attempts = 0u32;
+    // The call's result once it stops after a failure (or before any attempt).
+    let give_up = |last: Option<(CallError<E>, Failure)>, attempts: u32, state: RetryState| {
+        let (error, outcome) = match last {
+            Some((error, failure)) => (error, Outcome::after_failure(segment, key_given, failure)),
+            None => (CallError::BudgetExhausted, Outcome::BudgetExhausted),
+        };
+        let ended = Ended {
+            attempts,
+            retries: state,
+            outcome,
+            latency: None,
+        };
+        (Err(error), ended)
+    };
     loop {
         let now = if attempts == 0 { start } else { Instant::now() };
         let remaining = end.saturating_duration_since(now);
         let Some(timeout) = policy::attempt_timeout(segment.timeout_ms, remaining) else {
-            return Err(last.unwrap_or(CallError::BudgetExhausted));
+            return give_up(last, attempts, state);
         };
         attempts += 1;
         let attempt = Attempt {
@@ -119,14 +147,22 @@ where
             deadline: now + timeout,
         };
         let failure = match tokio::time::timeout_at(attempt.deadline, op(attempt)).await {
-            Ok(Ok(value)) => return Ok(value),
+            Ok(Ok(value)) => {
+                let ended = Ended {
+                    attempts,
+                    retries: state,
+                    outcome: Outcome::Ok,
+                    latency: Some(now.elapsed()),
+                };
+                return (Ok(value), ended);
+            }
             Ok(Err(e)) => {
                 let failure = e.classify();
-                last = Some(CallError::Failed(e));
+                last = Some((CallError::Failed(e), failure));
                 failure
             }
             Err(_elapsed) => {
-                last = Some(CallError::DeadlineExceeded { attempts });
+                last = Some((CallError::DeadlineExceeded { attempts }, Failure::Deadline));
                 Failure::Deadline
             }
         };
@@ -156,7 +192,7 @@ where
             }
             Decision::Stop(stop) => {
                 tracing::debug!(segment = %segment.id, attempts, ?stop, "not retrying");
-                return Err(last.unwrap_or(CallError::BudgetExhausted));
+                return give_up(last, attempts, state);
             }
         }
     }

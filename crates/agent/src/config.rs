@@ -1,6 +1,7 @@
 //! What an agent is told at start: [`AgentConfig`] — where the control plane is, who the agent
-//! is, what it watches, where it caches, and its timeouts. Plain data; checked when the agent
-//! starts (`connect` for endpoints, TLS and the token).
+//! is, what it watches, where it caches, its timeouts and its reporting window. Plain data;
+//! checked when the agent starts (`connect` for endpoints, TLS and the token, `report` for the
+//! window).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -38,11 +39,15 @@ pub struct AgentConfig {
     /// The name the server's certificate must carry, when it differs from the endpoint's
     /// host (e.g. connecting by IP address to a certificate for `budgetd.internal`).
     pub tls_domain: Option<String>,
+    /// Length of a reporting window (SPEC §8): every `report_window` of wall-clock time,
+    /// aligned to multiples of it, the agent sends what its calls did. Must divide a minute
+    /// (10 s, 15 s, 30 s, 1 min …); at least 100 ms.
+    pub report_window: Duration,
 }
 
 impl AgentConfig {
-    /// A config with no chain filter, no cache, no labels, a 3 s connect timeout and a 5 s
-    /// first-config timeout.
+    /// A config with no chain filter, no cache, no labels, a 3 s connect timeout, a 5 s
+    /// first-config timeout and 10 s reporting windows.
     pub fn new(
         endpoint: impl Into<String>,
         token: impl Into<String>,
@@ -62,6 +67,7 @@ impl AgentConfig {
             first_config_timeout: Duration::from_secs(5),
             ca_cert: None,
             tls_domain: None,
+            report_window: Duration::from_secs(10),
         }
     }
 }
@@ -81,6 +87,7 @@ impl std::fmt::Debug for AgentConfig {
             .field("first_config_timeout", &self.first_config_timeout)
             .field("ca_cert", &self.ca_cert)
             .field("tls_domain", &self.tls_domain)
+            .field("report_window", &self.report_window)
             .finish()
     }
 }

@@ -1,7 +1,9 @@
 //! Reaching the control plane: the replicas in failover order (`endpoint`, then each
-//! fallback), TLS for `https://` endpoints, and the bearer token as `authorization` metadata.
-//! Knows nothing of what is said over the connection (that is `watch`).
+//! fallback), TLS for `https://` endpoints, the bearer token as `authorization` metadata, and
+//! the [`Link`]: the client in use now, which the watch task picks (failover) and the reporter
+//! follows. Knows nothing of what is said over the connection (that is `watch` and `report`).
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use budget_proto::v1::budget_control_client::BudgetControlClient;
@@ -18,8 +20,53 @@ pub(crate) struct Endpoints {
     /// `endpoint` first, then the fallbacks; `current` is the one in use.
     list: Vec<Endpoint>,
     current: usize,
-    auth: MetadataValue<Ascii>,
+    auth: Auth,
     connect_timeout: Duration,
+}
+
+/// The bearer token as `authorization` metadata (marked sensitive: never logged).
+#[derive(Clone)]
+pub(crate) struct Auth(MetadataValue<Ascii>);
+
+impl Auth {
+    pub(crate) fn new(token: &str) -> Result<Self, AgentError> {
+        let mut auth: MetadataValue<Ascii> = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| AgentError::Config("token is not a valid header value".into()))?;
+        auth.set_sensitive(true);
+        Ok(Self(auth))
+    }
+
+    /// `message` as a request carrying the bearer token.
+    pub(crate) fn authorized<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request
+            .metadata_mut()
+            .insert("authorization", self.0.clone());
+        request
+    }
+}
+
+/// The control-plane client in use now, shared: the watch task sets it whenever it connects
+/// or fails over, the reporter sends over it. Cloning a client shares its connection.
+#[derive(Clone)]
+pub(crate) struct Link(Arc<Mutex<Client>>);
+
+impl Link {
+    pub(crate) fn new(client: Client) -> Self {
+        Self(Arc::new(Mutex::new(client)))
+    }
+
+    pub(crate) fn set(&self, client: Client) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = client;
+    }
+
+    pub(crate) fn get(&self) -> Client {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 impl Endpoints {
@@ -37,14 +84,10 @@ impl Endpoints {
                 .keep_alive_while_idle(true);
             list.push(with_tls(endpoint, config)?);
         }
-        let mut auth: MetadataValue<Ascii> = format!("Bearer {}", config.token)
-            .parse()
-            .map_err(|_| AgentError::Config("token is not a valid header value".into()))?;
-        auth.set_sensitive(true);
         Ok(Self {
             list,
             current: 0,
-            auth,
+            auth: Auth::new(&config.token)?,
             connect_timeout: config.connect_timeout,
         })
     }
@@ -96,11 +139,12 @@ impl Endpoints {
 
     /// `message` as a request carrying the bearer token.
     pub(crate) fn authorized<T>(&self, message: T) -> tonic::Request<T> {
-        let mut request = tonic::Request::new(message);
-        request
-            .metadata_mut()
-            .insert("authorization", self.auth.clone());
-        request
+        self.auth.authorized(message)
+    }
+
+    /// The bearer token, for another task talking to the same control plane.
+    pub(crate) fn auth(&self) -> Auth {
+        self.auth.clone()
     }
 }
 

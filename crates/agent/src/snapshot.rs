@@ -42,10 +42,16 @@ impl Snapshot {
     /// The segment `id` (`caller->callee`) in any chain. When several chains define it, the
     /// one with the smallest budget wins: the agent never exceeds any chain's budget.
     pub fn segment(&self, id: &str) -> Option<&LiveSegment> {
+        self.locate(id).map(|(_, segment)| segment)
+    }
+
+    /// The segment `id` as [`Snapshot::segment`] picks it, with the name of its chain (the
+    /// chain its calls are counted under).
+    pub(crate) fn locate(&self, id: &str) -> Option<(&str, &LiveSegment)> {
         self.chains
-            .values()
-            .filter_map(|c| c.segment(id))
-            .min_by_key(|s| (s.budget_ms, s.timeout_ms))
+            .iter()
+            .filter_map(|(name, c)| c.segment(id).map(|s| (name.as_str(), s)))
+            .min_by_key(|(_, s)| (s.budget_ms, s.timeout_ms))
     }
 
     /// The budget of segment `id`, retries included (R-budget).

@@ -19,7 +19,7 @@ use tracing::{debug, info, warn};
 use crate::backoff::ReconnectBackoff;
 use crate::cache;
 use crate::config::AgentConfig;
-use crate::connect::{status, Client, Endpoints};
+use crate::connect::{status, Auth, Client, Endpoints, Link};
 use crate::error::AgentError;
 use crate::jitter::random_pick;
 use crate::live::Live;
@@ -34,6 +34,8 @@ pub(crate) struct Stream {
 /// Who the agent is, what it watches and where it caches; owned by the background task.
 pub(crate) struct Watcher {
     endpoints: Endpoints,
+    /// The client in use, shared with the reporter.
+    link: Link,
     agent_id: String,
     service: String,
     chains: Vec<String>,
@@ -49,6 +51,7 @@ impl Watcher {
             return Err(AgentError::Config("agent_id must not be empty".into()));
         }
         Ok(Self {
+            link: Link::new(endpoints.lazy()),
             endpoints,
             agent_id: config.agent_id.clone(),
             service: config.service.clone(),
@@ -57,6 +60,16 @@ impl Watcher {
             cache_path: config.cache_path.clone(),
             first_config_timeout: config.first_config_timeout,
         })
+    }
+
+    /// The client in use, kept current through reconnects and failover.
+    pub(crate) fn link(&self) -> Link {
+        self.link.clone()
+    }
+
+    /// The bearer token, for the reporter.
+    pub(crate) fn auth(&self) -> Auth {
+        self.endpoints.auth()
     }
 
     /// The first config from the first endpoint that gives one, trying each in order. The
@@ -202,6 +215,7 @@ impl Watcher {
             Some(s) => (s.client, Some(s.updates)),
             None => (self.endpoints.lazy(), None),
         };
+        self.link.set(client.clone());
         let mut backoff = ReconnectBackoff::default();
         let mut failing = false;
         loop {
@@ -229,6 +243,7 @@ impl Watcher {
                 // The replica went away or broke the stream: try the next one first.
                 if self.endpoints.len() > 1 {
                     client = self.endpoints.rotate();
+                    self.link.set(client.clone());
                 }
             }
             tokio::time::sleep(backoff.next_delay(random_pick)).await;
@@ -254,6 +269,7 @@ impl Watcher {
             }
             if self.endpoints.len() > 1 {
                 client = self.endpoints.rotate();
+                self.link.set(client.clone());
             }
         }
     }

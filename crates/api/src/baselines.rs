@@ -31,13 +31,33 @@ pub struct BaselineList {
     pub next_cursor: Option<String>,
 }
 
+/// `GET /chains/{chain}/baselines`'s query: a page, of one state or all.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BaselineListQuery {
+    /// `draft`, `approved`, `superseded` or `rejected`; empty or absent: all.
+    pub state: Option<String>,
+    /// At most this many baselines (1 to 1000, default 100).
+    pub limit: Option<i64>,
+    /// The previous page's `next_cursor`, unchanged.
+    pub cursor: Option<String>,
+}
+
 /// `POST /chains/{chain}/baselines` (OpenAPI `RecomputeRequest`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecomputeRequest {
+    /// The run to compute from; required unless `from` is `production`.
+    #[serde(default)]
     pub run_id: String,
     /// The topology version to compute against; the run's own when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology_version: Option<u64>,
+    /// `production`: a draft from what the agents reported over `window` instead of a run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// With `from: production`: `1m`, `5m` or `1h` (default `1h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
 }
 
 /// The body of approve and reject (OpenAPI `Comment`); approve's is optional.
@@ -91,6 +111,14 @@ pub struct SegmentDiff {
     pub p999_ms: Change<f64>,
     pub timeout_ms: Change<u64>,
     pub budget_ms: Change<u64>,
+}
+
+/// `GET /baselines/{id}/diff`'s query.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DiffQuery {
+    /// `current` (the chain's approved baseline, the default) or a baseline id.
+    pub against: Option<String>,
 }
 
 /// `GET /baselines/{id}/diff` (OpenAPI `BaselineDiff`).

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::baseline::BaselineSegment;
-use crate::run::RunData;
+use crate::run::{RunData, SegmentStats};
 use crate::topology::{SegmentClass, Topology};
 use crate::{ms_to_us, us_to_ms};
 
@@ -75,23 +75,44 @@ pub fn compare(
             continue;
         };
         let old = baseline.iter().find(|b| b.id == seg.id);
-        let missing_is_drift = !seg.is_root();
-        out.push(entry(
+        out.extend(compare_segment(
             &seg.id,
-            Metric::P999,
+            seg.is_root(),
+            seg.class,
+            old.and_then(|b| b.p99_ms),
             old.and_then(|b| b.p999_ms),
-            stats.p999_us,
+            stats,
+        ));
+    }
+    out
+}
+
+/// One segment's entries: p999, then p99 for a stable segment, against the baseline's values
+/// (`None` where the baseline has none).
+pub fn compare_segment(
+    id: &str,
+    is_root: bool,
+    class: SegmentClass,
+    old_p99_ms: Option<f64>,
+    old_p999_ms: Option<f64>,
+    stats: &SegmentStats,
+) -> Vec<DriftEntry> {
+    let missing_is_drift = !is_root;
+    let mut out = vec![entry(
+        id,
+        Metric::P999,
+        old_p999_ms,
+        stats.p999_us,
+        missing_is_drift,
+    )];
+    if class == SegmentClass::Stable {
+        out.push(entry(
+            id,
+            Metric::P99,
+            old_p99_ms,
+            stats.p99_us,
             missing_is_drift,
         ));
-        if seg.class == SegmentClass::Stable {
-            out.push(entry(
-                &seg.id,
-                Metric::P99,
-                old.and_then(|b| b.p99_ms),
-                stats.p99_us,
-                missing_is_drift,
-            ));
-        }
     }
     out
 }

@@ -13,7 +13,8 @@
 //! - [`intake`]: whether a run opens a draft (first run, no approved baseline, drift), and the draft;
 //! - [`lifecycle`]: approve / reject / rollback eligibility, four eyes by owner;
 //! - [`capacity`]: every parent's need against its time, and how each budget is made;
-//! - [`diff`]: comparing two baselines segment by segment.
+//! - [`diff`]: comparing two baselines segment by segment;
+//! - [`feedback`]: production figures from agents' reports (SPEC §8) and the alert rules.
 #![forbid(unsafe_code)]
 
 pub mod baseline;
@@ -23,6 +24,7 @@ pub mod diff;
 pub mod drift;
 pub mod duration;
 pub mod example;
+pub mod feedback;
 pub mod intake;
 pub mod lifecycle;
 pub mod live;

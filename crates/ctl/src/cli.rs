@@ -19,6 +19,10 @@ prints the live config and `rollback` republishes an older approved baseline. Re
 pipelines `release record` the baseline a version ships with and gate on `release check`;
 `archive verify` compares the archived documents with the store.
 
+In production, agents report what their calls did: `production` shows a chain's figures
+(amplification, kill rate, key coverage, p99/p999 against the live baseline), `alerts` lists
+the alerts raised from them, and `webhook add` sends alerts and decisions to a receiver.
+
 Every request sends --token (or BUDGETD_TOKEN) as a bearer token; its role decides what is
 allowed (reader, uploader, approver, agent, admin). Output is a readable table; --json prints
 the server's JSON answer instead (pretty-printed; on failure the error body goes to stderr).
@@ -27,7 +31,7 @@ Exit codes:
   0  ok
   1  unexpected failure: server error (5xx), an answer that is not JSON, a bug
   2  usage error: bad flags or arguments, or an input FILE that cannot be read
-  3  not found (404): no such chain, run, baseline or token
+  3  not found (404): no such chain, run, baseline, token or webhook
   4  input rejected (400, 413, 415, 422): schema violations, invalid call tree, error findings
   5  conflict (409): wrong state (e.g. approving a non-draft), duplicate name, reused
      Idempotency-Key with another body; also a failed check: `release check` of a baseline
@@ -113,12 +117,58 @@ over the rounds, and the server's resident memory per idle stream (from /metrics
 Needs an admin token (--token): it creates its own uploader, approver and agent tokens and a
 chain named bench-<random>. Point it at a server on this machine only.";
 
+const PRODUCTION_ABOUT: &str = "\
+Show what a chain's agents reported over the last complete window (1m, 5m or 1h), per
+segment: calls and attempts, retry amplification (attempts / calls), timeout kill rate
+(deadline-exceeded attempts / attempts), idempotency-key coverage, the production p99 and
+p999 next to the live baseline's, the segment's timeout, whether production drifted from the
+baseline (more than 20 % either way), the latency samples and the agents that reported; then
+retries by cause and how calls ended. Every figure is the server's; `-` means nothing was
+counted. Any role may read.
+
+Example:
+  budgetctl production --chain checkout --window 1h
+  budgetctl production --chain checkout --json | jq '.segments[] | {segment, p999_ms}'";
+
+const ALERTS_ABOUT: &str = "\
+List the alerts budgetd raised from the agents' reports and its own state: retry
+amplification, timeout kill rate, production drift, agents refusing a config (NACK) and the
+archive backlog. Each fires once and resolves once; the table shows the value that tripped it
+next to the rule's threshold, when it fired and when it resolved. --json adds the figures
+behind each value (`detail`: the window and its counts). Any role may read.
+
+Example:
+  budgetctl alerts --firing";
+
+const WEBHOOK_ADD_ABOUT: &str = "\
+Register a receiver of events: budgetd POSTs each event as JSON to HOOK_URL with the header
+`X-Budgetd-Signature: sha256=<hex HMAC-SHA256 of the raw body, keyed with the secret>`, and
+retries with backoff until the receiver answers 2xx or the attempts run out (see `webhook
+deliveries`). Private and loopback addresses are allowed. Needs the admin role; the secret is
+never shown again.
+
+HOOK_URL is an argument, not --url: --url is budgetd's own address, as for every command. Prefer
+BUDGETD_WEBHOOK_SECRET to --secret, which other users can see in the process list.
+
+Example:
+  export BUDGETD_WEBHOOK_SECRET=\"$(cat hook.secret)\"   # the secret the receiver checks
+  budgetctl webhook add https://hooks.example.com/budgetd \\
+      --event alert.firing --event alert.resolved";
+
+const WEBHOOK_DELIVERIES_ABOUT: &str = "\
+Show a webhook's deliveries, newest first (at most 200): the event, its state (pending,
+delivered, or failed once the attempts ran out), the attempts made, the receiver's last
+status or error, and when the next attempt is due. Needs the admin role.
+
+Example:
+  budgetctl webhook deliveries wh-0a1b2c3d4e5f";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "budgetctl",
     version,
     about = "Command-line client of budgetd: topologies, runs, baselines, live budgets, releases, \
-             archive, tokens",
+             archive, tokens, production feedback, alerts, webhooks",
     long_about = LONG_ABOUT
 )]
 pub struct Cli {
@@ -204,6 +254,26 @@ pub enum Command {
     Token(TokenCommand),
     /// List every agent seen: service, chains, replica, delivered and acknowledged revisions
     Agents,
+    /// Show a chain's production figures per segment, against the live baseline
+    #[command(long_about = PRODUCTION_ABOUT)]
+    Production {
+        /// The chain, e.g. checkout
+        #[arg(long)]
+        chain: String,
+        /// The last complete window of this length
+        #[arg(long, default_value = "5m", value_parser = ["1m", "5m", "1h"])]
+        window: String,
+    },
+    /// List alerts (firing and resolved) with the value that tripped each
+    #[command(long_about = ALERTS_ABOUT)]
+    Alerts {
+        /// Only the alerts firing now
+        #[arg(long)]
+        firing: bool,
+    },
+    /// Register, list or remove webhooks, and show their deliveries (admin)
+    #[command(subcommand)]
+    Webhook(WebhookCommand),
     /// Measure budgetd (benchmarks against a running server; loopback only)
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -401,6 +471,86 @@ fn parse_date(raw: &str) -> Result<String, String> {
     match chrono::NaiveDate::parse_from_str(raw, "%Y-%m-%d") {
         Ok(_) if raw.len() == 10 => Ok(raw.to_owned()),
         _ => Err(format!("{raw:?} is not a date as YYYY-MM-DD")),
+    }
+}
+
+/// The events a webhook may receive (`*`: all of them).
+pub(crate) const WEBHOOK_EVENTS: [&str; 7] = [
+    "*",
+    "alert.firing",
+    "alert.resolved",
+    "baseline.approved",
+    "baseline.rejected",
+    "baseline.rolled_back",
+    "agent.nack",
+];
+
+#[derive(Debug, Subcommand)]
+pub enum WebhookCommand {
+    /// Register a URL that receives events, signed with a secret (admin)
+    #[command(long_about = WEBHOOK_ADD_ABOUT)]
+    Add {
+        /// Where events are POSTed: an http:// or https:// URL, e.g.
+        /// https://hooks.example.com/budgetd (an argument: --url is budgetd's own address)
+        #[arg(id = "hook_url", value_name = "HOOK_URL", value_parser = parse_hook_url)]
+        url: String,
+        /// Key of the HMAC-SHA256 signature, 16 to 512 bytes (prefer the environment
+        /// variable: a flag shows in the process list)
+        #[arg(
+            long,
+            env = "BUDGETD_WEBHOOK_SECRET",
+            hide_env_values = true,
+            value_parser = parse_secret
+        )]
+        secret: String,
+        /// An event to send (repeatable) [default: every event]
+        #[arg(long = "event", value_name = "EVENT", value_parser = WEBHOOK_EVENTS)]
+        events: Vec<String>,
+    },
+    /// List the registered webhooks (never their secrets)
+    #[command(after_help = "Example:\n  budgetctl webhook list")]
+    List,
+    /// Remove a webhook: no further events are sent to it
+    #[command(after_help = "Example:\n  budgetctl webhook rm wh-0a1b2c3d4e5f")]
+    Rm {
+        /// The webhook's id, as `webhook list` shows it
+        id: String,
+    },
+    /// Show a webhook's deliveries: state, attempts, the receiver's last answer
+    #[command(long_about = WEBHOOK_DELIVERIES_ABOUT)]
+    Deliveries {
+        /// The webhook's id, as `webhook list` shows it
+        id: String,
+    },
+}
+
+/// Parses a webhook's URL: `http://` or `https://` with a host, at most 2048 characters.
+fn parse_hook_url(raw: &str) -> Result<String, String> {
+    let url = raw.trim();
+    if url.len() > 2048 {
+        return Err("a webhook URL has at most 2048 characters".into());
+    }
+    match Url::parse(url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(url.to_owned()),
+        Ok(u) if matches!(u.scheme(), "http" | "https") => Err(format!("{url:?} has no host")),
+        Ok(u) => Err(format!(
+            "unsupported scheme {:?}: webhooks are http:// or https:// URLs",
+            u.scheme()
+        )),
+        Err(e) => Err(format!(
+            "{url:?} is not a URL ({e}); e.g. https://hooks.example.com/budgetd"
+        )),
+    }
+}
+
+/// Parses `--secret`: 16 to 512 bytes (it keys the signature).
+fn parse_secret(raw: &str) -> Result<String, String> {
+    match raw.len() {
+        16..=512 => Ok(raw.to_owned()),
+        n => Err(format!(
+            "the secret is {n} bytes; it keys the HMAC-SHA256 signature and must be 16 to 512 \
+             bytes, e.g. $(openssl rand -hex 32)"
+        )),
     }
 }
 

@@ -51,7 +51,14 @@ mod wire_tests {
                 .cloned()
                 .unwrap_or_else(|| panic!("{name} missing"))
         };
-        for name in ["WatchRequest", "AckRequest", "AckResponse"] {
+        for name in [
+            "WatchRequest",
+            "AckRequest",
+            "AckResponse",
+            "ReportRequest",
+            "SegmentWindow",
+            "ReportResponse",
+        ] {
             assert_eq!(
                 msg(&public, name),
                 msg(&server, name),

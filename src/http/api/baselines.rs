@@ -1,8 +1,5 @@
 //! Baselines: recompute, read, list, diff, the call tree's numbers, approve, reject.
 
-use std::collections::HashMap;
-
-use crate::http::extract::{Path, Query};
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
@@ -10,18 +7,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use budget_api::baselines::{
-    ApproveResult, BaselineDiff, BaselineList, BaselineSummary, BaselineTree, Comment,
+    ApproveResult, BaselineDiff, BaselineList, BaselineListQuery, BaselineTree, Comment, DiffQuery,
     RecomputeRequest, RejectResult,
 };
 use budget_core::baseline::{BaselineDocument, BaselineState};
-use serde_json::{json, Value};
 
 use super::page::PageRequest;
 use super::Json;
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
-use crate::http::extract::{string_field, JsonBody, OptionalJsonBody};
-use crate::service;
+use crate::http::extract::{not_text, required, Path, Query, RequestBody};
+use crate::service::{self, violation};
 use crate::state::AppState;
 use crate::store::StoredBaseline;
 
@@ -50,19 +46,17 @@ fn parse_document(stored: &StoredBaseline) -> ApiResult<BaselineDocument> {
     serde_json::from_str(&stored.bytes).map_err(|e| ApiError::internal(e.into()))
 }
 
-/// A list entry on the wire.
-fn summary(b: crate::store::BaselineSummary) -> BaselineSummary {
-    BaselineSummary {
-        id: b.id,
-        chain: b.chain,
-        state: b.state,
-        reason: b.reason,
-        run_id: b.run_id,
-        topology_version: b.topology_version,
-        has_errors: b.has_errors,
-        created_at: b.created_at,
-        created_by: b.created_by,
-        updated_at: b.updated_at,
+impl RequestBody for RecomputeRequest {
+    fn invalid(field: &str) -> ApiError {
+        if field == "topology_version" {
+            violation(
+                "/topology_version",
+                "topology_version must be a positive integer",
+                "expected a positive integer",
+            )
+        } else {
+            not_text(field)
+        }
     }
 }
 
@@ -70,41 +64,38 @@ async fn recompute(
     State(state): State<AppState>,
     principal: Principal,
     Path(chain): Path<String>,
-    body: JsonBody,
+    Json(request): Json<RecomputeRequest>,
 ) -> ApiResult<Response> {
-    let request = recompute_request(Some(body.value))?;
-    let version = request.topology_version.and_then(|v| i64::try_from(v).ok());
-    let stored = service::recompute(&state, &principal, &chain, &request.run_id, version).await?;
-    Ok(document(StatusCode::CREATED, &stored))
-}
-
-/// The body of a recompute, with a violation for each field that is missing or of the wrong
-/// type.
-fn recompute_request(body: Option<Value>) -> ApiResult<RecomputeRequest> {
-    let run_id = string_field(&body, "run_id")?.ok_or_else(|| {
-        ApiError::validation(
-            "run_id is required",
-            json!({"violations": [{"pointer": "/run_id", "message": "required"}]}),
-        )
-    })?;
-    let version = match body.as_ref().and_then(|b| b.get("topology_version")) {
-        None | Some(Value::Null) => None,
+    match request.from.as_deref() {
+        None => {}
+        Some("production") => {
+            let window = request.window.as_deref().unwrap_or("1h");
+            let stored =
+                service::feedback::production_draft(&state, &principal, &chain, window).await?;
+            return Ok(document(StatusCode::CREATED, &stored));
+        }
+        Some(other) => {
+            return Err(violation(
+                "/from",
+                format!("from={other:?}: only \"production\" (or a run_id without from)"),
+                "expected \"production\"",
+            ))
+        }
+    }
+    if request.run_id.is_empty() {
+        return Err(required("run_id"));
+    }
+    let version = match request.topology_version {
+        None => None,
         Some(v) => Some(
-            v.as_i64()
+            i64::try_from(v)
+                .ok()
                 .filter(|v| *v >= 1)
-                .map(i64::unsigned_abs)
-                .ok_or_else(|| {
-                    ApiError::validation(
-                        "topology_version must be a positive integer",
-                        json!({"violations": [{"pointer": "/topology_version", "message": "expected a positive integer"}]}),
-                    )
-                })?,
+                .ok_or_else(|| RecomputeRequest::invalid("topology_version"))?,
         ),
     };
-    Ok(RecomputeRequest {
-        run_id,
-        topology_version: version,
-    })
+    let stored = service::recompute(&state, &principal, &chain, &request.run_id, version).await?;
+    Ok(document(StatusCode::CREATED, &stored))
 }
 
 async fn show(
@@ -124,9 +115,9 @@ async fn list(
     State(state): State<AppState>,
     _: Principal,
     Path(chain): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query<BaselineListQuery>,
 ) -> ApiResult<Json<BaselineList>> {
-    let filter = match query.get("state").map(String::as_str) {
+    let filter = match query.state.as_deref() {
         None | Some("") => None,
         Some(s) => Some(BaselineState::parse(s).ok_or_else(|| {
             ApiError::bad_request(format!(
@@ -134,11 +125,10 @@ async fn list(
             ))
         })?),
     };
-    let page = PageRequest::from_query(&query)?;
+    let page = PageRequest::new(query.limit, query.cursor.as_deref())?;
     let baselines =
         service::baselines::list(&state, &chain, filter, page.after.as_ref(), page.fetch()).await?;
     let (baselines, next_cursor) = page.split(baselines, |b| (&b.created_at, &b.id));
-    let baselines = baselines.into_iter().map(summary).collect();
     Ok(Json(BaselineList {
         baselines,
         next_cursor,
@@ -149,9 +139,9 @@ async fn diff(
     State(state): State<AppState>,
     _: Principal,
     Path(id): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query<DiffQuery>,
 ) -> ApiResult<Json<BaselineDiff>> {
-    let against = query.get("against").map_or("current", String::as_str);
+    let against = query.against.as_deref().unwrap_or("current");
     Ok(Json(service::diff(&state, &id, against).await?.into()))
 }
 
@@ -165,15 +155,19 @@ async fn tree(
     Ok(Json(service::baselines::tree(&state, &id).await?))
 }
 
+/// Approve's body may be empty; reject's comment is required by the rule, not the body.
+impl RequestBody for Comment {
+    fn empty() -> Option<Self> {
+        Some(Self::default())
+    }
+}
+
 async fn approve(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
-    OptionalJsonBody(body): OptionalJsonBody,
+    Json(request): Json<Comment>,
 ) -> ApiResult<Json<ApproveResult>> {
-    let request = Comment {
-        comment: string_field(&body, "comment")?,
-    };
     let (stored, published) = service::approve(&state, &principal, &id, request.comment).await?;
     Ok(Json(ApproveResult {
         baseline: parse_document(&stored)?,
@@ -186,11 +180,8 @@ async fn reject(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
-    OptionalJsonBody(body): OptionalJsonBody,
+    Json(request): Json<Comment>,
 ) -> ApiResult<Json<RejectResult>> {
-    let request = Comment {
-        comment: string_field(&body, "comment")?,
-    };
     let stored = service::reject(&state, &principal, &id, request.comment).await?;
     Ok(Json(RejectResult {
         baseline: parse_document(&stored)?,

@@ -5,22 +5,21 @@ pub mod archive;
 pub mod audit;
 pub mod baselines;
 pub mod chains;
+pub mod feedback;
 pub mod page;
 pub mod releases;
 pub mod runs;
 pub mod tokens;
 pub mod upload;
 
-use std::collections::HashMap;
-
 use axum::http::Method;
-use axum::response::{IntoResponse, Response};
 use axum::Router;
-use serde::Serialize;
 
 use crate::auth::Role;
-use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+
+/// Typed JSON bodies and answers: `budget_api`'s types.
+pub use crate::http::extract::Json;
 
 /// The roles that may call a route besides `admin`, who may call every route.
 const ANY: &[Role] = &Role::ALL;
@@ -39,7 +38,7 @@ pub fn roles_for(method: &Method, route: &str) -> &'static [Role] {
     match (read, route) {
         // Every object is read in full to compare it: costly, so not for every reader.
         (true, "/archive/verify") => APPROVER,
-        (true, "/tokens") => ADMIN,
+        (true, "/tokens" | "/webhooks" | "/webhooks/{id}/deliveries") => ADMIN,
         (true, _) => ANY,
         (false, "/chains/{chain}/topology" | "/chains/{chain}/runs") => UPLOADER,
         (false, "/chains/{chain}/baselines" | "/releases") => UPLOADER_OR_APPROVER,
@@ -61,37 +60,95 @@ pub fn router() -> Router<AppState> {
         .merge(agents::router())
         .merge(archive::router())
         .merge(releases::router())
+        .merge(feedback::router())
 }
 
-/// Reads an optional integer query parameter within `range`.
-pub(crate) fn query_int(
-    query: &HashMap<String, String>,
-    name: &str,
-    range: std::ops::RangeInclusive<i64>,
-) -> ApiResult<Option<i64>> {
-    let Some(raw) = query.get(name) else {
-        return Ok(None);
-    };
-    match raw.parse::<i64>() {
-        Ok(v) if range.contains(&v) => Ok(Some(v)),
-        _ => Err(ApiError::bad_request(format!(
-            "query parameter {name}={raw:?} must be an integer from {} to {}",
-            range.start(),
-            range.end()
-        ))),
+#[cfg(test)]
+mod tests {
+    //! `budget_api`'s query types against the OpenAPI document: each has exactly the query
+    //! parameters its route documents (the bodies and answers are checked by
+    //! `tests/api/openapi.rs`).
+
+    use std::collections::BTreeSet;
+
+    use budget_api::{agents, archive, audit, baselines, chains, feedback, releases, runs};
+    use serde::Serialize;
+    use serde_json::Value;
+
+    /// The names of the query parameters of `method path`, `$ref`s followed.
+    fn documented(doc: &Value, path: &str, method: &str) -> BTreeSet<String> {
+        let parameters = doc["paths"][path][method]["parameters"].as_array();
+        parameters
+            .into_iter()
+            .flatten()
+            .map(|p| match p["$ref"].as_str() {
+                Some(r) => doc.pointer(&r[1..]).expect("a resolvable $ref"),
+                None => p,
+            })
+            .filter(|p| p["in"] == "query")
+            .map(|p| p["name"].as_str().expect("a named parameter").to_owned())
+            .collect()
     }
-}
 
-/// A typed JSON answer: one of `budget_api`'s types, written with its object keys sorted (as
-/// `serde_json::Value` writes them), so the bytes on the wire do not depend on field order.
-#[derive(Debug)]
-pub struct Json<T>(pub T);
+    /// The field names of `T` (every field of a query type is an option, written as `null`
+    /// when absent).
+    fn fields<T: Serialize + Default>() -> BTreeSet<String> {
+        match serde_json::to_value(T::default()).expect("a query serialises") {
+            Value::Object(m) => m.keys().cloned().collect(),
+            other => panic!("not an object: {other}"),
+        }
+    }
 
-impl<T: Serialize> IntoResponse for Json<T> {
-    fn into_response(self) -> Response {
-        match serde_json::to_value(&self.0) {
-            Ok(v) => axum::Json(v).into_response(),
-            Err(e) => ApiError::internal(e.into()).into_response(),
+    #[test]
+    fn query_types_match_the_documented_parameters() {
+        let doc: Value = serde_json::from_str(crate::schemas::OPENAPI).unwrap();
+        let checks = [
+            ("/api/v1/agents", "get", fields::<agents::AgentListQuery>()),
+            ("/api/v1/audit", "get", fields::<audit::AuditQuery>()),
+            (
+                "/api/v1/archive/verify",
+                "get",
+                fields::<archive::VerifyQuery>(),
+            ),
+            (
+                "/api/v1/chains/{chain}/baselines",
+                "get",
+                fields::<baselines::BaselineListQuery>(),
+            ),
+            (
+                "/api/v1/baselines/{id}/diff",
+                "get",
+                fields::<baselines::DiffQuery>(),
+            ),
+            (
+                "/api/v1/chains/{chain}/topology",
+                "get",
+                fields::<chains::TopologyQuery>(),
+            ),
+            (
+                "/api/v1/releases",
+                "get",
+                fields::<releases::ReleaseListQuery>(),
+            ),
+            (
+                "/api/v1/chains/{chain}/runs",
+                "get",
+                fields::<runs::RunListQuery>(),
+            ),
+            (
+                "/api/v1/chains/{chain}/runs",
+                "post",
+                fields::<runs::UploadQuery>(),
+            ),
+            (
+                "/api/v1/chains/{chain}/production",
+                "get",
+                fields::<feedback::ProductionQuery>(),
+            ),
+            ("/api/v1/alerts", "get", fields::<feedback::AlertQuery>()),
+        ];
+        for (path, method, fields) in checks {
+            assert_eq!(documented(&doc, path, method), fields, "{method} {path}");
         }
     }
 }

@@ -16,6 +16,7 @@ mod audit;
 mod baselines;
 mod chains;
 mod export;
+mod feedback;
 mod fleet;
 mod idempotency;
 mod outbox;
@@ -48,6 +49,26 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 fn internal(e: impl Into<anyhow::Error>) -> StoreError {
     StoreError::Internal(e.into())
+}
+
+/// `($1, $2, …), ($k+1, …), …`: the VALUES of a multi-row statement of `rows` rows of `width`
+/// columns.
+fn placeholders(rows: usize, width: usize) -> String {
+    let mut sql = String::with_capacity(rows * width * 5);
+    for r in 0..rows {
+        if r > 0 {
+            sql.push_str(", ");
+        }
+        sql.push('(');
+        for c in 0..width {
+            if c > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&format!("${}", r * width + c + 1));
+        }
+        sql.push(')');
+    }
+    sql
 }
 
 /// `2026-11-30T06:00:00.000Z` → `20261130`.

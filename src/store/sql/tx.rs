@@ -50,6 +50,9 @@ pub(super) async fn write_audit(tx: &mut Tx, a: &Audit) -> StoreResult<()> {
     .bind(a.detail.to_string())
     .execute(&mut **tx)
     .await?;
+    if let Some(event) = crate::store::feedback::WebhookEvent::of_audit(a) {
+        super::feedback::enqueue_in(tx, &event, &a.at).await?;
+    }
     Ok(())
 }
 

@@ -51,7 +51,8 @@ export async function chains(root) {
         driftCell,
         rollout,
         archive,
-        h('span', null, fmt.num(c.runs), ' ', h('a', { href: '#/chains/' + chainQ + '/runs', class: 'sub' }, 'runs & upload')),
+        h('span', null, fmt.num(c.runs), ' ', h('a', { href: '#/chains/' + chainQ + '/runs', class: 'sub' }, 'runs & upload'),
+          h('span', { class: 'sub' }, ' · '), h('a', { href: '#/chains/' + chainQ + '/production', class: 'sub' }, 'production')),
       ],
     };
   });

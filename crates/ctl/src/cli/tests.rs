@@ -159,3 +159,149 @@ fn help_documents_every_exit_code() {
         );
     }
 }
+
+#[test]
+fn feedback_commands_parse() {
+    let cli = Cli::try_parse_from(["budgetctl", "production", "--chain", "checkout"]).unwrap();
+    assert!(matches!(
+        cli.command,
+        Command::Production { ref chain, ref window } if chain == "checkout" && window == "5m"
+    ));
+    let cli =
+        Cli::try_parse_from(["budgetctl", "production", "--chain", "c", "--window", "1h"]).unwrap();
+    assert!(matches!(cli.command, Command::Production { ref window, .. } if window == "1h"));
+    let cli = Cli::try_parse_from(["budgetctl", "alerts", "--firing", "--json"]).unwrap();
+    assert!(matches!(cli.command, Command::Alerts { firing: true }));
+
+    let secret = "0123456789abcdef";
+    let cli = Cli::try_parse_from([
+        "budgetctl",
+        "--url",
+        "http://budgetd.internal:8080",
+        "webhook",
+        "add",
+        "https://hooks.example.com/budgetd",
+        "--secret",
+        secret,
+        "--event",
+        "alert.firing",
+        "--event",
+        "agent.nack",
+    ])
+    .unwrap();
+    // the webhook's URL is the argument; --url stays budgetd's address
+    assert_eq!(cli.global.url.as_str(), "http://budgetd.internal:8080/");
+    assert!(matches!(
+        cli.command,
+        Command::Webhook(WebhookCommand::Add { ref url, ref events, .. })
+            if url == "https://hooks.example.com/budgetd" && events == &["alert.firing", "agent.nack"]
+    ));
+    let cli = Cli::try_parse_from(["budgetctl", "webhook", "deliveries", "wh-1"]).unwrap();
+    assert!(matches!(
+        cli.command,
+        Command::Webhook(WebhookCommand::Deliveries { ref id }) if id == "wh-1"
+    ));
+
+    for args in [
+        &["budgetctl", "production"][..],
+        &["budgetctl", "production", "--chain", "c", "--window", "2m"],
+        &["budgetctl", "alerts", "--state", "firing"],
+        // --url is budgetd's address: the webhook's URL is missing
+        &[
+            "budgetctl",
+            "webhook",
+            "add",
+            "--url",
+            "https://hooks.example.com/x",
+            "--secret",
+            secret,
+        ],
+        &[
+            "budgetctl",
+            "webhook",
+            "add",
+            "ftp://hooks.example.com/x",
+            "--secret",
+            secret,
+        ],
+        &[
+            "budgetctl",
+            "webhook",
+            "add",
+            "hooks.example.com/x",
+            "--secret",
+            secret,
+        ],
+        &[
+            "budgetctl",
+            "webhook",
+            "add",
+            "https://h.example/x",
+            "--secret",
+            "short",
+        ],
+        &[
+            "budgetctl",
+            "webhook",
+            "add",
+            "https://h.example/x",
+            "--secret",
+            secret,
+            "--event",
+            "alert.fired",
+        ],
+        &["budgetctl", "webhook", "rm"],
+    ] {
+        let err = Cli::try_parse_from(args).unwrap_err();
+        assert_eq!(err.exit_code(), Exit::Usage as i32, "{args:?}");
+    }
+}
+
+#[test]
+fn usage_errors_name_the_flag_and_the_fix() {
+    let err = Cli::try_parse_from([
+        "budgetctl",
+        "webhook",
+        "add",
+        "https://h.example/x",
+        "--secret",
+        "short",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("--secret"), "{err}");
+    assert!(err.contains("16 to 512 bytes"), "{err}");
+    let err = Cli::try_parse_from(["budgetctl", "webhook", "add", "ftp://h.example/x"])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("http:// or https://"), "{err}");
+    let err = Cli::try_parse_from(["budgetctl", "production", "--chain", "c", "--window", "2m"])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("[possible values: 1m, 5m, 1h]"), "{err}");
+}
+
+#[test]
+fn feedback_help_has_an_example_each() {
+    for path in [
+        &["production"][..],
+        &["alerts"],
+        &["webhook", "add"],
+        &["webhook", "list"],
+        &["webhook", "rm"],
+        &["webhook", "deliveries"],
+    ] {
+        let mut cmd = Cli::command();
+        let mut sub = &mut cmd;
+        for name in path {
+            sub = sub.find_subcommand_mut(name).unwrap();
+        }
+        let help = sub.render_long_help().to_string();
+        assert!(
+            help.contains(&format!("Example:\n  budgetctl {}", path.join(" ")))
+                || help.contains("Example:\n  export BUDGETD_WEBHOOK_SECRET"),
+            "no example in `{}` --help:\n{help}",
+            path.join(" ")
+        );
+    }
+}

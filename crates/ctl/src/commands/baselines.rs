@@ -80,6 +80,9 @@ pub(super) async fn run(
             let req = body_of(&RecomputeRequest {
                 run_id,
                 topology_version,
+                // a draft from a stored run (not from production reports)
+                from: None,
+                window: None,
             });
             let url = client.url(&["chains", &chain, "baselines"]);
             post_and_show(client, url, Some(req), json, render::recomputed).await

@@ -5,15 +5,18 @@
 //! [`with_query`] adds the optional query parameters.
 
 mod agents;
+mod alerts;
 mod archive;
 mod audit;
 mod baselines;
 mod bench;
 mod budgets;
 mod chains;
+mod production;
 mod releases;
 mod runs;
 mod tokens;
+mod webhooks;
 
 use std::path::Path;
 
@@ -45,6 +48,11 @@ pub(crate) async fn execute(command: Command, client: &Client, json: bool) -> Re
         } => audit::list(chain, limit, before, client, json).await,
         Command::Token(cmd) => tokens::run(cmd, client, json).await,
         Command::Agents => agents::list(client, json).await,
+        Command::Production { chain, window } => {
+            production::show(&chain, window, client, json).await
+        }
+        Command::Alerts { firing } => alerts::list(firing, client, json).await,
+        Command::Webhook(cmd) => webhooks::run(cmd, client, json).await,
         Command::Bench(BenchCommand::Watch(args)) => bench::watch(args, client, json).await,
     }
 }

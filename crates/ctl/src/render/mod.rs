@@ -7,6 +7,7 @@
 //! (`output::render_as`). `--json` is the exact answer.
 
 mod agents;
+mod alerts;
 mod archive;
 mod audit;
 mod baselines;
@@ -14,11 +15,14 @@ mod budgets;
 mod chains;
 mod checks;
 mod errors;
+mod production;
 mod releases;
 mod runs;
 mod tokens;
+mod webhooks;
 
 pub use agents::agents;
+pub use alerts::alerts;
 pub use archive::{archive_status, archive_verify};
 pub use audit::audit;
 pub use baselines::{approved, baseline, baselines, diff, recomputed, rejected, rollout};
@@ -26,9 +30,11 @@ pub use budgets::{budgets, rolled_back};
 pub use chains::{chains, topology};
 pub use checks::{drift_table, findings};
 pub use errors::error_details;
+pub use production::production;
 pub use releases::{baseline_releases, release, release_check, releases};
 pub use runs::{mapping, percentiles, run, run_outcome, runs};
 pub use tokens::tokens;
+pub use webhooks::{deliveries, webhook, webhooks};
 
 use budget_core::topology::Idempotency;
 use comfy_table::{presets, CellAlignment, Table};
@@ -149,6 +155,7 @@ mod tests {
     fn no_renderer_indexes_a_json_value() {
         let files = [
             ("agents.rs", include_str!("agents.rs")),
+            ("alerts.rs", include_str!("alerts.rs")),
             ("archive.rs", include_str!("archive.rs")),
             ("audit.rs", include_str!("audit.rs")),
             ("baselines.rs", include_str!("baselines.rs")),
@@ -157,9 +164,11 @@ mod tests {
             ("checks.rs", include_str!("checks.rs")),
             ("errors.rs", include_str!("errors.rs")),
             ("mod.rs", include_str!("mod.rs")),
+            ("production.rs", include_str!("production.rs")),
             ("releases.rs", include_str!("releases.rs")),
             ("runs.rs", include_str!("runs.rs")),
             ("tokens.rs", include_str!("tokens.rs")),
+            ("webhooks.rs", include_str!("webhooks.rs")),
         ];
         for (name, text) in files {
             for (at, _) in text.match_indices("[\"") {

@@ -1,0 +1,230 @@
+//! Agents' report windows merged in memory and written as rollups, one group commit at a time.
+//!
+//! A Report merges its windows into the current batch and waits for that batch's commit: the
+//! agent is answered only once its windows are durable, and a batch that fails to commit is
+//! dropped whole (every agent in it is answered UNAVAILABLE and sends its windows again), so
+//! a window is neither lost nor counted twice. One flusher commits a batch at a time: it reads
+//! this writer's rows for the batch's minutes, adds the batch, and writes them back in one
+//! transaction of multi-row statements, however many agents reported.
+//!
+//! Memory: a batch holds one entry per (chain, segment, rollup) reported since the last commit
+//! (segments of published chains only, rollups at most 11 minutes old), each with one
+//! histogram; the counts of reports are not kept.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use budget_core::feedback::Counts;
+use hdrhistogram::Histogram;
+use tokio::sync::watch;
+
+use super::hdr;
+use crate::store::feedback::{Rollup, ROLLUP_AGENT_NAMES};
+use crate::store::Store;
+
+/// One window of a report, checked and converted.
+#[derive(Debug, Clone)]
+pub struct Window {
+    pub chain: String,
+    pub segment: String,
+    pub start_ms: i64,
+    pub counts: Counts,
+    pub latency: Histogram<u64>,
+}
+
+/// (chain, segment, start of the rollup).
+type Key = (String, String, i64);
+
+#[derive(Debug, Clone)]
+struct Acc {
+    counts: Counts,
+    latency: Histogram<u64>,
+    agents: BTreeSet<String>,
+    /// Agents beyond the names kept (an upper bound: they cannot be told apart).
+    more_agents: u64,
+}
+
+impl Acc {
+    fn new() -> Self {
+        Self {
+            counts: Counts::default(),
+            latency: hdr::empty(),
+            agents: BTreeSet::new(),
+            more_agents: 0,
+        }
+    }
+
+    fn add_agent(&mut self, agent: &str) {
+        if self.agents.contains(agent) {
+            return;
+        }
+        if self.agents.len() < ROLLUP_AGENT_NAMES {
+            self.agents.insert(agent.to_owned());
+        } else {
+            self.more_agents += 1;
+        }
+    }
+
+    fn add(&mut self, other: &Self) {
+        self.counts.add(&other.counts);
+        hdr::merge(&mut self.latency, &other.latency);
+        for a in &other.agents {
+            self.add_agent(a);
+        }
+        self.more_agents = self.more_agents.saturating_add(other.more_agents);
+    }
+
+    fn from_row(row: &Rollup) -> Self {
+        let latency = hdr::decode(&row.latency_hdr).unwrap_or_else(|e| {
+            tracing::warn!(chain = %row.chain, segment = %row.segment, error = %e, "a stored rollup histogram does not decode; counting from empty");
+            hdr::empty()
+        });
+        Self {
+            counts: row.counts,
+            latency,
+            agents: row.agents.iter().cloned().collect(),
+            more_agents: row.agent_count.saturating_sub(row.agents.len() as u64),
+        }
+    }
+}
+
+type Outcome = Option<Result<(), String>>;
+
+struct Batch {
+    deltas: HashMap<Key, Acc>,
+    done: watch::Sender<Outcome>,
+}
+
+impl Batch {
+    fn new() -> Self {
+        Self {
+            deltas: HashMap::new(),
+            done: watch::channel(None).0,
+        }
+    }
+}
+
+/// The merge of reports into rollups on this server process.
+#[derive(Clone)]
+pub struct Rollups {
+    store: Arc<dyn Store>,
+    writer: String,
+    rollup_ms: i64,
+    batch: Arc<Mutex<Batch>>,
+    /// Serialises flushes (the periodic one and explicit ones).
+    flushing: Arc<tokio::sync::Mutex<()>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Rollups {
+    pub fn new(store: Arc<dyn Store>, writer: String, rollup_ms: u64) -> Self {
+        Self {
+            store,
+            writer,
+            rollup_ms: i64::try_from(rollup_ms).unwrap_or(60_000).max(1),
+            batch: Arc::new(Mutex::new(Batch::new())),
+            flushing: Arc::new(tokio::sync::Mutex::new(())),
+        }
+    }
+
+    pub fn rollup_ms(&self) -> i64 {
+        self.rollup_ms
+    }
+
+    /// The start of the rollup holding `unix_ms`.
+    pub fn rollup_of(&self, unix_ms: i64) -> i64 {
+        unix_ms.div_euclid(self.rollup_ms) * self.rollup_ms
+    }
+
+    /// Merges `windows` of `agent` into the current batch and waits until it is committed.
+    pub async fn merge(&self, agent: &str, windows: Vec<Window>) -> Result<(), String> {
+        if windows.is_empty() {
+            return Ok(());
+        }
+        let mut rx = {
+            let mut batch = lock(&self.batch);
+            for w in windows {
+                let key = (w.chain, w.segment, self.rollup_of(w.start_ms));
+                let acc = batch.deltas.entry(key).or_insert_with(Acc::new);
+                acc.counts.add(&w.counts);
+                hdr::merge(&mut acc.latency, &w.latency);
+                acc.add_agent(agent);
+            }
+            batch.done.subscribe()
+        };
+        let outcome = tokio::time::timeout(Duration::from_secs(10), rx.wait_for(Option::is_some))
+            .await
+            .map_err(|_| "the report was not committed within 10 s".to_owned())?
+            .map_err(|_| "the report's commit was abandoned".to_owned())?
+            .clone();
+        outcome.unwrap_or_else(|| Err("not committed".into()))
+    }
+
+    /// Commits the current batch, if any: reads this writer's rows of its rollups, adds the
+    /// batch, writes them back. Everyone waiting on the batch learns the outcome.
+    pub async fn flush(&self) {
+        let _one = self.flushing.lock().await;
+        let batch = std::mem::replace(&mut *lock(&self.batch), Batch::new());
+        if batch.deltas.is_empty() {
+            return;
+        }
+        let outcome = self.commit(batch.deltas).await;
+        if let Err(e) = &outcome {
+            tracing::warn!(error = %e, "report rollups not stored; agents will send again");
+        }
+        batch.done.send_replace(Some(outcome));
+    }
+
+    async fn commit(&self, deltas: HashMap<Key, Acc>) -> Result<(), String> {
+        let from = deltas.keys().map(|k| k.2).min().unwrap_or(0);
+        let existing = self
+            .store
+            .writer_rollups(&self.writer, from)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut existing: HashMap<Key, &Rollup> = existing
+            .iter()
+            .map(|r| ((r.chain.clone(), r.segment.clone(), r.minute), r))
+            .collect();
+        let at = crate::clock::now();
+        let rows: Vec<Rollup> = deltas
+            .into_iter()
+            .map(|(key, delta)| {
+                let mut acc = existing.remove(&key).map_or_else(Acc::new, Acc::from_row);
+                acc.add(&delta);
+                Rollup {
+                    chain: key.0,
+                    segment: key.1,
+                    minute: key.2,
+                    writer: self.writer.clone(),
+                    counts: acc.counts,
+                    latency_hdr: hdr::encode(&acc.latency),
+                    agent_count: (acc.agents.len() as u64).saturating_add(acc.more_agents),
+                    agents: acc.agents.into_iter().collect(),
+                    updated_at: at.clone(),
+                }
+            })
+            .collect();
+        self.store
+            .write_rollups(&rows)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Flushes every `every` until the process stops.
+    pub fn spawn_flusher(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                me.flush().await;
+            }
+        })
+    }
+}

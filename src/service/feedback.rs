@@ -1,0 +1,417 @@
+//! Runtime feedback (SPEC §8): the gRPC `Report` call, the production view of a chain,
+//! alerts and webhooks.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use budget_api::feedback::{AlertList, DeliveryList, Production, WebhookList, WebhookRequest};
+use budget_core::feedback::{Counts, OUTCOMES, RETRY_CAUSES};
+use budget_core::run::{RunUpload, SegmentUpload};
+use budget_core::{us_to_ms, SegmentClass};
+use serde_json::json;
+
+use super::agents::{check_id, require_agent};
+use super::check_chain_name;
+use crate::auth::Principal;
+use crate::error::{ApiError, ApiResult, Code};
+use crate::feedback::production::{self, Span};
+use crate::feedback::rollup::Window;
+use crate::feedback::{hdr, webhooks};
+use crate::state::AppState;
+use crate::store::feedback::Webhook;
+use crate::store::StoredBaseline;
+
+/// Most windows in one Report (an agent with 100 segments and 11 minutes kept is 1 100).
+pub const MAX_WINDOWS: usize = 4096;
+/// A window may end this long before it reaches the server (SPEC §8: 10 minutes late).
+pub const MAX_LATENESS_MS: i64 = 10 * 60_000;
+/// Clocks differ: a window may start this far in the server's future.
+const MAX_SKEW_MS: i64 = 60_000;
+/// A window (merged windows included) spans at most this long.
+const MAX_SPAN_MS: i64 = 11 * 60_000;
+/// Webhook fields.
+const MAX_URL_LEN: usize = 2048;
+const MAX_SECRET_LEN: usize = 512;
+/// How long an agent id's token binding, read from the store, is trusted.
+const BINDING_TTL: Duration = Duration::from_secs(60);
+const MAX_BINDINGS: usize = 100_000;
+
+/// One window of a Report, as received.
+#[derive(Debug, Clone, Default)]
+pub struct ReportWindow {
+    pub chain: String,
+    pub segment: String,
+    pub start_unix_ms: i64,
+    pub end_unix_ms: i64,
+    pub calls: u64,
+    pub attempts: u64,
+    pub retries: HashMap<String, u64>,
+    pub outcomes: HashMap<String, u64>,
+    pub latency_hdr: Vec<u8>,
+}
+
+/// Whether every window names a published chain and one of its live segments.
+fn all_known(hub: &crate::publish::HubState, windows: &[ReportWindow]) -> bool {
+    windows.iter().all(|w| {
+        hub.get(&w.chain)
+            .is_some_and(|e| e.live.segments.iter().any(|s| s.id == w.segment))
+    })
+}
+
+/// Agent ids whose binding was read from the store (agents without a Watch stream here),
+/// kept a minute so a Report costs no SQL statement.
+#[derive(Debug, Default)]
+pub struct Bindings {
+    known: std::sync::Mutex<HashMap<String, (Option<String>, Instant)>>,
+    /// When a Report last made the hub catch up (at most once a second).
+    caught_up: std::sync::Mutex<Option<Instant>>,
+}
+
+impl Bindings {
+    fn may_catch_up(&self) -> bool {
+        let Ok(mut last) = self.caught_up.lock() else {
+            return false;
+        };
+        if last.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+            return false;
+        }
+        *last = Some(Instant::now());
+        true
+    }
+
+    async fn token_of(&self, state: &AppState, agent_id: &str) -> ApiResult<Option<String>> {
+        if let Some(token) = state.fleet.token_of(agent_id) {
+            return Ok(Some(token));
+        }
+        if let Ok(known) = self.known.lock() {
+            if let Some((token, at)) = known.get(agent_id) {
+                if at.elapsed() < BINDING_TTL {
+                    return Ok(token.clone());
+                }
+            }
+        }
+        let token = state.store.agent_token(agent_id).await?;
+        if let Ok(mut known) = self.known.lock() {
+            if known.len() >= MAX_BINDINGS {
+                known.clear();
+            }
+            known.insert(agent_id.to_owned(), (token.clone(), Instant::now()));
+        }
+        Ok(token)
+    }
+}
+
+/// Why a window is skipped, or the window checked and converted.
+fn check_window(
+    hub: &crate::publish::HubState,
+    w: ReportWindow,
+    now_ms: i64,
+) -> Result<Window, String> {
+    let entry = hub
+        .get(&w.chain)
+        .ok_or_else(|| format!("chain {:?} has no published budgets", w.chain))?;
+    if !entry.live.segments.iter().any(|s| s.id == w.segment) {
+        return Err(format!(
+            "segment {:?} is not in {:?}'s live budgets",
+            w.segment, w.chain
+        ));
+    }
+    if w.end_unix_ms < w.start_unix_ms || w.end_unix_ms - w.start_unix_ms > MAX_SPAN_MS {
+        return Err("a window ends after it starts and spans at most 11 minutes".into());
+    }
+    if w.end_unix_ms < now_ms - MAX_LATENESS_MS {
+        return Err("the window ended more than 10 minutes ago".into());
+    }
+    if w.start_unix_ms > now_ms + MAX_SKEW_MS {
+        return Err("the window starts in the future".into());
+    }
+    let mut counts = Counts {
+        calls: w.calls,
+        attempts: w.attempts,
+        ..Counts::default()
+    };
+    for (cause, n) in &w.retries {
+        *counts.retry_mut(cause).ok_or_else(|| {
+            format!("retry cause {cause:?}: one of {}", RETRY_CAUSES.join(", "))
+        })? += n;
+    }
+    for (outcome, n) in &w.outcomes {
+        *counts
+            .outcome_mut(outcome)
+            .ok_or_else(|| format!("outcome {outcome:?}: one of {}", OUTCOMES.join(", ")))? += n;
+    }
+    let latency = hdr::decode(&w.latency_hdr)?;
+    Ok(Window {
+        chain: w.chain,
+        segment: w.segment,
+        start_ms: w.start_unix_ms,
+        counts,
+        latency,
+    })
+}
+
+/// `BudgetControl.Report`: merges an agent's windows into the rollups and answers once they
+/// are stored. Windows of unknown chains or segments, too late, or malformed are skipped
+/// (not counted in the answer) so an agent never resends them; a failure to store answers
+/// UNAVAILABLE and the agent keeps its windows.
+pub async fn report(
+    state: &AppState,
+    principal: &Principal,
+    agent_id: &str,
+    windows: Vec<ReportWindow>,
+) -> ApiResult<u64> {
+    require_agent(principal)?;
+    check_id("agent_id", agent_id)?;
+    if windows.len() > MAX_WINDOWS {
+        return Err(ApiError::bad_request(format!(
+            "a report holds at most {MAX_WINDOWS} windows; send the rest in another"
+        )));
+    }
+    if let Some(token) = state.reports.bindings.token_of(state, agent_id).await? {
+        if token != principal.token_id {
+            return Err(ApiError::forbidden(format!(
+                "agent_id {agent_id:?} belongs to another token: each agent id is bound to the token that first watched it"
+            )));
+        }
+    }
+    let mut hub = state.hub.current();
+    if !all_known(&hub, &windows) && state.reports.bindings.may_catch_up() {
+        // A publication made on another replica may not have reached this one yet.
+        state.hub.refresh().await?;
+        hub = state.hub.current();
+    }
+    let now_ms = crate::clock::now_ms();
+    let total = windows.len() as u64;
+    let mut accepted = Vec::with_capacity(windows.len());
+    let mut first_refusal = None;
+    for w in windows {
+        match check_window(&hub, w, now_ms) {
+            Ok(w) => accepted.push(w),
+            Err(reason) => {
+                first_refusal.get_or_insert(reason);
+            }
+        }
+    }
+    let n = accepted.len() as u64;
+    if let Some(reason) = first_refusal {
+        tracing::info!(agent = %agent_id, refused = total - n, %reason, "report windows skipped");
+    }
+    state
+        .reports
+        .rollups
+        .merge(agent_id, accepted)
+        .await
+        .map_err(|e| ApiError::new(Code::Unavailable, format!("report not stored: {e}")))?;
+    crate::observe::report_windows(n, total - n);
+    Ok(n)
+}
+
+/// `GET /chains/{chain}/production?window=…`.
+pub async fn production(state: &AppState, chain: &str, window: &str) -> ApiResult<Production> {
+    check_chain_name(chain)?;
+    let span = Span::parse(window)
+        .ok_or_else(|| ApiError::bad_request(format!("window={window:?}: one of 1m, 5m, 1h")))?;
+    state.store.get_topology(chain, None).await?;
+    let rollup_ms = state.reports.rollups.rollup_ms();
+    let bounds = span.bounds(crate::clock::now_ms(), rollup_ms);
+    let rows = state.store.read_rollups(chain, bounds.0, bounds.1).await?;
+    let baseline = state.store.current_baseline(chain).await?;
+    let live = baseline
+        .as_ref()
+        .map(|b| (b.doc.id.as_str(), b.doc.segments.as_slice()));
+    Ok(production::view(chain, span, bounds, &rows, live))
+}
+
+/// Samples a production draft needs per segment: 1 000 where the timeout comes from p999
+/// (volatile), 100 where it comes from p99 (stable).
+fn samples_needed(class: SegmentClass) -> u64 {
+    match class {
+        SegmentClass::Volatile => 1_000,
+        SegmentClass::Stable => 100,
+    }
+}
+
+/// `POST /chains/{chain}/baselines {"from": "production", "window": …}`: a run made from the
+/// merged production histograms of the window (its source names the window and the agents)
+/// and a draft from it, for the normal review. Refused when a segment has too few samples.
+pub async fn production_draft(
+    state: &AppState,
+    principal: &Principal,
+    chain: &str,
+    window: &str,
+) -> ApiResult<StoredBaseline> {
+    check_chain_name(chain)?;
+    let span = Span::parse(window)
+        .ok_or_else(|| ApiError::bad_request(format!("window={window:?}: one of 1m, 5m, 1h")))?;
+    let topo = state.store.get_topology(chain, None).await?;
+    let rollup_ms = state.reports.rollups.rollup_ms();
+    let (from, to) = span.bounds(crate::clock::now_ms(), rollup_ms);
+    let rows = state.store.read_rollups(chain, from, to).await?;
+    let sums = production::sum_by_segment(&rows);
+    let mut segments = Vec::new();
+    let mut short = Vec::new();
+    let mut agents = std::collections::BTreeSet::new();
+    for seg in &topo.topology.segments {
+        let sum = sums.get(&seg.id);
+        let samples = sum.map_or(0, |s| s.latency.len());
+        let needed = samples_needed(seg.class);
+        match sum {
+            Some(sum) if samples >= needed => {
+                let l = hdr::latency(&sum.latency);
+                agents.extend(sum.agent_ids.iter().cloned());
+                segments.push(SegmentUpload {
+                    id: seg.id.clone(),
+                    samples,
+                    failures: Some(sum.counts.calls.saturating_sub(sum.counts.ok)),
+                    p50_ms: Some(us_to_ms(l.p50_us)),
+                    p99_ms: us_to_ms(l.p99_us),
+                    p999_ms: us_to_ms(l.p999_us),
+                });
+            }
+            // The root's measurement is optional, as in any run.
+            None if seg.is_root() => {}
+            _ => short.push(json!({"segment": seg.id, "samples": samples, "needed": needed})),
+        }
+    }
+    if !short.is_empty() {
+        return Err(ApiError::validation(
+            format!(
+                "production over the last {} has too few samples for a draft of {chain:?}: {} segment(s) short",
+                span.as_str(),
+                short.len()
+            ),
+            json!({"window": span.as_str(), "from": crate::clock::rfc3339_ms(from), "to": crate::clock::rfc3339_ms(to), "segments": short}),
+        ));
+    }
+    let named: Vec<String> = agents.into_iter().take(20).collect();
+    let agent_count = sums.values().map(|s| s.agents).max().unwrap_or(0);
+    let source = format!(
+        "production {} {}..{} from {agent_count} agent(s): {}",
+        span.as_str(),
+        crate::clock::rfc3339_ms(from),
+        crate::clock::rfc3339_ms(to),
+        named.join(", ")
+    );
+    let upload = RunUpload {
+        tool: Some("production".into()),
+        note: Some(source.clone()),
+        segments,
+    };
+    let outcome =
+        super::runs::upload_production_run(state, principal, chain, upload, source).await?;
+    match outcome.baseline_id {
+        Some(id) => Ok(state.store.get_baseline(&id).await?),
+        None => super::recompute(state, principal, chain, &outcome.run_id, None).await,
+    }
+}
+
+/// `GET /alerts[?state=firing]`.
+pub async fn alerts(state: &AppState, filter: Option<&str>) -> ApiResult<AlertList> {
+    let firing_only = match filter {
+        None | Some("") => false,
+        Some("firing") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "state={other:?}: only `firing` filters (without it, every alert)"
+            )))
+        }
+    };
+    Ok(AlertList {
+        alerts: state.store.list_alerts(firing_only, 1000).await?,
+    })
+}
+
+/// `POST /webhooks` (admin).
+pub async fn create_webhook(
+    state: &AppState,
+    principal: &Principal,
+    req: WebhookRequest,
+) -> ApiResult<budget_api::feedback::Webhook> {
+    let url = req.url.trim();
+    let parsed = reqwest::Url::parse(url)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+    if url.len() > MAX_URL_LEN || parsed.is_none() {
+        return Err(ApiError::bad_request(format!(
+            "url must be an http:// or https:// URL of at most {MAX_URL_LEN} characters"
+        )));
+    }
+    if req.secret.len() < 16 || req.secret.len() > MAX_SECRET_LEN {
+        return Err(ApiError::bad_request(format!(
+            "secret must be 16-{MAX_SECRET_LEN} bytes (it keys the HMAC-SHA256 signature)"
+        )));
+    }
+    let mut events = req.events;
+    if events.is_empty() {
+        events.push("*".into());
+    }
+    if let Some(bad) = events
+        .iter()
+        .find(|e| e.as_str() != "*" && !webhooks::EVENTS.contains(&e.as_str()))
+    {
+        return Err(ApiError::bad_request(format!(
+            "event {bad:?}: one of *, {}",
+            webhooks::EVENTS.join(", ")
+        )));
+    }
+    events.sort();
+    events.dedup();
+    let hook = Webhook {
+        hook: budget_api::feedback::Webhook {
+            id: format!("wh-{}", hex::encode(rand::random::<[u8; 6]>())),
+            url: url.to_owned(),
+            events,
+            created_at: crate::clock::now(),
+            created_by: principal.name.clone(),
+        },
+        secret: req.secret,
+    };
+    let audit = super::audit(
+        principal,
+        "webhook.create",
+        None,
+        json!({"id": hook.hook.id, "url": hook.hook.url, "events": hook.hook.events}),
+    );
+    let created = state.store.create_webhook(&hook, audit).await?;
+    tracing::info!(webhook = %created.id, by = %principal.name, "webhook registered");
+    Ok(created)
+}
+
+/// `GET /webhooks` (admin).
+pub async fn webhooks(state: &AppState) -> ApiResult<WebhookList> {
+    Ok(WebhookList {
+        webhooks: state
+            .store
+            .list_webhooks()
+            .await?
+            .into_iter()
+            .map(|w| w.hook)
+            .collect(),
+    })
+}
+
+/// `DELETE /webhooks/{id}` (admin).
+pub async fn delete_webhook(state: &AppState, principal: &Principal, id: &str) -> ApiResult<()> {
+    let audit = super::audit(principal, "webhook.delete", None, json!({"id": id}));
+    if state.store.delete_webhook(id, audit).await? {
+        Ok(())
+    } else {
+        Err(ApiError::not_found(format!("webhook {id:?} not found")))
+    }
+}
+
+/// `GET /webhooks/{id}/deliveries` (admin): newest first, at most 200.
+pub async fn deliveries(state: &AppState, id: &str) -> ApiResult<DeliveryList> {
+    if !state
+        .store
+        .list_webhooks()
+        .await?
+        .iter()
+        .any(|w| w.hook.id == id)
+    {
+        return Err(ApiError::not_found(format!("webhook {id:?} not found")));
+    }
+    Ok(DeliveryList {
+        deliveries: state.store.list_deliveries(id, 200).await?,
+    })
+}

@@ -1,0 +1,730 @@
+//! Runtime feedback (issue 12, SPEC §8) through the real gRPC and HTTP stack: Report windows
+//! merged into rollups across replicas, the production view, refused input, alerts firing and
+//! resolving once with signed webhook deliveries, and decisions sent to webhooks.
+//!
+//! Rollups are shortened to one second (`feedback.rollup_ms`), so "the last complete minute"
+//! is the last complete second and the tests do not wait for wall-clock minutes.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use budget_proto::v1::{ReportRequest, SegmentWindow};
+use budgetd::Settings;
+use hdrhistogram::serialization::{Serializer as _, V2DeflateSerializer};
+use hdrhistogram::Histogram;
+use hmac::{Hmac, Mac};
+use serde_json::{json, Value};
+use tonic::Code;
+
+use crate::grpc::{authed, client, watch_req};
+use crate::helpers::{
+    draft_a, settings_for, spawn_app_on, spawn_replica_with, Backend, TestApp, TestDb, ADMIN_TOKEN,
+};
+
+const SEGMENT: &str = "order->inventory";
+
+fn fast(s: &mut Settings) {
+    s.feedback.rollup_ms = 1000;
+    s.feedback.evaluate_every_ms = 200;
+}
+
+async fn fast_app(backend: Backend) -> Option<TestApp> {
+    let db = TestDb::new(backend).await?;
+    Some(
+        spawn_app_on(db, |url| {
+            let mut s = settings_for(url);
+            fast(&mut s);
+            s
+        })
+        .await,
+    )
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+fn hdr(values_us: &[u64]) -> Vec<u8> {
+    let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).unwrap();
+    for v in values_us {
+        h.record(*v).unwrap();
+    }
+    let mut out = Vec::new();
+    V2DeflateSerializer::new().serialize(&h, &mut out).unwrap();
+    out
+}
+
+/// A window of `calls` calls starting at `start`: `attempts` attempts, the extra ones retries
+/// on `cause`, every call `ok` with `latencies` as its successful attempts' latencies.
+fn window(
+    start: i64,
+    calls: u64,
+    attempts: u64,
+    cause: &str,
+    outcomes: &[(&str, u64)],
+    latencies: &[u64],
+) -> SegmentWindow {
+    SegmentWindow {
+        chain: "checkout".into(),
+        segment: SEGMENT.into(),
+        start_unix_ms: start,
+        end_unix_ms: start + 500,
+        calls,
+        attempts,
+        retries: [(cause.to_owned(), attempts - calls)].into(),
+        outcomes: outcomes.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        latency_hdr: hdr(latencies),
+    }
+}
+
+async fn report(
+    app: &TestApp,
+    token: &str,
+    agent: &str,
+    windows: Vec<SegmentWindow>,
+) -> Result<i64, tonic::Status> {
+    client(app)
+        .await
+        .report(authed(
+            token,
+            ReportRequest {
+                agent_id: agent.into(),
+                windows,
+            },
+        ))
+        .await
+        .map(|r| r.into_inner().accepted_windows)
+}
+
+/// Publishes run A on `checkout` and returns an agent token whose agent `agent` has watched.
+async fn published_with_agent(app: &TestApp, agent: &str) -> String {
+    let p = app.people().await;
+    let id = draft_a(app, &p).await;
+    app.approve(&p.approver, &id).await.expect(200);
+    let token = app.token("agent", "order-agent").await;
+    let mut stream = client(app)
+        .await
+        .watch(authed(&token, watch_req(agent, &["checkout"], "order", 0)))
+        .await
+        .unwrap()
+        .into_inner();
+    crate::grpc::next(&mut stream).await;
+    token
+}
+
+async fn production(app: &TestApp, window: &str) -> Value {
+    app.get(
+        &format!("/api/v1/chains/checkout/production?window={window}"),
+        ADMIN_TOKEN,
+    )
+    .await
+    .expect(200)
+    .json()
+}
+
+fn segment<'a>(view: &'a Value, id: &str) -> &'a Value {
+    view["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["segment"] == id)
+        .unwrap_or_else(|| panic!("{id} missing in {view}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_from_two_replicas_add_up_exactly() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let Some(a) = fast_app(backend).await else {
+            continue;
+        };
+        let b = spawn_replica_with(&a, fast).await;
+        let token = published_with_agent(&a, "order-1").await;
+        // The same rollup receives windows on both replicas, from two agents.
+        let start = now_ms() - 5_000;
+        let w1 = window(
+            start,
+            1000,
+            1300,
+            "deadline",
+            &[("ok", 990), ("deadline_exceeded", 10)],
+            &vec![180_000; 990],
+        );
+        let w2 = window(
+            start + 100,
+            500,
+            500,
+            "deadline",
+            &[("ok", 495), ("retry_refused_no_key", 5)],
+            &vec![420_000; 495],
+        );
+        assert_eq!(report(&a, &token, "order-1", vec![w1]).await.unwrap(), 1);
+        assert_eq!(report(&b, &token, "order-2", vec![w2]).await.unwrap(), 1);
+        for app in [&a, &b] {
+            let view = production(app, "1h").await;
+            let s = segment(&view, SEGMENT);
+            assert_eq!(s["calls"], 1500, "{backend:?} {s}");
+            assert_eq!(s["attempts"], 1800);
+            assert_eq!(s["amplification"], 1.2);
+            // (300 deadline retries + 10 deadline_exceeded) / 1800 attempts.
+            assert_eq!(s["kill_rate"], (310.0f64 / 1800.0 * 1e6).round() / 1e6);
+            // 5 refused / (300 retries + 5 refused).
+            assert_eq!(
+                s["key_coverage"],
+                (1e6f64 - 5.0 * 1e6 / 305.0).round() / 1e6
+            );
+            assert_eq!(s["samples"], 1485);
+            assert_eq!(s["outcomes"]["retry_refused_no_key"], 5);
+            assert_eq!(s["agents"], 2);
+            assert!(
+                (179.9..=180.1).contains(&s["p50_ms"].as_f64().unwrap()),
+                "{s}"
+            );
+            assert!(
+                (419.9..=420.5).contains(&s["p999_ms"].as_f64().unwrap()),
+                "{s}"
+            );
+            assert!(s["timeout_ms"].as_u64().is_some());
+            assert!(s["baseline_p999_ms"].as_f64().is_some());
+            assert_eq!(s["drift"], true, "p999 420 ms against run A's");
+            let last = s["distribution"]
+                .as_array()
+                .unwrap()
+                .last()
+                .unwrap()
+                .clone();
+            assert_eq!(last[1], 1.0);
+        }
+        // A window outside the last complete 1m window is not in it.
+        let view = production(&a, "1m").await;
+        assert!(view["segments"].as_array().unwrap().is_empty(), "{view}");
+        b.stop().await;
+        a.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_are_checked() {
+    let app = fast_app(Backend::Sqlite).await.unwrap();
+    let token = published_with_agent(&app, "order-1").await;
+    let uploader = app.token("uploader", "uma2").await;
+    let good = || window(now_ms() - 3_000, 10, 10, "deadline", &[("ok", 10)], &[1000]);
+
+    let err = report(&app, &uploader, "order-1", vec![good()])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+
+    let other = app.token("agent", "other-agent").await;
+    let err = report(&app, &other, "order-1", vec![good()])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+    assert!(err.message().contains("another token"), "{err:?}");
+
+    let err = report(&app, &token, "order-1", vec![good(); 4097])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+
+    let mut unknown_segment = good();
+    unknown_segment.segment = "order->nowhere".into();
+    let mut unknown_chain = good();
+    unknown_chain.chain = "nochain".into();
+    let mut late = good();
+    late.start_unix_ms = now_ms() - 11 * 60_000;
+    late.end_unix_ms = late.start_unix_ms + 1000;
+    let mut odd_outcome = good();
+    odd_outcome.outcomes.insert("timeout".into(), 1);
+    let mut garbage = good();
+    garbage.latency_hdr = vec![0x1c, 0x84, 0x93, 0x04, 0, 0, 0, 9, 1, 2, 3];
+    let accepted = report(
+        &app,
+        &token,
+        "order-1",
+        vec![
+            good(),
+            unknown_segment,
+            unknown_chain,
+            late,
+            odd_outcome,
+            garbage,
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(accepted, 1, "only the good window is merged");
+    let s = production(&app, "1h").await;
+    assert_eq!(segment(&s, SEGMENT)["calls"], 10);
+
+    let bad = app
+        .get("/api/v1/chains/checkout/production?window=2m", ADMIN_TOKEN)
+        .await
+        .expect(400);
+    assert!(bad.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("1m, 5m, 1h"));
+    app.get("/api/v1/chains/nochain/production", ADMIN_TOKEN)
+        .await
+        .expect(404);
+    app.stop().await;
+}
+
+/// A local webhook receiver: records every request; answers 500 to the first delivery of
+/// the event in `fail_once`, 200 to everything else.
+#[derive(Clone, Default)]
+struct Receiver {
+    got: Arc<Mutex<Vec<(String, String, Value)>>>,
+    fail_once: Arc<Mutex<Option<String>>>,
+}
+
+impl Receiver {
+    async fn start(&self) -> String {
+        let me = self.clone();
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(
+                move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                    let me = me.clone();
+                    async move {
+                        let sig = headers
+                            .get("x-budgetd-signature")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or_default()
+                            .to_owned();
+                        let raw = String::from_utf8(body.to_vec()).unwrap();
+                        let value: Value = serde_json::from_str(&raw).unwrap();
+                        let mut fail = me.fail_once.lock().unwrap();
+                        let refuse = fail.as_deref() == value["event"].as_str();
+                        if refuse {
+                            *fail = None;
+                        }
+                        me.got.lock().unwrap().push((sig, raw, value));
+                        if refuse {
+                            axum::http::StatusCode::INTERNAL_SERVER_ERROR
+                        } else {
+                            axum::http::StatusCode::OK
+                        }
+                    }
+                },
+            ),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("http://{addr}/hook")
+    }
+
+    fn events(&self) -> Vec<Value> {
+        self.got
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, _, v)| v.clone())
+            .collect()
+    }
+
+    fn all_signed_with(&self, secret: &str) -> bool {
+        self.got.lock().unwrap().iter().all(|(sig, raw, _)| {
+            let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+            mac.update(raw.as_bytes());
+            *sig == format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+        })
+    }
+}
+
+async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amplification_fires_once_resolves_once_and_webhooks_get_signed_events() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let Some(a) = fast_app(backend).await else {
+            continue;
+        };
+        // Two replicas evaluate the rules: each alert still fires and resolves once.
+        let b = spawn_replica_with(&a, fast).await;
+        let receiver = Receiver::default();
+        // The first delivery attempt is refused: it is tried again.
+        *receiver.fail_once.lock().unwrap() = Some("alert.firing".into());
+        let url = receiver.start().await;
+        let secret = "s3cr3t-for-the-hook-0123";
+        let hook = a
+            .post(
+                "/api/v1/webhooks",
+                ADMIN_TOKEN,
+                json!({"url": url, "secret": secret}),
+            )
+            .await
+            .expect(201)
+            .json();
+        let hook_id = hook["id"].as_str().unwrap().to_owned();
+        assert!(hook.get("secret").is_none());
+        let token = published_with_agent(&a, "order-1").await;
+
+        // 2.5 attempts a call in one rollup (unavailable retries: no kill rate).
+        let rollup = |at: i64| at.div_euclid(1000) * 1000;
+        let start = rollup(now_ms());
+        let hot = window(start, 100, 250, "unavailable", &[("ok", 100)], &[1000]);
+        assert_eq!(report(&a, &token, "order-1", vec![hot]).await.unwrap(), 1);
+        let firing = eventually("the amplification alert fires", async || {
+            let list = a
+                .get("/api/v1/alerts?state=firing", ADMIN_TOKEN)
+                .await
+                .expect(200)
+                .json();
+            list["alerts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["rule"] == "amplification")
+                .cloned()
+        })
+        .await;
+        assert_eq!(firing["chain"], "checkout");
+        assert_eq!(firing["segment"], SEGMENT);
+        assert_eq!(firing["value"], 2.5);
+        assert_eq!(firing["threshold"], 2.0);
+        assert_eq!(firing["detail"]["counts"]["attempts"], 250);
+
+        // Healthy traffic in later rollups: resolved at the first one without the excess.
+        let resolved = eventually("the alert resolves", async || {
+            let calm = window(
+                now_ms() - 200,
+                100,
+                100,
+                "unavailable",
+                &[("ok", 100)],
+                &[1000],
+            );
+            report(&b, &token, "order-1", vec![calm]).await.unwrap();
+            let list = a
+                .get("/api/v1/alerts", ADMIN_TOKEN)
+                .await
+                .expect(200)
+                .json();
+            list["alerts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["rule"] == "amplification" && x["state"] == "resolved")
+                .cloned()
+        })
+        .await;
+        assert_eq!(resolved["id"], firing["id"]);
+        assert!(resolved["resolved_at"].as_str().is_some());
+
+        let events = eventually("both alert events delivered", async || {
+            let alerts: Vec<Value> = receiver
+                .events()
+                .into_iter()
+                .filter(|e| e["event"].as_str().unwrap().starts_with("alert."))
+                .collect();
+            let firing = alerts
+                .iter()
+                .filter(|e| e["event"] == "alert.firing")
+                .count();
+            let resolved = alerts.iter().any(|e| e["event"] == "alert.resolved");
+            (resolved && firing == 2).then_some(alerts)
+        })
+        .await;
+        // Deliveries: the firing event twice (refused, then accepted), the resolved once.
+        let mut kinds: Vec<&str> = events
+            .iter()
+            .map(|e| e["event"].as_str().unwrap())
+            .collect();
+        kinds.sort_unstable();
+        assert_eq!(
+            kinds,
+            ["alert.firing", "alert.firing", "alert.resolved"],
+            "{events:?}"
+        );
+        assert_eq!(events[0]["event"], "alert.firing");
+        assert_eq!(events[0]["alert"]["value"], 2.5);
+        assert!(events[0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("FIRING amplification"));
+        assert!(receiver.all_signed_with(secret));
+        let approved = receiver
+            .events()
+            .into_iter()
+            .filter(|e| e["event"] == "baseline.approved")
+            .count();
+        assert_eq!(approved, 1, "the approval went to the webhook too");
+
+        let log = a
+            .get(
+                &format!("/api/v1/webhooks/{hook_id}/deliveries"),
+                ADMIN_TOKEN,
+            )
+            .await
+            .expect(200)
+            .json();
+        let firing_delivery = log["deliveries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["event"] == "alert.firing")
+            .unwrap()
+            .clone();
+        assert_eq!(firing_delivery["state"], "delivered");
+        assert_eq!(firing_delivery["attempts"], 2);
+        assert_eq!(firing_delivery["last_status"], 200);
+        let metrics = a.get("/metrics", ADMIN_TOKEN).await.expect(200);
+        let text = String::from_utf8(metrics.body.to_vec()).unwrap();
+        assert!(
+            text.contains("budgetd_alerts_firing{rule=\"amplification\"} 0"),
+            "{text}"
+        );
+        b.stop().await;
+        a.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_are_admin_only_and_checked() {
+    let app = fast_app(Backend::Sqlite).await.unwrap();
+    let approver = app.token("approver", "abe").await;
+    let hook = json!({"url": "http://127.0.0.1:9/hook", "secret": "0123456789abcdef"});
+    app.post("/api/v1/webhooks", &approver, hook.clone())
+        .await
+        .expect(403);
+    app.get("/api/v1/webhooks", &approver).await.expect(403);
+    for (body, why) in [
+        (
+            json!({"url": "ftp://x/y", "secret": "0123456789abcdef"}),
+            "http",
+        ),
+        (
+            json!({"url": "http://127.0.0.1/h", "secret": "short"}),
+            "secret",
+        ),
+        (
+            json!({"url": "http://127.0.0.1/h", "secret": "0123456789abcdef", "events": ["alert.fired"]}),
+            "alert.firing",
+        ),
+    ] {
+        let a = app
+            .post("/api/v1/webhooks", ADMIN_TOKEN, body)
+            .await
+            .expect(400);
+        assert!(
+            a.json()["error"]["message"].as_str().unwrap().contains(why),
+            "{}",
+            a.json()
+        );
+    }
+    // A repeat under the same Idempotency-Key answers the first webhook, and makes no other.
+    let create = || {
+        app.http
+            .post(app.url("/api/v1/webhooks"))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("idempotency-key", "hook-1")
+            .json(&hook)
+    };
+    let created = app.raw(create()).await.expect(201).json();
+    let again = app.raw(create()).await.expect(201).json();
+    assert_eq!(again["id"], created["id"]);
+    let id = created["id"].as_str().unwrap();
+    assert_eq!(created["events"], json!(["*"]));
+    let list = app
+        .get("/api/v1/webhooks", ADMIN_TOKEN)
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(list["webhooks"].as_array().unwrap().len(), 1);
+    assert!(
+        !list.to_string().contains("0123456789abcdef"),
+        "the secret is never shown"
+    );
+    app.send(
+        reqwest::Method::DELETE,
+        &format!("/api/v1/webhooks/{id}"),
+        ADMIN_TOKEN,
+        None,
+    )
+    .await
+    .expect(204);
+    app.get(&format!("/api/v1/webhooks/{id}/deliveries"), ADMIN_TOKEN)
+        .await
+        .expect(404);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nack_fires_an_alert_and_an_agent_nack_event() {
+    let app = fast_app(Backend::Sqlite).await.unwrap();
+    let receiver = Receiver::default();
+    let url = receiver.start().await;
+    app.post(
+        "/api/v1/webhooks",
+        ADMIN_TOKEN,
+        json!({"url": url, "secret": "0123456789abcdef", "events": ["agent.nack", "alert.firing"]}),
+    )
+    .await
+    .expect(201);
+    let token = published_with_agent(&app, "order-1").await;
+    let revision = app
+        .get("/api/v1/chains/checkout/budgets", ADMIN_TOKEN)
+        .await
+        .expect(200)
+        .json()["revision"]
+        .as_i64()
+        .unwrap();
+    client(&app)
+        .await
+        .ack(authed(
+            &token,
+            budget_proto::v1::AckRequest {
+                agent_id: "order-1".into(),
+                revision,
+                accepted: false,
+                error: "inversion: order->inventory".into(),
+            },
+        ))
+        .await
+        .unwrap();
+    let alert = eventually("the nack alert fires", async || {
+        let list = app
+            .get("/api/v1/alerts?state=firing", ADMIN_TOKEN)
+            .await
+            .expect(200)
+            .json();
+        list["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["rule"] == "nack")
+            .cloned()
+    })
+    .await;
+    assert_eq!(alert["chain"], "checkout");
+    assert_eq!(alert["value"], 1.0);
+    assert_eq!(alert["detail"]["agents"], json!(["order-1"]));
+    let events = eventually("the agent.nack event", async || {
+        let e = receiver.events();
+        (e.iter().any(|e| e["event"] == "agent.nack") && e.len() == 2).then_some(e)
+    })
+    .await;
+    let nack = events.iter().find(|e| e["event"] == "agent.nack").unwrap();
+    assert!(
+        nack["text"].as_str().unwrap().contains("inversion"),
+        "{nack}"
+    );
+    assert!(
+        events.iter().all(|e| e["event"] != "baseline.approved"),
+        "not subscribed"
+    );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draft_from_production_names_its_window_and_agents() {
+    let app = fast_app(Backend::Sqlite).await.unwrap();
+    let token = published_with_agent(&app, "order-1").await;
+    let uploader = app.token("uploader", "uma2").await;
+    let seg = |id: &str, n: usize, us: u64| {
+        let mut w = window(
+            now_ms() - 4_000,
+            n as u64,
+            n as u64,
+            "deadline",
+            &[("ok", n as u64)],
+            &vec![us; n],
+        );
+        w.segment = id.into();
+        w
+    };
+    // Too few samples for payment (volatile: p999-based, needs 1 000).
+    report(
+        &app,
+        &token,
+        "order-1",
+        vec![
+            seg("order->inventory", 200, 50_000),
+            seg("order->payment", 999, 250_000),
+            seg("order->user", 100, 9_000),
+        ],
+    )
+    .await
+    .unwrap();
+    let refused = app
+        .post(
+            "/api/v1/chains/checkout/baselines",
+            &uploader,
+            json!({"from": "production", "window": "1h"}),
+        )
+        .await
+        .expect(422)
+        .json();
+    let short = refused["error"]["details"]["segments"].as_array().unwrap();
+    assert_eq!(short.len(), 1, "{refused}");
+    assert_eq!(short[0]["segment"], "order->payment");
+    assert_eq!(short[0]["needed"], 1000);
+
+    report(
+        &app,
+        &token,
+        "order-1",
+        vec![seg("order->payment", 1, 250_000)],
+    )
+    .await
+    .unwrap();
+    let draft = app
+        .post(
+            "/api/v1/chains/checkout/baselines",
+            &uploader,
+            json!({"from": "production"}),
+        )
+        .await
+        .expect(201)
+        .json();
+    assert_eq!(draft["state"], "draft");
+    let payment = draft["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "order->payment")
+        .unwrap();
+    assert_eq!(payment["samples"], 1000);
+    assert!(
+        (249.9..=250.2).contains(&payment["p999_ms"].as_f64().unwrap()),
+        "{payment}"
+    );
+    let run_id = draft["run_id"].as_str().unwrap();
+    let run = app
+        .get(
+            &format!("/api/v1/chains/checkout/runs/{run_id}"),
+            ADMIN_TOKEN,
+        )
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(run["tool"], "production");
+    let source = run["sources"][0]["name"].as_str().unwrap();
+    assert!(source.starts_with("production 1h "), "{source}");
+    assert!(source.contains("order-1"), "{source}");
+    assert_eq!(run["sources"][0]["format"], "production");
+    let bad = app
+        .post(
+            "/api/v1/chains/checkout/baselines",
+            &uploader,
+            json!({"from": "staging"}),
+        )
+        .await
+        .expect(422);
+    assert!(bad.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("production"));
+    app.stop().await;
+}
