@@ -258,6 +258,27 @@ impl Tls {
     }
 }
 
+/// What a listener's `accept` gave, for both accept loops: the connection, with Nagle's delay
+/// off; `None` after a failed accept (e.g. too many open files), once a short pause has passed
+/// so that the loop does not spin.
+pub(crate) async fn accepted_tcp(
+    accepted: std::io::Result<(TcpStream, SocketAddr)>,
+) -> Option<(TcpStream, SocketAddr)> {
+    let (tcp, peer) = match accepted {
+        Ok(accepted) => accepted,
+        Err(e) => {
+            tracing::debug!(error = %e, "accept failed");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            return None;
+        }
+    };
+    // Publications are small writes that must leave at once: no Nagle delay.
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!(error = %e, "failed to set TCP_NODELAY");
+    }
+    Some((tcp, peer))
+}
+
 /// Accepts TCP connections and runs each handshake in a task of its own, so a slow or
 /// silent client never holds up the others. Ends when the receiver is dropped (the server
 /// stopped), which closes the listening socket.
@@ -272,19 +293,9 @@ fn accept_tls(
                 _ = tx.closed() => return,
                 accepted = listener.accept() => accepted,
             };
-            let (tcp, peer) = match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // E.g. too many open files: wait instead of spinning.
-                    tracing::debug!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
+            let Some((tcp, peer)) = accepted_tcp(accepted).await else {
+                continue;
             };
-            // Publications are small writes that must leave at once: no Nagle delay.
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "failed to set TCP_NODELAY");
-            }
             let acceptor = acceptor.clone();
             let tx = tx.clone();
             tokio::spawn(async move {

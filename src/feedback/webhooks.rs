@@ -20,16 +20,6 @@ use crate::config::FeedbackSettings;
 use crate::store::feedback::{Alert, DeliveryJob, WebhookEvent};
 use crate::store::Store;
 
-/// Event names a webhook may subscribe to.
-pub const EVENTS: [&str; 6] = [
-    "alert.firing",
-    "alert.resolved",
-    "baseline.approved",
-    "baseline.rejected",
-    "baseline.rolled_back",
-    "agent.nack",
-];
-
 /// `sha256=<hex HMAC-SHA256 of body with secret>`.
 pub fn signature(secret: &str, body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key");

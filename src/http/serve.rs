@@ -150,23 +150,14 @@ pub async fn serve(
                 Err(_) => break, // never closed
             },
         };
-        let (tcp, peer) = tokio::select! {
+        let accepted = tokio::select! {
             biased;
             () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // E.g. too many open files: wait instead of spinning.
-                    tracing::debug!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+            accepted = listener.accept() => accepted,
         };
-        // Publications are small writes that must leave at once: no Nagle delay.
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "failed to set TCP_NODELAY");
-        }
+        let Some((tcp, peer)) = crate::tls::accepted_tcp(accepted).await else {
+            continue;
+        };
         let conn = Conn {
             builder: builder.clone(),
             router: router.clone(),

@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use budget_api::feedback::{AlertList, DeliveryList, Production, WebhookList, WebhookRequest};
+use budget_api::feedback::{
+    AlertList, DeliveryList, Production, WebhookList, WebhookRequest, WEBHOOK_EVENTS,
+};
 use budget_core::feedback::{Counts, OUTCOMES, RETRY_CAUSES};
 use budget_core::run::{RunUpload, SegmentUpload};
 use budget_core::{us_to_ms, SegmentClass};
@@ -14,9 +16,9 @@ use super::agents::{check_id, require_agent};
 use super::check_chain_name;
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, Code};
+use crate::feedback::hdr;
 use crate::feedback::production::{self, Span};
 use crate::feedback::rollup::Window;
-use crate::feedback::{hdr, webhooks};
 use crate::state::AppState;
 use crate::store::feedback::Webhook;
 use crate::store::StoredBaseline;
@@ -347,11 +349,11 @@ pub async fn create_webhook(
     }
     if let Some(bad) = events
         .iter()
-        .find(|e| e.as_str() != "*" && !webhooks::EVENTS.contains(&e.as_str()))
+        .find(|e| !WEBHOOK_EVENTS.contains(&e.as_str()))
     {
         return Err(ApiError::bad_request(format!(
-            "event {bad:?}: one of *, {}",
-            webhooks::EVENTS.join(", ")
+            "event {bad:?}: one of {}",
+            WEBHOOK_EVENTS.join(", ")
         )));
     }
     events.sort();

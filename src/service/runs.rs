@@ -50,18 +50,7 @@ pub async fn upload_run(
     check_chain_name(chain)?;
     let topo = state.store.get_topology(chain, None).await?;
     let upload: RunUpload = parse_with_schema(Schema::Run, body)?;
-    let sources = vec![RunSource {
-        name: None,
-        format: Format::Native.as_str().into(),
-        sha256: hex::encode(sha2::Sha256::digest(raw)),
-        size: raw.len() as i64,
-    }];
-    let run = Upload {
-        upload,
-        format: Format::Native,
-        sources,
-        mapping: None,
-    };
+    let run = Upload::one_body(upload, None, Format::Native.as_str(), raw);
     record_run(state, principal, chain, topo, run).await
 }
 
@@ -106,18 +95,7 @@ pub async fn upload_production_run(
 ) -> ApiResult<RunOutcome> {
     let topo = state.store.get_topology(chain, None).await?;
     let bytes = serde_json::to_vec(&upload).map_err(|e| ApiError::internal(e.into()))?;
-    let sources = vec![RunSource {
-        name: Some(source),
-        format: "production".into(),
-        sha256: hex::encode(sha2::Sha256::digest(&bytes)),
-        size: bytes.len() as i64,
-    }];
-    let run = Upload {
-        upload,
-        format: Format::Native,
-        sources,
-        mapping: None,
-    };
+    let run = Upload::one_body(upload, Some(source), "production", &bytes);
     record_run(state, principal, chain, topo, run).await
 }
 
@@ -127,6 +105,29 @@ struct Upload {
     format: Format,
     sources: Vec<RunSource>,
     mapping: Option<LabelMapping>,
+}
+
+impl Upload {
+    /// A run in the native format, read from one body `bytes`: its one source is named
+    /// `name`, of format `source_format`, with the body's checksum and size.
+    fn one_body(
+        upload: RunUpload,
+        name: Option<String>,
+        source_format: &str,
+        bytes: &[u8],
+    ) -> Self {
+        Self {
+            upload,
+            format: Format::Native,
+            sources: vec![RunSource {
+                name,
+                format: source_format.into(),
+                sha256: hex::encode(sha2::Sha256::digest(bytes)),
+                size: bytes.len() as i64,
+            }],
+            mapping: None,
+        }
+    }
 }
 
 /// One checksum for the run: the file's, or a hash over every file's name and hash.

@@ -1,5 +1,5 @@
-// ui — shared widgets: error box, badges, tables, definition lists, the page heading and a
-// chain's tabs.
+// ui — shared widgets: error box, badges, tables, definition lists, a live page's refresh, the
+// page heading and a chain's tabs.
 
 import { ApiError } from './api.js';
 import { enc, h } from './dom.js';
@@ -66,6 +66,27 @@ export const ui = {
   },
   loading(text) {
     return h('p', { class: 'loading' }, text || 'Loading…');
+  },
+  /**
+   * Runs `update` now, then every `everyMs` while the page is open. The first run's error is
+   * the page's (thrown); a later one is shown in `status` (which `update` resets when it
+   * succeeds), and the next try comes as usual.
+   */
+  async refresh(ctx, status, everyMs, update) {
+    let timer = null;
+    const load = async (first) => {
+      try {
+        await update();
+      } catch (e) {
+        if (first) throw e;
+        if (!ctx.alive) return;
+        status.textContent = 'Update failed (' + e.message + '); retrying every ' + everyMs / 1000 + ' s';
+        status.classList.add('text-error');
+      }
+      if (ctx.alive) timer = setTimeout(() => load(false), everyMs);
+    };
+    ctx.onCleanup(() => clearTimeout(timer));
+    await load(true);
   },
   /** Replaces a placeholder's content once a promise settles (errors shown inline). */
   async fill(el, promise, render) {

@@ -31,12 +31,7 @@ impl CountingBench {
 
     /// Records a call of segment `i` that succeeded at its first attempt after `latency`.
     pub fn record_ok(&self, i: usize, latency: Duration) {
-        let call = Record {
-            attempts: 1,
-            retries: [0, 0],
-            outcome: Outcome::Ok,
-            latency: Some(latency),
-        };
+        let call = Record::first_attempt(Outcome::Ok, Some(latency));
         self.counts
             .record("bench", &self.ids[i % self.ids.len()], &call);
     }

@@ -33,6 +33,19 @@ pub(crate) struct Record {
     pub(crate) latency: Option<Duration>,
 }
 
+impl Record {
+    /// A call that ended in `outcome` at its first attempt, without retries; `latency` is the
+    /// attempt's duration when it succeeded.
+    pub(crate) fn first_attempt(outcome: Outcome, latency: Option<Duration>) -> Self {
+        Self {
+            attempts: 1,
+            retries: [0, 0],
+            outcome,
+            latency,
+        }
+    }
+}
+
 /// The counts of one shard since the last take.
 struct Tally {
     calls: u64,
@@ -232,12 +245,7 @@ mod tests {
     use super::*;
 
     fn ok(latency_ms: u64) -> Record {
-        Record {
-            attempts: 1,
-            retries: [0, 0],
-            outcome: Outcome::Ok,
-            latency: Some(Duration::from_millis(latency_ms)),
-        }
+        Record::first_attempt(Outcome::Ok, Some(Duration::from_millis(latency_ms)))
     }
 
     #[test]

@@ -122,12 +122,7 @@ mod tests {
     use crate::test_support::example_a;
 
     fn call(outcome: Outcome) -> Record {
-        Record {
-            attempts: 1,
-            retries: [0, 0],
-            outcome,
-            latency: None,
-        }
+        Record::first_attempt(outcome, None)
     }
 
     #[test]

@@ -4,8 +4,10 @@
 
 use budget_core::baseline::{BaselineDocument, BaselineState};
 use budget_core::capacity::Capacity;
-use budget_core::checks::Finding;
 use serde::{Deserialize, Serialize};
+
+/// `GET /baselines/{id}/diff` (OpenAPI `BaselineDiff`) and its parts: what the server computes.
+pub use budget_core::diff::{BaselineDiff, Change, SegmentDiff};
 
 /// One baseline of a list (OpenAPI `BaselineSummary`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -87,88 +89,12 @@ pub struct RejectResult {
     pub baseline: BaselineDocument,
 }
 
-/// A value in the old and the new baseline.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Change<T> {
-    pub from: Option<T>,
-    pub to: Option<T>,
-    /// Percent change, one decimal; absent when either side is missing or `from` is zero.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub change_pct: Option<f64>,
-    /// Whether the value moved more than the R-drift threshold either way.
-    pub drift: bool,
-}
-
-/// One segment of a diff.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct SegmentDiff {
-    pub id: String,
-    /// `added`, `removed`, `changed` or `same`.
-    pub status: String,
-    pub p99_ms: Change<f64>,
-    pub p999_ms: Change<f64>,
-    pub timeout_ms: Change<u64>,
-    pub budget_ms: Change<u64>,
-}
-
 /// `GET /baselines/{id}/diff`'s query.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct DiffQuery {
     /// `current` (the chain's approved baseline, the default) or a baseline id.
     pub against: Option<String>,
-}
-
-/// `GET /baselines/{id}/diff` (OpenAPI `BaselineDiff`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct BaselineDiff {
-    pub from: String,
-    pub to: String,
-    /// The threshold of every change's `drift` flag, in percent.
-    pub drift_threshold_pct: u64,
-    pub segments: Vec<SegmentDiff>,
-    /// Findings of `to` that `from` did not have.
-    pub findings_added: Vec<Finding>,
-    /// Findings of `from` that `to` no longer has.
-    pub findings_resolved: Vec<Finding>,
-}
-
-impl<T> From<budget_core::diff::Change<T>> for Change<T> {
-    fn from(c: budget_core::diff::Change<T>) -> Self {
-        Self {
-            from: c.from,
-            to: c.to,
-            change_pct: c.change_pct,
-            drift: c.drift,
-        }
-    }
-}
-
-impl From<budget_core::diff::BaselineDiff> for BaselineDiff {
-    fn from(d: budget_core::diff::BaselineDiff) -> Self {
-        Self {
-            from: d.from,
-            to: d.to,
-            drift_threshold_pct: d.drift_threshold_pct,
-            segments: d
-                .segments
-                .into_iter()
-                .map(|s| SegmentDiff {
-                    id: s.id,
-                    status: s.status.into(),
-                    p99_ms: s.p99_ms.into(),
-                    p999_ms: s.p999_ms.into(),
-                    timeout_ms: s.timeout_ms.into(),
-                    budget_ms: s.budget_ms.into(),
-                })
-                .collect(),
-            findings_added: d.findings_added,
-            findings_resolved: d.findings_resolved,
-        }
-    }
 }
 
 /// `GET /baselines/{id}/rollout` (OpenAPI `Rollout`): how many agents receiving the chain

@@ -83,6 +83,18 @@ pub struct AlertList {
     pub alerts: Vec<Alert>,
 }
 
+/// What a webhook may subscribe to (`WebhookRequest.events`): `*` (every event), then each
+/// event name.
+pub const WEBHOOK_EVENTS: [&str; 7] = [
+    "*",
+    "alert.firing",
+    "alert.resolved",
+    "baseline.approved",
+    "baseline.rejected",
+    "baseline.rolled_back",
+    "agent.nack",
+];
+
 /// `POST /webhooks` (OpenAPI `WebhookRequest`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -91,8 +103,9 @@ pub struct WebhookRequest {
     pub url: String,
     /// Key of the `X-Budgetd-Signature: sha256=<hex HMAC-SHA256 of the body>` header.
     pub secret: String,
-    /// Event names (`alert.firing`, `alert.resolved`, `baseline.approved`,
-    /// `baseline.rejected`, `baseline.rolled_back`, `agent.nack`) or `*`; default `*`.
+    /// Of [`WEBHOOK_EVENTS`]: event names (`alert.firing`, `alert.resolved`,
+    /// `baseline.approved`, `baseline.rejected`, `baseline.rolled_back`, `agent.nack`) or `*`;
+    /// default `*`.
     #[serde(default)]
     pub events: Vec<String>,
 }

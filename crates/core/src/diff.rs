@@ -1,6 +1,6 @@
 //! Segment-by-segment comparison of two baselines, for reviewers.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::baseline::{BaselineDocument, BaselineSegment};
 use crate::checks::Finding;
@@ -8,7 +8,8 @@ use crate::drift::DRIFT_THRESHOLD_PCT;
 use crate::ms_to_us;
 
 /// A value in the old and the new baseline.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Change<T> {
     pub from: Option<T>,
     pub to: Option<T>,
@@ -59,18 +60,22 @@ fn change_u64(from: Option<u64>, to: Option<u64>) -> Change<u64> {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One segment of a diff.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SegmentDiff {
     pub id: String,
     /// `added`, `removed`, `changed` or `same`.
-    pub status: &'static str,
+    pub status: String,
     pub p99_ms: Change<f64>,
     pub p999_ms: Change<f64>,
     pub timeout_ms: Change<u64>,
     pub budget_ms: Change<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// What changes from one baseline to another (OpenAPI `BaselineDiff`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct BaselineDiff {
     pub from: String,
     pub to: String,
@@ -100,7 +105,7 @@ pub fn diff(from: &BaselineDocument, to: &BaselineDocument) -> BaselineDiff {
         };
         SegmentDiff {
             id: id.to_owned(),
-            status,
+            status: status.to_owned(),
             p99_ms: change(a.and_then(|s| s.p99_ms), b.and_then(|s| s.p99_ms)),
             p999_ms: change(a.and_then(|s| s.p999_ms), b.and_then(|s| s.p999_ms)),
             timeout_ms,
@@ -143,38 +148,15 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
-    use crate::baseline::{BaselineReason, BaselineState};
-    use crate::example::{CHECKOUT_RUN_A, CHECKOUT_RUN_C, CHECKOUT_TOPOLOGY, CHECKOUT_TOPOLOGY_B};
-    use crate::run::RunUpload;
-    use crate::topology::Topology;
+    use crate::example::{
+        checkout_draft, CHECKOUT_RUN_A, CHECKOUT_RUN_C, CHECKOUT_TOPOLOGY, CHECKOUT_TOPOLOGY_B,
+    };
 
     /// A baseline document `id` computed from a topology and a run (both JSON).
     fn doc(id: &str, topology: Value, run: Value) -> BaselineDocument {
-        let t: Topology = serde_json::from_value(topology).unwrap();
-        t.validate().unwrap();
-        let run = serde_json::from_value::<RunUpload>(run)
-            .unwrap()
-            .into_run(&t)
-            .unwrap();
-        let c = crate::compute(&t, &run).unwrap();
-        BaselineDocument {
-            id: id.into(),
-            chain: "checkout".into(),
-            state: BaselineState::Draft,
-            reason: BaselineReason::Recompute,
-            run_id: format!("run-{id}"),
-            topology_version: 1,
-            created_at: "2026-11-30T00:00:00Z".into(),
-            created_by: "test".into(),
-            entry_budget_ms: t.entry_budget_ms,
-            breaker_window_ms: t.breaker_window_ms,
-            max_recovery: t.max_recovery,
-            segments: c.segments,
-            findings: c.findings,
-            drift: vec![],
-            drift_baseline_id: None,
-            decision: None,
-        }
+        let mut doc = checkout_draft(&topology.to_string(), &run.to_string()).unwrap();
+        doc.id = id.into();
+        doc
     }
 
     fn parse(src: &str) -> Value {
@@ -203,7 +185,12 @@ mod tests {
             .iter()
             .map(|s| {
                 let n = |c: &Change<u64>| (c.from, c.to, c.change_pct);
-                (s.id.as_str(), s.status, n(&s.timeout_ms), n(&s.budget_ms))
+                (
+                    s.id.as_str(),
+                    s.status.as_str(),
+                    n(&s.timeout_ms),
+                    n(&s.budget_ms),
+                )
             })
             .collect();
         assert_eq!(got, expect);

@@ -1,5 +1,11 @@
 //! SPEC §4's `checkout` chain, shipped for the demo, the quickstart and tests.
 
+use crate::baseline::{BaselineDocument, BaselineReason, BaselineState};
+use crate::intake::{self, DraftOf};
+use crate::live::LiveChain;
+use crate::run::{RunData, RunUpload};
+use crate::topology::Topology;
+
 /// Topology of example A: entry 800, window 5000, max_recovery 18h.
 pub const CHECKOUT_TOPOLOGY: &str =
     include_str!("../../../schemas/examples/checkout-topology.json");
@@ -12,37 +18,47 @@ pub const CHECKOUT_RUN_A: &str = include_str!("../../../schemas/examples/checkou
 pub const CHECKOUT_RUN_C: &str =
     include_str!("../../../schemas/examples/checkout-run-c-drift.json");
 
+/// A topology JSON document (such as [`CHECKOUT_TOPOLOGY`]), parsed and validated.
+pub fn parse_topology(src: &str) -> Result<Topology, String> {
+    let t: Topology = serde_json::from_str(src).map_err(|e| e.to_string())?;
+    t.validate().map_err(|e| format!("{e:?}"))?;
+    Ok(t)
+}
+
+/// A run JSON document (such as [`CHECKOUT_RUN_A`]) on topology `t`.
+pub fn parse_run(t: &Topology, src: &str) -> Result<RunData, String> {
+    serde_json::from_str::<RunUpload>(src)
+        .map_err(|e| e.to_string())?
+        .into_run(t)
+        .map_err(|e| format!("{e:?}"))
+}
+
+/// `run` (a run JSON document) computed on `topology` (a topology JSON document) as the
+/// first-run draft of chain `checkout`: topology version 1, run `run-20261130-001`, created by
+/// `uma` on 2026-11-30; its id is left empty.
+pub fn checkout_draft(topology: &str, run: &str) -> Result<BaselineDocument, String> {
+    let t = parse_topology(topology)?;
+    let run = parse_run(&t, run)?;
+    let of = DraftOf {
+        chain: "checkout",
+        topology_version: 1,
+        topology: &t,
+        run_id: "run-20261130-001",
+        run: &run,
+        created_by: "uma",
+        created_at: "2026-11-30T00:00:00.000Z",
+    };
+    intake::draft(&of, BaselineReason::FirstRun, Vec::new(), None).map_err(|e| format!("{e:?}"))
+}
+
 /// Run A computed on `topology` (a topology JSON document such as [`CHECKOUT_TOPOLOGY`] or
 /// [`CHECKOUT_TOPOLOGY_B`]) and published as baseline `bl-20261130-001` at `revision`: the live
 /// config an agent would receive. For tests and examples.
-pub fn checkout_live(topology: &str, revision: i64) -> Result<crate::live::LiveChain, String> {
-    use crate::baseline::{BaselineDocument, BaselineReason, BaselineState};
-    let t: crate::Topology = serde_json::from_str(topology).map_err(|e| e.to_string())?;
-    t.validate().map_err(|e| format!("{e:?}"))?;
-    let run = serde_json::from_str::<crate::run::RunUpload>(CHECKOUT_RUN_A)
-        .map_err(|e| e.to_string())?
-        .into_run(&t)
-        .map_err(|e| format!("{e:?}"))?;
-    let c = crate::compute(&t, &run).map_err(|e| format!("{e:?}"))?;
-    let doc = BaselineDocument {
-        id: "bl-20261130-001".into(),
-        chain: "checkout".into(),
-        state: BaselineState::Approved,
-        reason: BaselineReason::FirstRun,
-        run_id: "run-20261130-001".into(),
-        topology_version: 1,
-        created_at: "2026-11-30T00:00:00.000Z".into(),
-        created_by: "uma".into(),
-        entry_budget_ms: t.entry_budget_ms,
-        breaker_window_ms: t.breaker_window_ms,
-        max_recovery: t.max_recovery,
-        segments: c.segments,
-        findings: c.findings,
-        drift: vec![],
-        drift_baseline_id: None,
-        decision: None,
-    };
-    Ok(crate::live::LiveChain::from_baseline(
+pub fn checkout_live(topology: &str, revision: i64) -> Result<LiveChain, String> {
+    let mut doc = checkout_draft(topology, CHECKOUT_RUN_A)?;
+    doc.id = "bl-20261130-001".into();
+    doc.state = BaselineState::Approved;
+    Ok(LiveChain::from_baseline(
         &doc,
         revision,
         "2026-11-30T00:00:01.000Z",
@@ -55,20 +71,13 @@ mod tests {
     use super::*;
     use crate::checks::{FindingKind, Severity};
     use crate::drift;
-    use crate::run::{RunData, RunUpload};
-    use crate::topology::Topology;
 
     fn topology(src: &str) -> Topology {
-        let t: Topology = serde_json::from_str(src).unwrap();
-        t.validate().unwrap();
-        t
+        parse_topology(src).unwrap()
     }
 
     fn run(t: &Topology, src: &str) -> RunData {
-        serde_json::from_str::<RunUpload>(src)
-            .unwrap()
-            .into_run(t)
-            .unwrap()
+        parse_run(t, src).unwrap()
     }
 
     fn numbers(c: &crate::Computation) -> Vec<(&str, u64, u64)> {

@@ -237,6 +237,18 @@ pub struct Verdict {
     pub firing: bool,
 }
 
+impl Verdict {
+    /// `rule` measured `value`: firing when above `threshold`.
+    fn above(rule: Rule, value: f64, threshold: f64) -> Self {
+        Self {
+            rule,
+            value,
+            threshold,
+            firing: value > threshold,
+        }
+    }
+}
+
 /// The segment rules (amplification over `last_minute`; kill rate and drift over
 /// `last_5m`). A rule with nothing to measure (no calls, too few samples) gives no verdict,
 /// which leaves a firing alert firing until a window says otherwise.
@@ -248,20 +260,14 @@ pub fn evaluate_segment(
 ) -> Vec<Verdict> {
     let mut out = Vec::new();
     if let Some(value) = last_minute.amplification() {
-        out.push(Verdict {
-            rule: Rule::Amplification,
+        out.push(Verdict::above(
+            Rule::Amplification,
             value,
-            threshold: thresholds.amplification,
-            firing: value > thresholds.amplification,
-        });
+            thresholds.amplification,
+        ));
     }
     if let Some(value) = last_5m.kill_rate() {
-        out.push(Verdict {
-            rule: Rule::KillRate,
-            value,
-            threshold: thresholds.kill_rate,
-            firing: value > thresholds.kill_rate,
-        });
+        out.push(Verdict::above(Rule::KillRate, value, thresholds.kill_rate));
     }
     if let Some((drift, latency)) = drift_5m {
         if latency.samples >= thresholds.drift_min_samples {

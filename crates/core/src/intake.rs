@@ -132,22 +132,19 @@ pub fn draft(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::example::{CHECKOUT_RUN_A, CHECKOUT_RUN_C, CHECKOUT_TOPOLOGY};
+    use crate::example::{
+        parse_run, parse_topology, CHECKOUT_RUN_A, CHECKOUT_RUN_C, CHECKOUT_TOPOLOGY,
+    };
     use crate::run::RunUpload;
 
     const AT: &str = "2026-11-30T09:15:02.123Z";
 
     fn topology() -> Topology {
-        let t: Topology = serde_json::from_str(CHECKOUT_TOPOLOGY).unwrap();
-        t.validate().unwrap();
-        t
+        parse_topology(CHECKOUT_TOPOLOGY).unwrap()
     }
 
     fn run(t: &Topology, src: &str) -> RunData {
-        serde_json::from_str::<RunUpload>(src)
-            .unwrap()
-            .into_run(t)
-            .unwrap()
+        parse_run(t, src).unwrap()
     }
 
     /// Run A with one percentile of one segment replaced.

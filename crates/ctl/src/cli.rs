@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use budget_api::feedback::WEBHOOK_EVENTS;
 use clap::{Args, Parser, Subcommand};
 use reqwest::Url;
 
@@ -473,17 +474,6 @@ fn parse_date(raw: &str) -> Result<String, String> {
         _ => Err(format!("{raw:?} is not a date as YYYY-MM-DD")),
     }
 }
-
-/// The events a webhook may receive (`*`: all of them).
-pub(crate) const WEBHOOK_EVENTS: [&str; 7] = [
-    "*",
-    "alert.firing",
-    "alert.resolved",
-    "baseline.approved",
-    "baseline.rejected",
-    "baseline.rolled_back",
-    "agent.nack",
-];
 
 #[derive(Debug, Subcommand)]
 pub enum WebhookCommand {

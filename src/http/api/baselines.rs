@@ -142,7 +142,7 @@ async fn diff(
     Query(query): Query<DiffQuery>,
 ) -> ApiResult<Json<BaselineDiff>> {
     let against = query.against.as_deref().unwrap_or("current");
-    Ok(Json(service::diff(&state, &id, against).await?.into()))
+    Ok(Json(service::diff(&state, &id, against).await?))
 }
 
 /// Every parent's need against its time, and how each budget is made: what the console's

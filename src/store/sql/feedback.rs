@@ -4,8 +4,9 @@
 use async_trait::async_trait;
 use base64::Engine as _;
 use budget_core::feedback::Counts;
-use sqlx::any::AnyRow;
-use sqlx::Row;
+use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::query::Query;
+use sqlx::{Any, Row};
 
 use super::tx::{commit, replayed, write_audit};
 use super::{internal, placeholders, SqlStore, Tx};
@@ -138,6 +139,32 @@ async fn alert_by_id(tx: &mut Tx, id: i64) -> StoreResult<Alert> {
     alert_from_row(&row)
 }
 
+/// Runs `change` — an `INSERT` or `UPDATE` of one alert row `… RETURNING id` — in a
+/// transaction; when it touched a row, loads that alert, queues its webhook `events` and
+/// commits. `None` (nothing written) when it touched none.
+async fn change_alert<'q>(
+    store: &SqlStore,
+    change: Query<'q, Any, AnyArguments<'q>>,
+    at: &str,
+    events: &EventsOf,
+) -> StoreResult<Option<Alert>> {
+    let mut tx = store.begin().await?;
+    let id: Option<i64> = change
+        .fetch_optional(&mut *tx)
+        .await?
+        .map(|r| r.try_get(0))
+        .transpose()?;
+    let Some(id) = id else {
+        return Ok(None);
+    };
+    let stored = alert_by_id(&mut tx, id).await?;
+    for event in events(&stored) {
+        enqueue_in(&mut tx, &event, at).await?;
+    }
+    tx.commit().await?;
+    Ok(Some(stored))
+}
+
 #[async_trait]
 impl Feedback for SqlStore {
     async fn write_rollups(&self, rows: &[Rollup]) -> StoreResult<()> {
@@ -238,8 +265,7 @@ impl Feedback for SqlStore {
         at: &str,
         events: &EventsOf,
     ) -> StoreResult<Option<Alert>> {
-        let mut tx = self.begin().await?;
-        let id: Option<i64> = sqlx::query(
+        let insert = sqlx::query(
             "INSERT INTO alerts (rule, chain, segment, state, value, threshold, detail, since) \
              VALUES ($1, $2, $3, 'firing', $4, $5, $6, $7) ON CONFLICT DO NOTHING RETURNING id",
         )
@@ -249,20 +275,8 @@ impl Feedback for SqlStore {
         .bind(alert.value.to_string())
         .bind(alert.threshold.to_string())
         .bind(alert.detail.to_string())
-        .bind(at)
-        .fetch_optional(&mut *tx)
-        .await?
-        .map(|r| r.try_get(0))
-        .transpose()?;
-        let Some(id) = id else {
-            return Ok(None);
-        };
-        let stored = alert_by_id(&mut tx, id).await?;
-        for event in events(&stored) {
-            enqueue_in(&mut tx, &event, at).await?;
-        }
-        tx.commit().await?;
-        Ok(Some(stored))
+        .bind(at);
+        change_alert(self, insert, at, events).await
     }
 
     async fn resolve_alert(
@@ -273,28 +287,15 @@ impl Feedback for SqlStore {
         at: &str,
         events: &EventsOf,
     ) -> StoreResult<Option<Alert>> {
-        let mut tx = self.begin().await?;
-        let id: Option<i64> = sqlx::query(
+        let update = sqlx::query(
             "UPDATE alerts SET state = 'resolved', resolved_at = $4 \
              WHERE rule = $1 AND chain = $2 AND segment = $3 AND state = 'firing' RETURNING id",
         )
         .bind(rule)
         .bind(chain)
         .bind(segment)
-        .bind(at)
-        .fetch_optional(&mut *tx)
-        .await?
-        .map(|r| r.try_get(0))
-        .transpose()?;
-        let Some(id) = id else {
-            return Ok(None);
-        };
-        let stored = alert_by_id(&mut tx, id).await?;
-        for event in events(&stored) {
-            enqueue_in(&mut tx, &event, at).await?;
-        }
-        tx.commit().await?;
-        Ok(Some(stored))
+        .bind(at);
+        change_alert(self, update, at, events).await
     }
 
     async fn nacking_agents(&self, limit: i64) -> StoreResult<Vec<Nacking>> {

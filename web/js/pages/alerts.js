@@ -31,25 +31,14 @@ export async function alerts(root, _params, ctx) {
     }
   };
 
-  let timer = null;
-  const load = async (first) => {
-    try {
-      const { alerts: list } = await api.get('/alerts');
-      if (!ctx.alive) return;
-      render(list);
-      const n = list.filter((a) => a.state === 'firing').length;
-      status.textContent = n + ' firing · ' + (list.length - n) + ' resolved · live, updated ' + fmt.clock(new Date());
-      status.classList.remove('text-error');
-    } catch (e) {
-      if (first) throw e;
-      if (!ctx.alive) return;
-      status.textContent = 'Update failed (' + e.message + '); retrying every 10 s';
-      status.classList.add('text-error');
-    }
-    if (ctx.alive) timer = setTimeout(() => load(false), REFRESH_MS);
-  };
-  ctx.onCleanup(() => clearTimeout(timer));
-  await load(true);
+  await ui.refresh(ctx, status, REFRESH_MS, async () => {
+    const { alerts: list } = await api.get('/alerts');
+    if (!ctx.alive) return;
+    render(list);
+    const n = list.filter((a) => a.state === 'firing').length;
+    status.textContent = n + ' firing · ' + (list.length - n) + ' resolved · live, updated ' + fmt.clock(new Date());
+    status.classList.remove('text-error');
+  });
 }
 
 function alertTable(list, resolved, id, empty) {

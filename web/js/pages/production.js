@@ -72,28 +72,15 @@ export async function production(root, [chain, windowParam], ctx) {
     }
   };
 
-  let timer = null;
-  const load = async (first) => {
-    try {
-      const [p, alerts] = await Promise.all([
-        api.get('/chains/' + chainQ + '/production?window=' + span),
-        api.get('/alerts?state=firing').then((r) => r.alerts).catch(() => []),
-      ]);
-      if (!ctx.alive) return;
-      render(p, alerts);
-    } catch (e) {
-      if (first) throw e;
-      if (!ctx.alive) return;
-      status.textContent = 'Update failed (' + e.message + '); retrying every 10 s';
-      status.classList.add('text-error');
-    }
-    if (ctx.alive) timer = setTimeout(() => load(false), REFRESH_MS);
-  };
-  ctx.onCleanup(() => {
-    clearTimeout(timer);
-    disconnect();
+  ctx.onCleanup(disconnect);
+  await ui.refresh(ctx, status, REFRESH_MS, async () => {
+    const [p, alerts] = await Promise.all([
+      api.get('/chains/' + chainQ + '/production?window=' + span),
+      api.get('/alerts?state=firing').then((r) => r.alerts).catch(() => []),
+    ]);
+    if (!ctx.alive) return;
+    render(p, alerts);
   });
-  await load(true);
 }
 
 /** "46.5 ms" over "baseline 44 ms". */

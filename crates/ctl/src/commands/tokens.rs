@@ -3,6 +3,7 @@
 
 use budget_api::tokens::{TokenCreateRequest, TokenCreated, TokenRotateRequest};
 use serde::Deserialize as _;
+use serde_json::Value;
 
 use super::{body, body_of, get_and_show};
 use crate::cli::TokenCommand;
@@ -24,18 +25,13 @@ pub(super) async fn run(
             let v = client
                 .post(client.url(&["tokens"]), Some(body(body_of(&request))))
                 .await?;
-            if json {
-                print(&pretty(&v));
-            } else {
-                let created = TokenCreated::deserialize(&v).unwrap_or_default();
-                // Only the secret on stdout, so `$(budgetctl token create …)` captures it.
-                eprintln!(
+            show_secret(&v, json, |created| {
+                format!(
                     "created token {} (role {}); its secret is shown once, store it now:",
                     or(&created.name, &name),
                     or(&created.role, &role)
-                );
-                print(created.token.as_deref().unwrap_or_default());
-            }
+                )
+            });
         }
         TokenCommand::Rotate { name, new_name } => {
             let request = TokenRotateRequest {
@@ -47,18 +43,14 @@ pub(super) async fn run(
                     Some(body(body_of(&request))),
                 )
                 .await?;
-            if json {
-                print(&pretty(&v));
-            } else {
-                let created = TokenCreated::deserialize(&v).unwrap_or_default();
-                eprintln!(
+            show_secret(&v, json, |created| {
+                format!(
                     "created token {} (role {}, owner {}) in place of {name}; revoke {name} once its clients have switched. The secret is shown once, store it now:",
                     or(&created.name, &new_name),
                     created.role,
                     created.owner,
-                );
-                print(created.token.as_deref().unwrap_or_default());
-            }
+                )
+            });
         }
         TokenCommand::Revoke { name } => {
             let v = client.delete(client.url(&["tokens", &name])).await?;
@@ -73,6 +65,18 @@ pub(super) async fn run(
         }
     }
     Ok(())
+}
+
+/// A new token's answer: as is with `--json`; else `note` (what was created) on stderr and
+/// only the secret on stdout, so `$(budgetctl token create …)` captures it.
+fn show_secret(v: &Value, json: bool, note: impl FnOnce(&TokenCreated) -> String) {
+    if json {
+        print(&pretty(v));
+    } else {
+        let created = TokenCreated::deserialize(v).unwrap_or_default();
+        eprintln!("{}", note(&created));
+        print(created.token.as_deref().unwrap_or_default());
+    }
 }
 
 /// `value`, or `fallback` when the answer had none.

@@ -4,6 +4,7 @@
 
 use budget_api::feedback::{Production, ProductionSegment};
 use budget_core::drift::DRIFT_THRESHOLD_PCT;
+use budget_core::feedback::{OUTCOMES, RETRY_CAUSES};
 
 use super::{fields, ms, ms_u, pct, table, text};
 
@@ -73,9 +74,10 @@ pub fn production(v: &Production) -> String {
         ],
         &[1, 2, 3, 4, 5, 6, 7, 8],
     );
+    // The columns follow the agents' retry causes and call outcomes, in their order.
     for s in &v.segments {
         let mut row = vec![text(&s.segment)];
-        row.extend(RETRIES.iter().map(|k| count(s.retries.get(*k))));
+        row.extend(RETRY_CAUSES.iter().map(|k| count(s.retries.get(*k))));
         row.extend(OUTCOMES.iter().map(|k| count(s.outcomes.get(*k))));
         calls.add_row(row);
     }
@@ -84,17 +86,6 @@ pub fn production(v: &Production) -> String {
          {DRIFT_THRESHOLD_PCT} % from it, either way\nretries by cause and how calls ended:\n{calls}"
     )
 }
-
-/// Retry causes and call outcomes, in the columns' order.
-const RETRIES: [&str; 2] = ["deadline", "unavailable"];
-const OUTCOMES: [&str; 6] = [
-    "ok",
-    "deadline_exceeded",
-    "unavailable",
-    "business_error",
-    "budget_exhausted",
-    "retry_refused_no_key",
-];
 
 fn count(n: Option<&u64>) -> String {
     n.map_or_else(|| "-".into(), u64::to_string)
