@@ -41,7 +41,7 @@ where
 }
 
 /// A query string read as `T` (one of `budget_api`'s query types). Integer parameters are
-/// checked against [`int_range`]; a bad one answers `400` naming the parameter, its value and
+/// checked against `int_range`; a bad one answers `400` naming the parameter, its value and
 /// the range. A repeated parameter counts once, with its last value.
 pub struct Query<T>(pub T);
 
@@ -89,7 +89,7 @@ fn invalid_query(why: String) -> ApiError {
 /// not: serde reads the fields (see [`fields`]), this says what is wrong with the first field
 /// that fails.
 pub trait RequestBody: DeserializeOwned + Send {
-    /// The `422` for a required `field` that is absent or null; by default [`required`].
+    /// The `422` for a required `field` that is absent or null; by default `required`.
     fn missing(field: &str) -> ApiError {
         required(field)
     }

@@ -481,7 +481,7 @@ pub enum WebhookCommand {
     #[command(long_about = WEBHOOK_ADD_ABOUT)]
     Add {
         /// Where events are POSTed: an http:// or https:// URL, e.g.
-        /// https://hooks.example.com/budgetd (an argument: --url is budgetd's own address)
+        /// `https://hooks.example.com/budgetd` (an argument: --url is budgetd's own address)
         #[arg(id = "hook_url", value_name = "HOOK_URL", value_parser = parse_hook_url)]
         url: String,
         /// Key of the HMAC-SHA256 signature, 16 to 512 bytes (prefer the environment
