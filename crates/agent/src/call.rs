@@ -120,6 +120,9 @@ where
     let mut state = RetryState::default();
     let mut last: Option<(CallError<E>, Failure)> = None;
     let mut attempts = 0u32;
+    // A retry decided but not yet made (its cause, and the retry counts before it): it counts
+    // only once its attempt starts, so a backoff that ends past the deadline counts nothing.
+    let mut pending: Option<(Cause, RetryState)> = None;
     // The call's result once it stops after a failure (or before any attempt).
     let give_up = |last: Option<(CallError<E>, Failure)>, attempts: u32, state: RetryState| {
         let (error, outcome) = match last {
@@ -138,8 +141,14 @@ where
         let now = if attempts == 0 { start } else { Instant::now() };
         let remaining = end.saturating_duration_since(now);
         let Some(timeout) = policy::attempt_timeout(segment.timeout_ms, remaining) else {
+            if let Some((_, before)) = pending.take() {
+                state = before;
+            }
             return give_up(last, attempts, state);
         };
+        if let Some((cause, _)) = pending.take() {
+            on_retry(cause);
+        }
         attempts += 1;
         let attempt = Attempt {
             number: attempts,
@@ -167,6 +176,7 @@ where
             }
         };
         let remaining = end.saturating_duration_since(Instant::now());
+        let before = state;
         match policy::decide(
             segment,
             failure,
@@ -187,7 +197,7 @@ where
                     backoff_ms = u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX),
                     "retrying"
                 );
-                on_retry(cause);
+                pending = Some((cause, before));
                 tokio::time::sleep(backoff).await;
             }
             Decision::Stop(stop) => {

@@ -395,3 +395,23 @@ async fn the_metrics_facade_sees_the_counters() {
     // Every segment of the config has its series from the start (0 until its first call).
     assert_eq!(calls(PAY, "ok"), 0);
 }
+
+/// A retry counts when its attempt starts: when the backoff wakes after the call's budget
+/// ended (here the thread is blocked across it), no retry was made and none is counted.
+#[tokio::test(flavor = "current_thread")]
+async fn a_retry_whose_backoff_ends_past_the_budget_is_not_counted() {
+    let a = Agent::from_snapshot(Snapshot::from_chains([example_a()])).unwrap();
+    // inventory: 44 ms timeout, 208 ms budget; the thread is blocked from 60 to 260 ms, so
+    // the backoff decided at 44 ms wakes after the budget ended.
+    tokio::spawn(async {
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        std::thread::sleep(Duration::from_millis(200));
+    });
+    let r = call(&a, INV, KEY, None, &[Hang, Hang, Hang]).await;
+    assert!(r.is_err());
+    let w = by_segment(a.take_windows()).remove(INV).unwrap();
+    assert_eq!(w.attempts, 1, "{w:?}");
+    assert_eq!(w.retries.iter().sum::<u64>(), 0, "{w:?}");
+    check_consistent(&w);
+    assert_eq!(a.retry_count(INV, crate::Cause::Deadline), 0);
+}
