@@ -102,6 +102,7 @@ impl App {
                 settings.feedback.rollup_ms,
             ),
             bindings: Default::default(),
+            tokens: Default::default(),
         });
         let state = AppState {
             store,

@@ -142,6 +142,49 @@ pub async fn authenticate(
     }
 }
 
+/// Tokens resolved for agents' Reports, kept [`TokenCache::TTL`] so a Report (every agent,
+/// every window) costs no SQL statement. A revoked token keeps reporting for at most that
+/// long; Watch, Ack and every HTTP request still read the store each time.
+#[derive(Debug, Default)]
+pub struct TokenCache {
+    known: std::sync::Mutex<std::collections::HashMap<String, (Principal, std::time::Instant)>>,
+}
+
+impl TokenCache {
+    pub const TTL: std::time::Duration = std::time::Duration::from_secs(10);
+    const MAX: usize = 10_000;
+
+    /// [`authenticate`], from the cache when the token was resolved within the TTL.
+    pub async fn authenticate(
+        &self,
+        state: &AppState,
+        authorization: Option<&str>,
+        via: Via,
+    ) -> ApiResult<Principal> {
+        let token = bearer(authorization)
+            .ok_or_else(|| ApiError::new(Code::Unauthorized, via.missing()))?;
+        let hash = hash_token(token);
+        if let Ok(known) = self.known.lock() {
+            if let Some((p, at)) = known.get(&hash) {
+                if at.elapsed() < Self::TTL {
+                    return Ok(p.clone());
+                }
+            }
+        }
+        let principal = authenticate(state, authorization, via).await?;
+        if let Ok(mut known) = self.known.lock() {
+            if known.len() >= Self::MAX {
+                known.retain(|_, (_, at)| at.elapsed() < Self::TTL);
+                if known.len() >= Self::MAX {
+                    known.clear();
+                }
+            }
+            known.insert(hash, (principal.clone(), std::time::Instant::now()));
+        }
+        Ok(principal)
+    }
+}
+
 /// A fresh token: `bgt_` and 64 hex digits (256 random bits).
 pub fn generate_token() -> String {
     let mut bytes = [0u8; 32];

@@ -185,7 +185,10 @@ async fn evaluate_archive(state: &AppState, thresholds: &AlertThresholds) -> Sto
 pub async fn evaluate(state: &AppState) -> StoreResult<()> {
     let settings = &state.settings.feedback;
     let rollup_ms = i64::try_from(settings.rollup_ms).unwrap_or(60_000);
-    let now_ms = crate::clock::now_ms();
+    // A rollup counts as complete a while after it ends, once the agents' last windows of it
+    // have come in (an agent reports each window when it ends).
+    let grace = (rollup_ms / 2).min(15_000);
+    let now_ms = crate::clock::now_ms() - grace;
     let (from5, _) = Span::FiveMinutes.bounds(now_ms, rollup_ms);
     for chain in state.store.reporting_chains(from5).await? {
         evaluate_chain(state, &settings.alerts, &chain, now_ms, rollup_ms).await?;

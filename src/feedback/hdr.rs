@@ -8,7 +8,7 @@
 use std::io::Read;
 
 use budget_core::feedback::Latency;
-use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
+use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
 
 /// Largest `latency_hdr` accepted in one window.
@@ -24,9 +24,93 @@ const V2_COOKIE: u32 = 0x1c84_9303;
 const WORD_SIZE_BITS: u32 = 0xf0;
 const V2_HEADER: usize = 40;
 
-/// An empty histogram in the rollups' layout: 3 significant digits up to an hour.
+/// An empty histogram in the rollups' layout: 3 significant digits, growing as values come
+/// (values are clamped to [`MAX_LATENCY_US`], so it never grows past an hour's buckets).
 pub fn empty() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("constant bounds are valid")
+    Histogram::new(3).expect("3 significant digits are valid")
+}
+
+/// A decoded histogram: its non-zero buckets as `(lowest value of the bucket, count)`, never
+/// a counts array of the sender's size.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sparse {
+    pub buckets: Vec<(u64, u64)>,
+}
+
+impl Sparse {
+    pub fn len(&self) -> u64 {
+        self.buckets
+            .iter()
+            .fold(0u64, |n, (_, c)| n.saturating_add(*c))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buckets.is_empty()
+    }
+}
+
+/// Adds `from` into `into` (values above [`MAX_LATENCY_US`] count as that).
+pub fn add(into: &mut Histogram<u64>, from: &Sparse) {
+    for &(value, count) in &from.buckets {
+        let value = value.min(MAX_LATENCY_US);
+        // `record_n` grows the histogram to the value; only a count overflow fails it.
+        if into.record_n(value, count).is_err() {
+            into.saturating_record_n(value, count);
+        }
+    }
+}
+
+/// The layout of a histogram with `figures` significant figures and lowest discernible value
+/// `lowest`: which value each counts index stands for (as every HdrHistogram lays it out).
+struct Layout {
+    unit_magnitude: u32,
+    half_count_magnitude: u32,
+    half_count: u64,
+}
+
+impl Layout {
+    fn new(figures: u32, lowest: u64) -> Option<Self> {
+        let unit_magnitude = 63 - lowest.leading_zeros();
+        let largest = 2 * 10u64.pow(figures);
+        let count_magnitude = 64 - (largest - 1).leading_zeros();
+        let half_count_magnitude = count_magnitude.checked_sub(1)?;
+        (unit_magnitude + count_magnitude <= 63).then_some(Self {
+            unit_magnitude,
+            half_count_magnitude,
+            half_count: 1 << half_count_magnitude,
+        })
+    }
+
+    fn value_of(&self, index: u64) -> Option<u64> {
+        let bucket = (index >> self.half_count_magnitude) as i64 - 1;
+        let mut sub = (index & (self.half_count - 1)) + self.half_count;
+        let bucket = if bucket < 0 {
+            sub -= self.half_count;
+            0
+        } else {
+            bucket as u32
+        };
+        let shift = bucket.checked_add(self.unit_magnitude)?;
+        if shift >= 64 || sub.leading_zeros() < shift {
+            return None;
+        }
+        Some(sub << shift)
+    }
+}
+
+/// One LEB128 number (at most 9 bytes, the 9th with all 8 bits) and the bytes it took.
+fn leb128(bytes: &[u8]) -> Option<(u64, usize)> {
+    let mut value = 0u64;
+    for (i, &b) in bytes.iter().enumerate().take(9) {
+        if i == 8 {
+            return Some((value | u64::from(b) << 56, 9));
+        }
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some((value, i + 1));
+        }
+    }
+    None
 }
 
 fn be_u32(b: &[u8], at: usize) -> Option<u32> {
@@ -37,10 +121,11 @@ fn be_u64(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
-/// Decodes a V2 compressed histogram (an empty input is an empty histogram).
-pub fn decode(bytes: &[u8]) -> Result<Histogram<u64>, String> {
+/// Decodes a V2 compressed histogram (an empty input is an empty histogram) into its non-zero
+/// buckets, reading the counts straight from the payload.
+pub fn decode(bytes: &[u8]) -> Result<Sparse, String> {
     if bytes.is_empty() {
-        return Ok(empty());
+        return Ok(Sparse::default());
     }
     if bytes.len() > MAX_HDR_BYTES {
         return Err(format!(
@@ -81,10 +166,33 @@ pub fn decode(bytes: &[u8]) -> Result<Histogram<u64>, String> {
             "latency_hdr: 1-5 significant figures and values up to {MAX_LATENCY_US} µs"
         ));
     }
-    let h: Histogram<u64> = Deserializer::new()
-        .deserialize(&mut inflated.as_slice())
-        .map_err(|e| format!("latency_hdr: {e:?}"))?;
-    Ok(h)
+    if be_u32(&inflated, 8) != Some(0) {
+        return Err("latency_hdr: a normalizing index offset is not supported".into());
+    }
+    let layout = Layout::new(figures, lowest)
+        .ok_or("latency_hdr: its lowest value and significant figures do not fit 64 bits")?;
+    let mut buckets = Vec::new();
+    let (mut at, mut index) = (V2_HEADER, 0u64);
+    while at < inflated.len() {
+        let (raw, took) = leb128(&inflated[at..]).ok_or("latency_hdr: a count is cut short")?;
+        at += took;
+        let n = ((raw >> 1) as i64) ^ -((raw & 1) as i64);
+        if n < 0 {
+            index = index.saturating_add(n.unsigned_abs());
+            continue;
+        }
+        if n > 0 {
+            let value = layout
+                .value_of(index)
+                .ok_or("latency_hdr: a count lies beyond the histogram's range")?;
+            if value > MAX_LATENCY_US.saturating_mul(2) {
+                return Err(format!("latency_hdr: values up to {MAX_LATENCY_US} µs"));
+            }
+            buckets.push((value, n as u64));
+        }
+        index += 1;
+    }
+    Ok(Sparse { buckets })
 }
 
 /// Adds `from` into `into` (values above [`MAX_LATENCY_US`] count as that).
@@ -94,7 +202,9 @@ pub fn merge(into: &mut Histogram<u64>, from: &Histogram<u64>) {
     }
     for v in from.iter_recorded() {
         let value = v.value_iterated_to().min(MAX_LATENCY_US);
-        into.saturating_record_n(value, v.count_at_value());
+        if into.record_n(value, v.count_at_value()).is_err() {
+            into.saturating_record_n(value, v.count_at_value());
+        }
     }
 }
 
@@ -131,8 +241,11 @@ mod tests {
         for v in 1..=1000u64 {
             h.record(v * 1000).unwrap();
         }
-        let back = decode(&encode(&h)).unwrap();
-        assert_eq!(back.len(), 1000);
+        let sparse = decode(&encode(&h)).unwrap();
+        assert_eq!(sparse.len(), 1000);
+        let mut back = empty();
+        add(&mut back, &sparse);
+        assert_eq!(back, h, "every bucket back where it was");
         let l = latency(&back);
         assert_eq!(l.samples, 1000);
         assert!((990_000..=991_000).contains(&l.p99_us), "{l:?}");
@@ -143,6 +256,11 @@ mod tests {
     fn refuses_what_is_not_a_bounded_histogram() {
         assert!(decode(&[1, 2, 3]).is_err());
         assert!(decode(&vec![0u8; MAX_HDR_BYTES + 1]).is_err());
+        // Other layouts decode to the same values (2 figures, lowest 1000).
+        let mut coarse = Histogram::<u64>::new_with_bounds(1000, 3_600_000_000, 2).unwrap();
+        coarse.record(123_456).unwrap();
+        let sparse = decode(&encode(&coarse)).unwrap();
+        assert_eq!(sparse.buckets, [(coarse.lowest_equivalent(123_456), 1)]);
         let mut wide = Histogram::<u64>::new_with_bounds(1, u64::MAX / 4, 5).unwrap();
         wide.record(7).unwrap();
         let err = decode(&encode(&wide)).unwrap_err();
@@ -155,6 +273,6 @@ mod tests {
         let n = bytes.len();
         bytes.truncate(n - 3);
         assert!(decode(&bytes).is_err());
-        assert_eq!(decode(&[]).unwrap().len(), 0);
+        assert!(decode(&[]).unwrap().is_empty());
     }
 }

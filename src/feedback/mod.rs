@@ -20,4 +20,6 @@ pub mod webhooks;
 pub struct Reports {
     pub rollups: rollup::Rollups,
     pub bindings: crate::service::feedback::Bindings,
+    /// Agents' tokens, resolved once per TTL rather than once per Report.
+    pub tokens: crate::auth::TokenCache,
 }

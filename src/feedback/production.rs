@@ -84,7 +84,7 @@ pub fn sum_by_segment(rows: &[Rollup]) -> BTreeMap<String, Sum> {
         });
         sum.counts.add(&row.counts);
         match hdr::decode(&row.latency_hdr) {
-            Ok(h) => hdr::merge(&mut sum.latency, &h),
+            Ok(h) => hdr::add(&mut sum.latency, &h),
             Err(e) => {
                 tracing::warn!(chain = %row.chain, segment = %row.segment, error = %e, "skipping a rollup histogram that does not decode");
             }

@@ -30,7 +30,7 @@ pub struct Window {
     pub segment: String,
     pub start_ms: i64,
     pub counts: Counts,
-    pub latency: Histogram<u64>,
+    pub latency: hdr::Sparse,
 }
 
 /// (chain, segment, start of the rollup).
@@ -76,10 +76,13 @@ impl Acc {
     }
 
     fn from_row(row: &Rollup) -> Self {
-        let latency = hdr::decode(&row.latency_hdr).unwrap_or_else(|e| {
-            tracing::warn!(chain = %row.chain, segment = %row.segment, error = %e, "a stored rollup histogram does not decode; counting from empty");
-            hdr::empty()
-        });
+        let mut latency = hdr::empty();
+        match hdr::decode(&row.latency_hdr) {
+            Ok(stored) => hdr::add(&mut latency, &stored),
+            Err(e) => {
+                tracing::warn!(chain = %row.chain, segment = %row.segment, error = %e, "a stored rollup histogram does not decode; counting from empty");
+            }
+        }
         Self {
             counts: row.counts,
             latency,
@@ -151,7 +154,7 @@ impl Rollups {
                 let key = (w.chain, w.segment, self.rollup_of(w.start_ms));
                 let acc = batch.deltas.entry(key).or_insert_with(Acc::new);
                 acc.counts.add(&w.counts);
-                hdr::merge(&mut acc.latency, &w.latency);
+                hdr::add(&mut acc.latency, &w.latency);
                 acc.add_agent(agent);
             }
             batch.done.subscribe()

@@ -200,7 +200,17 @@ impl BudgetControl for Control {
         &self,
         req: Request<ReportRequest>,
     ) -> Result<Response<ReportResponse>, Status> {
-        let principal = self.authenticate(&req).await?;
+        // Every agent reports every window: its token is resolved once per TTL, not per call.
+        let authorization = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        let principal = self
+            .state
+            .reports
+            .tokens
+            .authenticate(&self.state, authorization, Via::Metadata)
+            .await?;
         let req = req.into_inner();
         let windows = req
             .windows

@@ -131,7 +131,8 @@ pub struct ProductionDrift {
 }
 
 /// R-drift between production's percentiles and the live baseline's for one of its segments;
-/// `None` without samples.
+/// `None` without samples. Only percentiles the baseline puts at or below the segment's
+/// timeout are compared: the agents' histograms hold successful attempts, which end before it.
 pub fn production_drift(baseline: &BaselineSegment, latency: &Latency) -> Option<ProductionDrift> {
     if latency.samples == 0 {
         return None;
@@ -143,7 +144,7 @@ pub fn production_drift(baseline: &BaselineSegment, latency: &Latency) -> Option
         p999_us: latency.p999_us,
         samples: latency.samples,
     };
-    let entries = drift::compare_segment(
+    let mut entries = drift::compare_segment(
         &baseline.id,
         baseline.parent.is_none(),
         baseline.class,
@@ -151,6 +152,10 @@ pub fn production_drift(baseline: &BaselineSegment, latency: &Latency) -> Option
         baseline.p999_ms,
         &stats,
     );
+    // Agents measure successful attempts only, so production cannot see past the timeout: a
+    // percentile the baseline puts above the timeout (a stable segment's p999) is not compared.
+    let timeout_ms = baseline.timeout_ms as f64;
+    entries.retain(|e| e.baseline_ms.is_none_or(|b| b <= timeout_ms));
     let drift_pct = entries
         .iter()
         .filter_map(|e| e.change_pct)
@@ -417,5 +422,23 @@ mod tests {
         assert!(verdicts(&few).is_empty(), "below 1 000 samples no verdict");
         assert!(verdicts(&latency)[0].firing);
         assert!(production_drift(baseline, &Latency::default()).is_none());
+        // A p999 above the timeout (inventory: p999 150 ms, timeout 44 ms) is not compared:
+        // production's successful attempts never reach it.
+        let inventory = computed
+            .segments
+            .iter()
+            .find(|b| b.id == "order->inventory")
+            .unwrap();
+        assert!(inventory.p999_ms.unwrap() > inventory.timeout_ms as f64);
+        let capped = Latency {
+            samples: 5000,
+            p50_us: 20_000,
+            p99_us: 40_000,
+            p999_us: 44_000,
+        };
+        let d = production_drift(inventory, &capped).unwrap();
+        assert_eq!(d.entries.len(), 1, "{d:?}");
+        assert_eq!(d.entries[0].metric, crate::drift::Metric::P99);
+        assert!(!d.drift);
     }
 }
