@@ -12,8 +12,11 @@
 //! the process's `VmHWM` from `/proc/self/status` (generator included).
 //!
 //! On a shared machine the wall-clock figure drops whenever other work takes the CPU; the
-//! `on-CPU` line divides by the time the parsing thread actually ran (Linux
-//! `/proc/thread-self/schedstat`), which stays comparable from run to run.
+//! `on-CPU` line divides by the CPU time the parsing took, which stays comparable from run to
+//! run: that of every thread of the process (the parser may decode on several: Linux
+//! `/proc/self/stat`, 10 ms ticks, taken at the start and end of the run, less the calling
+//! thread's time generating), and that of the calling thread alone
+//! (`/proc/thread-self/schedstat`).
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -113,8 +116,10 @@ fn parse_args(args: &[String]) -> Result<(String, f64, usize), String> {
 struct Report {
     bytes: u64,
     parse: Duration,
-    /// Time the thread ran on a CPU while parsing, when the kernel says.
+    /// Time the calling thread ran on a CPU while parsing, when the kernel says.
     parse_cpu: Option<Duration>,
+    /// Time every thread of the process ran on a CPU while parsing, when the kernel says.
+    parse_cpu_all: Option<Duration>,
     wall: Duration,
     extracted: Extracted,
 }
@@ -133,12 +138,21 @@ impl Report {
             self.bytes as f64 / 1e6 / secs,
             self.bytes as f64 / 1048576.0 / secs
         );
+        if let Some(all) = self.parse_cpu_all {
+            let all = all.as_secs_f64();
+            println!(
+                "on-CPU: {:.0} MB/s ({:.2} s of CPU time parsing, all threads; {:.2} CPUs on average)",
+                self.bytes as f64 / 1e6 / all,
+                all,
+                all / secs
+            );
+        }
         if let Some(cpu) = self.parse_cpu {
             let cpu = cpu.as_secs_f64();
             println!(
-                "on-CPU: {:.0} MB/s ({:.2} s of CPU time parsing; {:.2} s waiting for a CPU)",
-                self.bytes as f64 / 1e6 / cpu,
+                "calling thread: {:.2} s of CPU time parsing ({:.0} MB/s); {:.2} s not on a CPU",
                 cpu,
+                self.bytes as f64 / 1e6 / cpu,
                 (secs - cpu).max(0.0)
             );
         }
@@ -169,6 +183,7 @@ fn run(
     chunk: usize,
 ) -> Result<Report, String> {
     let start = Instant::now();
+    let (process_start, thread_start) = (process_cpu(), thread_cpu());
     let mut parse = Duration::ZERO;
     let mut parse_cpu = Some(Duration::ZERO);
     let mut buf = Vec::with_capacity(BUFFER + 64 * 1024);
@@ -189,10 +204,19 @@ fn run(
     let extracted = parser.finish().map_err(|e| e.to_string())?;
     parse += t.elapsed();
     parse_cpu = add_cpu(parse_cpu, c);
+    // the process's CPU time less the calling thread's outside the parser (generating)
+    let parse_cpu_all = (|| {
+        let process = process_cpu()?.checked_sub(process_start?)?;
+        let generating = thread_cpu()?
+            .checked_sub(thread_start?)?
+            .checked_sub(parse_cpu?)?;
+        process.checked_sub(generating)
+    })();
     Ok(Report {
         bytes,
         parse,
         parse_cpu,
+        parse_cpu_all,
         wall: start.elapsed(),
         extracted,
     })
@@ -203,6 +227,17 @@ fn thread_cpu() -> Option<Duration> {
     let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
     let ns = stat.split_whitespace().next()?.parse().ok()?;
     Some(Duration::from_nanos(ns))
+}
+
+/// Time every thread of this process has run on a CPU, ended threads included (`utime` and
+/// `stime` of `/proc/self/stat`, in ticks of 10 ms: `USER_HZ` is 100 on Linux).
+fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // after the command's name in parentheses, from the 3rd field on: utime and stime are the
+    // 14th and 15th
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
 }
 
 /// `sum` plus the CPU time since `since`, or `None` once a reading failed.

@@ -1,13 +1,12 @@
-//! Byte codecs the formats decode with: base64 (the `base64` crate) and zlib / DEFLATE (`flate2`
-//! on its `zlib-rs` backend, a Rust port of zlib-ng: measured 8.0 µs per HdrHistogram line here
-//! where `miniz_oxide`, flate2's default, took 10.3 µs). Each keeps its buffers from call to
-//! call and words its errors for an upload's author. Inflating is capped: output past the cap is
-//! refused, never allocated.
+//! Byte codecs the formats decode with: base64 (the `base64` crate) and zlib (`libdeflater`,
+//! bindings to the C library libdeflate, which inflates a whole stream into one buffer: see
+//! [`Inflater`]). Each keeps its buffers from call to call and words its errors for an upload's
+//! author. Inflating is capped: output past the cap is refused, never allocated.
 
 use base64::alphabet;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use base64::{DecodeError, Engine as _};
-use flate2::{Decompress, FlushDecompress, Status};
+use libdeflater::{DecompressionError, Decompressor};
 
 /// Standard base64 (`+/`) with `=` padding optional and non-zero trailing bits accepted, as every
 /// HdrHistogram log writer's output is read.
@@ -37,61 +36,100 @@ pub(crate) fn base64_decode(input: &[u8], out: &mut Vec<u8>) -> Result<(), Strin
     })
 }
 
-/// A zlib (RFC 1950) inflater whose state and output buffer are kept from call to call.
+/// A zlib (RFC 1950) inflater (libdeflate, whole buffer at once) whose state and output buffer
+/// are kept from call to call.
 pub(crate) struct Inflater {
-    state: Decompress,
-    /// The output buffer: its capacity grows (doubling) as an input needs it, up to the cap,
-    /// and is kept for the next input.
+    state: Decompressor,
+    /// The output buffer, zero-filled once and kept at its full length: it grows (doubling) as
+    /// an input needs it, never past the cap of the call that grew it.
     buf: Vec<u8>,
 }
 
 impl Default for Inflater {
     fn default() -> Self {
         Self {
-            state: Decompress::new(true),
+            state: Decompressor::new(),
             buf: Vec::new(),
         }
     }
 }
 
-/// First capacity of the output buffer.
+/// First size of the output buffer.
 const FIRST_BUF: usize = 16 * 1024;
 
 impl Inflater {
     /// Inflates the zlib stream `input` (checksum verified) and returns the output, refusing any
     /// stream that inflates to more than `cap` bytes: the buffer never grows past `cap`.
+    ///
+    /// libdeflate inflates a stream whole into one buffer and says only whether that buffer was
+    /// too small: it is then doubled (up to `cap`) and the stream inflated again from the start.
+    /// The buffer keeps its size for the next stream, so this happens while the first few
+    /// streams of an upload are read, not on every line.
     pub(crate) fn zlib(&mut self, input: &[u8], cap: usize) -> Result<&[u8], String> {
-        self.state.reset(true);
-        self.buf.clear();
-        if self.buf.capacity() == 0 {
-            self.buf.reserve_exact(FIRST_BUF.min(cap));
+        if self.buf.is_empty() {
+            self.grow(FIRST_BUF.min(cap));
         }
         loop {
-            let read = usize::try_from(self.state.total_in()).expect("at most the input");
-            let status = self
-                .state
-                .decompress_vec(&input[read..], &mut self.buf, FlushDecompress::Finish)
-                .map_err(|e| match e.message() {
-                    Some("incorrect data check") => "zlib checksum mismatch".to_owned(),
-                    Some(m) => format!("corrupt zlib stream ({m})"),
-                    None => "corrupt zlib stream".to_owned(),
-                })?;
-            match status {
-                Status::StreamEnd => return Ok(&self.buf),
-                // Room left, yet not the end: the input ran out.
-                _ if self.buf.len() < self.buf.capacity() => {
-                    return Err("compressed data truncated".into())
-                }
-                _ if self.buf.capacity() >= cap => {
+            let room = self.buf.len().min(cap);
+            match self.state.zlib_decompress(input, &mut self.buf[..room]) {
+                Ok(n) => return Ok(&self.buf[..n]),
+                Err(DecompressionError::InsufficientSpace) if room >= cap => {
                     return Err(format!(
                         "it inflates to more than {cap} bytes, the limit for one histogram"
                     ))
                 }
-                _ => {
-                    let grown = self.buf.capacity().saturating_mul(2).clamp(FIRST_BUF, cap);
-                    self.buf.reserve_exact(grown - self.buf.len());
+                Err(DecompressionError::InsufficientSpace) => {
+                    self.grow(room.saturating_mul(2).max(FIRST_BUF).min(cap));
                 }
+                Err(DecompressionError::BadData) => return Err(self.diagnose(input, room)),
             }
+        }
+    }
+
+    /// Releases the output buffer when it holds more than `max` bytes (it grows again from
+    /// 16 KiB as needed).
+    pub(crate) fn release_over(&mut self, max: usize) {
+        if self.buf.capacity() > max {
+            self.buf = Vec::new();
+        }
+    }
+
+    /// Zero-fills the buffer up to `len` bytes, allocating exactly that.
+    fn grow(&mut self, len: usize) {
+        self.buf.reserve_exact(len.saturating_sub(self.buf.len()));
+        self.buf.resize(len, 0);
+    }
+
+    /// Why libdeflate refused `input` (it says only "bad data"): the 2-byte header checked as
+    /// zlib checks it, then the DEFLATE data inflated alone, with and without the last 4 bytes,
+    /// which tells a wrong checksum from a stream that stops before its checksum. (Only on
+    /// refused input, so its cost does not matter.)
+    fn diagnose(&mut self, input: &[u8], room: usize) -> String {
+        let [cmf, flg, ..] = *input else {
+            return "compressed data truncated".into();
+        };
+        let corrupt = |why: &str| format!("corrupt zlib stream ({why})");
+        if (u16::from(cmf) << 8 | u16::from(flg)) % 31 != 0 {
+            return corrupt("incorrect header check");
+        }
+        if cmf & 0x0f != 8 {
+            return corrupt("unknown compression method");
+        }
+        if cmf >> 4 > 7 {
+            return corrupt("invalid window size");
+        }
+        if flg & 0x20 != 0 {
+            return corrupt("a preset dictionary is required");
+        }
+        let body = &input[2..];
+        let out = &mut self.buf[..room];
+        if self.state.deflate_decompress(body, out).is_err() {
+            return "corrupt or truncated zlib stream".into();
+        }
+        let without_checksum = &body[..body.len().saturating_sub(4)];
+        match self.state.deflate_decompress(without_checksum, out) {
+            Ok(_) => "zlib checksum mismatch".into(),
+            Err(_) => "compressed data truncated (the checksum is missing)".into(),
         }
     }
 
@@ -107,9 +145,11 @@ mod tests {
     use super::*;
 
     fn zlib(data: &[u8]) -> Vec<u8> {
-        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
-        std::io::Write::write_all(&mut z, data).unwrap();
-        z.finish().unwrap()
+        let mut z = libdeflater::Compressor::new(libdeflater::CompressionLvl::default());
+        let mut out = vec![0; z.zlib_compress_bound(data.len())];
+        let n = z.zlib_compress(data, &mut out).unwrap();
+        out.truncate(n);
+        out
     }
 
     #[test]
@@ -168,13 +208,28 @@ mod tests {
             "zlib checksum mismatch"
         );
         let err = inflater.zlib(&z[..z.len() / 2], 1 << 20).unwrap_err();
-        assert_eq!(err, "compressed data truncated");
-        let err = inflater.zlib(b"\x78\x00", 1 << 20).unwrap_err();
-        assert_eq!(err, "corrupt zlib stream (incorrect header check)");
-        assert_eq!(
-            inflater.zlib(b"", 1 << 20).unwrap_err(),
-            "compressed data truncated"
-        );
+        assert_eq!(err, "corrupt or truncated zlib stream");
+        let err = inflater.zlib(&z[..z.len() - 2], 1 << 20).unwrap_err();
+        assert_eq!(err, "compressed data truncated (the checksum is missing)");
+        let mut bad_data = z.clone();
+        bad_data[2] |= 0x06; // the first block's type becomes 3, which DEFLATE does not define
+        let err = inflater.zlib(&bad_data, 1 << 20).unwrap_err();
+        assert_eq!(err, "corrupt or truncated zlib stream");
+        for (input, why) in [
+            (&b"\x78\x00"[..], "incorrect header check"),
+            (b"\x79\x18\x03\x00", "unknown compression method"),
+            (b"\x88\x98\x03\x00", "invalid window size"),
+            (b"\x78\xbb\x03\x00", "a preset dictionary is required"),
+        ] {
+            let err = inflater.zlib(input, 1 << 20).unwrap_err();
+            assert_eq!(err, format!("corrupt zlib stream ({why})"), "{input:?}");
+        }
+        for input in [&b""[..], b"\x78"] {
+            let err = inflater.zlib(input, 1 << 20).unwrap_err();
+            assert_eq!(err, "compressed data truncated", "{input:?}");
+        }
+        // After all these, the buffer still reads a good stream back.
+        assert_eq!(inflater.zlib(&z, 1 << 20).unwrap(), &text[..]);
     }
 
     /// A stream that inflates past the cap is refused, and the buffer stops at the cap: 8 MiB of
@@ -193,5 +248,17 @@ mod tests {
         // Exactly the cap is accepted.
         let at_cap = zlib(&vec![7u8; 1 << 20]);
         assert_eq!(inflater.zlib(&at_cap, 1 << 20).unwrap().len(), 1 << 20);
+        // Caps below the first buffer size, after a small one grew the buffer.
+        let mut inflater = Inflater::default();
+        let text = zlib(&[5u8; 700]);
+        assert!(inflater.zlib(&text, 100).is_err());
+        assert_eq!(inflater.capacity(), 100);
+        assert_eq!(inflater.zlib(&text, 1000).unwrap(), &[5u8; 700][..]);
+        assert_eq!(inflater.capacity(), 1000);
+        let err = inflater.zlib(&text, 699).unwrap_err();
+        assert_eq!(
+            err,
+            "it inflates to more than 699 bytes, the limit for one histogram"
+        );
     }
 }

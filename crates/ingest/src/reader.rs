@@ -86,7 +86,10 @@ impl FileReader {
         self.size
     }
 
-    /// Feeds the next bytes of the file (chunks may be cut anywhere).
+    /// Feeds the next bytes of the file (chunks may be cut anywhere). This is CPU work that
+    /// may also wait for the parser's own threads (the HdrHistogram parser decodes on several):
+    /// from async code, call it (and [`FileReader::finish`]) where blocking is allowed, e.g.
+    /// inside `tokio::task::block_in_place` or `spawn_blocking`, as the server does.
     pub fn push(&mut self, chunk: &[u8]) -> Result<(), ReadError> {
         self.sha.update(chunk);
         self.size += chunk.len() as u64;

@@ -26,10 +26,12 @@
 //!
 //! **Memory** stays flat whatever the number of lines: one histogram per tag (at most
 //! [`MAX_TAGS`] tags), scratch buffers reused from line to line, lines of at most [`MAX_LINE`]
-//! bytes and decompressed histograms of at most [`MAX_DECODED`] bytes.
+//! bytes and decompressed histograms of at most [`MAX_DECODED`] bytes; with several threads,
+//! each thread's buffers, at most 8 MiB of counts per worker and three batches of lines (see
+//! **Threads**).
 //!
 //! **Decoding** (`v2.rs`). Each line is decoded here rather than by the `hdrhistogram` crate's
-//! `Deserializer`: base64 (the `base64` crate), then the zlib stream (`flate2` on `zlib-rs`, checksum
+//! `Deserializer`: base64 (the `base64` crate), then the zlib stream (libdeflate, checksum
 //! verified, output capped at [`MAX_DECODED`]: a larger histogram is refused, never allocated),
 //! then the V2 counts (LEB128 + ZigZag, runs of zeros), whose indexes are placed with
 //! HdrHistogram's own layout arithmetic (lowest discernible value and significant digits from
@@ -38,15 +40,32 @@
 //! interval histogram (260 KB for a 1 h range in ns) and the merge would walk it again; and a
 //! forged header cannot make anything allocate beyond the caps nor reach an overflow. The format
 //! has no failures: `failures` is 0.
+//!
+//! **Threads** (`lanes.rs`). The calling thread reads the lines in order and checks their fields
+//! and tags; where `std::thread::available_parallelism()` is more than 1, the histograms are
+//! decoded by the calling thread together with up to [`MAX_THREADS`]` - 1` worker threads,
+//! started with the first 256 KiB of histograms (a smaller log is decoded by the calling thread
+//! alone, at its end). Each thread has its own buffers and its own per-tag counts, added up at
+//! the end; the result, and the error (the first bad line's), are exactly those of one thread.
+//! At most two batches of 256 KiB of base64 are queued or being decoded at a time, besides the
+//! one being filled, and a worker keeps at most 8 MiB of counts (past that, it hands them to the
+//! calling thread, which adds them into its own); each thread's buffers have the caps above. `push` and `finish` may wait for the workers (a
+//! condition variable): call them where blocking is allowed (the server does, inside
+//! `tokio::task::block_in_place`). An error may be reported by a later `push` than the one that
+//! brought its line (at most two batches later), or by `finish`. Dropping the parser does not
+//! wait: its workers end after the lines in their hands.
 
+mod lanes;
 mod v2;
 
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 
+pub use self::lanes::MAX_THREADS;
+use self::lanes::{Lane, Pool, TagIndex, Tuning};
+use self::v2::Merged;
 pub use self::v2::MAX_DECODED;
-use self::v2::{Decoder, Merged};
 use crate::framing::lines::LineBuffer;
 use crate::hdr::MAX_US;
 use crate::{Extracted, Format, Ingest, IngestError, LabelStats, Options, TimeUnit};
@@ -112,24 +131,11 @@ pub fn parser(options: &Options) -> Result<Box<dyn Ingest>, IngestError> {
         )
         .field("unit")
     })?;
-    Ok(Box::new(HlogParser {
-        lines: LineBuffer::new(MAX_LINE),
-        bytes: 0,
-        log: Log {
-            unit,
-            cap: one_hour_in(unit),
-            untagged: options
-                .label
-                .as_deref()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .unwrap_or("default")
-                .to_owned(),
-            tags: BTreeMap::new(),
-            intervals: 0,
-            decoder: Decoder::default(),
-        },
-    }))
+    Ok(Box::new(HlogParser::new(
+        unit,
+        options.label.as_deref(),
+        Tuning::for_this_machine(),
+    )))
 }
 
 /// One hour in `unit`: the largest value kept (as `Recorder` keeps at most one hour).
@@ -148,6 +154,29 @@ struct HlogParser {
     log: Log,
 }
 
+impl HlogParser {
+    fn new(unit: TimeUnit, label: Option<&str>, tuning: Tuning) -> Self {
+        let cap = one_hour_in(unit);
+        Self {
+            lines: LineBuffer::new(MAX_LINE),
+            bytes: 0,
+            log: Log {
+                unit,
+                cap,
+                untagged: label
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .unwrap_or("default")
+                    .to_owned(),
+                tags: BTreeMap::new(),
+                intervals: 0,
+                main: Lane::default(),
+                pool: (tuning.threads > 1).then(|| Pool::new(tuning, cap)),
+            },
+        }
+    }
+}
+
 /// What the lines so far hold.
 struct Log {
     unit: TimeUnit,
@@ -155,9 +184,14 @@ struct Log {
     cap: u64,
     /// The label of untagged intervals.
     untagged: String,
-    tags: BTreeMap<String, Merged>,
+    /// Each tag's index in the lanes' counts.
+    tags: BTreeMap<String, usize>,
+    /// Interval lines decoded (on one thread).
     intervals: u64,
-    decoder: Decoder,
+    /// The calling thread's buffers and counts: the totals, once the other threads' are added.
+    main: Lane,
+    /// The batches and other threads, when decoding on several.
+    pool: Option<Pool>,
 }
 
 impl Ingest for HlogParser {
@@ -169,8 +203,19 @@ impl Ingest for HlogParser {
     }
 
     fn finish(mut self: Box<Self>) -> Result<Extracted, IngestError> {
+        self.end()
+    }
+}
+
+impl HlogParser {
+    /// [`Ingest::finish`], leaving the parser to be looked at (tests).
+    fn end(&mut self) -> Result<Extracted, IngestError> {
         let log = &mut self.log;
         self.lines.finish(|no, line| log.line(no, line))?;
+        if let Some(pool) = &mut log.pool {
+            pool.finish(&mut log.main)?;
+            log.intervals = pool.queued_lines;
+        }
         if self.bytes == 0 {
             return Err(IngestError::new("empty input: not an HdrHistogram log"));
         }
@@ -179,10 +224,11 @@ impl Ingest for HlogParser {
                 "no interval histogram lines ([Tag=NAME,]start,length,max,BASE64) in the log",
             ));
         }
+        let totals = &log.main.counts;
         let labels: Vec<LabelStats> = log
             .tags
             .iter()
-            .map(|(label, merged)| (label, merged.histogram()))
+            .map(|(label, &tag)| (label, totals[tag].histogram()))
             .filter(|(_, h)| !h.is_empty())
             .map(|(label, h)| stats(label, &h, log.unit))
             .collect();
@@ -208,7 +254,38 @@ fn too_long(line: u64) -> IngestError {
 }
 
 impl Log {
+    /// Reads line `no`: at once on one thread, else into a batch for the threads.
     fn line(&mut self, no: u64, line: &[u8]) -> Result<(), IngestError> {
+        let (tag, b64) = match self.interval(no, line) {
+            Ok(Some(interval)) => interval,
+            Ok(None) => return Ok(()),
+            // the lines before it come first
+            Err(e) => {
+                return Err(match &mut self.pool {
+                    Some(pool) => pool.drain(&mut self.main).err().unwrap_or(e),
+                    None => e,
+                })
+            }
+        };
+        match &mut self.pool {
+            Some(pool) => pool.push(&mut self.main, no, tag, b64),
+            None => {
+                self.main.line(no, tag, b64, self.cap)?;
+                self.intervals += 1;
+                Ok(())
+            }
+        }
+    }
+
+    /// The tag and base64 histogram of line `no` when it is an interval line (`None` for a
+    /// comment, a blank line or the legend), its fields checked. A new tag is numbered here, in
+    /// line order: past [`MAX_TAGS`] it has no number, and the line is refused once its
+    /// histogram's header has been read ([`Lane::line`]).
+    fn interval<'l>(
+        &mut self,
+        no: u64,
+        line: &'l [u8],
+    ) -> Result<Option<(TagIndex, &'l [u8])>, IngestError> {
         let line = if no == 1 {
             line.strip_prefix(b"\xef\xbb\xbf").unwrap_or(line)
         } else {
@@ -216,7 +293,7 @@ impl Log {
         };
         let line = line.trim_ascii();
         if line.is_empty() || line.starts_with(b"#") || line.starts_with(LEGEND) {
-            return Ok(());
+            return Ok(None);
         }
         let (tag, rest) = match line.strip_prefix(b"Tag=") {
             Some(tagged) => {
@@ -259,27 +336,18 @@ impl Log {
                 .field(name));
             }
         }
-        let histogram = self
-            .decoder
-            .decode(fields[3])
-            .map_err(|m| IngestError::at_line(no, m).field(HISTOGRAM_FIELD))?;
         let label = tag.unwrap_or(&self.untagged);
-        if !self.tags.contains_key(label) {
-            if self.tags.len() >= MAX_TAGS {
-                return Err(IngestError::at_line(
-                    no,
-                    format!("more than {MAX_TAGS} distinct tags"),
-                )
-                .field("Tag"));
+        let index = match self.tags.get(label) {
+            Some(&index) => Some(index),
+            None if self.tags.len() >= MAX_TAGS => None,
+            None => {
+                let index = self.tags.len();
+                self.tags.insert(label.to_owned(), index);
+                self.main.counts.push(Merged::new());
+                Some(index)
             }
-            self.tags.insert(label.to_owned(), Merged::new());
-        }
-        let merged = self.tags.get_mut(label).expect("inserted above");
-        merged
-            .add(histogram, self.cap)
-            .map_err(|m| IngestError::at_line(no, m).field(HISTOGRAM_FIELD))?;
-        self.intervals += 1;
-        Ok(())
+        };
+        Ok(Some((index, fields[3])))
     }
 }
 

@@ -11,7 +11,8 @@
 //!
 //! Speed: a line costs its base64, its inflating and one pass over its counts, which are added
 //! where they belong without a branch on their sign (empty runs and counts alternate
-//! unpredictably, a branch there would mispredict every other number).
+//! unpredictably, a branch there would mispredict every other number). In the usual layout the
+//! counts are read sixteen one-byte numbers at a time ([`Merged::add_block`]).
 
 use hdrhistogram::Histogram;
 
@@ -41,6 +42,14 @@ pub(super) struct V2<'a> {
 }
 
 impl Decoder {
+    /// Releases the buffers that hold more than `max` bytes (they grow again as needed).
+    pub(super) fn release_over(&mut self, max: usize) {
+        if self.raw.capacity() > max {
+            self.raw = Vec::new();
+        }
+        self.inflater.release_over(max);
+    }
+
     /// Decodes one base64 histogram up to its encoded counts.
     pub(super) fn decode(&mut self, b64: &[u8]) -> Result<V2<'_>, String> {
         base64_decode(b64, &mut self.raw)?;
@@ -303,11 +312,46 @@ const MERGED: Layout = Layout {
 pub(super) struct Merged {
     /// Never empty: slot 0 also takes the zero counts of empty runs (see [`Merged::add_at`]).
     counts: Vec<u64>,
+    /// The sum of `counts`, saturated at `u64::MAX`. While it does not overflow, no single
+    /// count can: [`Merged::add_block`] adds without saturating.
+    total: u64,
+}
+
+/// Each byte of a `u64` set to 1.
+const ONES: u64 = 0x0101_0101_0101_0101;
+/// Bytes of V2 counts read at once by [`Merged::add_block`].
+const BLOCK: usize = 16;
+/// Slots of `counts` that a block can reach from its first index: its first 15 numbers step
+/// at most 64 buckets each.
+const WINDOW: usize = 1024;
+
+/// The counts and steps of eight one-byte ZigZag numbers (the bytes of `word`, high bits
+/// clear), byte for byte: an even number `2n` is a count `n` (at most 63) at the current index
+/// and a step of 1; an odd one `2n - 1` a run of `n` empty buckets (at most 64): no count, a
+/// step of `n`.
+#[inline(always)]
+fn counts_and_steps(word: u64) -> (u64, u64) {
+    let odd = word & ONES;
+    let magnitude = ((word >> 1) & (ONES * 0x3f)) + odd;
+    let odd_mask = odd * 0xff;
+    let counts = magnitude & !odd_mask;
+    let steps = (magnitude & odd_mask) | (ONES & !odd_mask);
+    (counts, steps)
+}
+
+/// The sum of the eight bytes of `x`, each at most 64 (so that no 16-bit sum carries).
+#[inline(always)]
+fn byte_sum(x: u64) -> u64 {
+    let pairs = (x & 0x00ff_00ff_00ff_00ff) + ((x >> 8) & 0x00ff_00ff_00ff_00ff);
+    pairs.wrapping_mul(0x0001_0001_0001_0001) >> 48
 }
 
 impl Merged {
     pub(super) fn new() -> Self {
-        Self { counts: vec![0] }
+        Self {
+            counts: vec![0],
+            total: 0,
+        }
     }
 
     /// Adds the counts of `h`, each at its bucket's highest value clamped to `cap`. On an error
@@ -315,12 +359,122 @@ impl Merged {
     pub(super) fn add(&mut self, h: V2<'_>, cap: u64) -> Result<(), String> {
         let cap_index = MERGED.index_of(cap);
         if h.layout.same_buckets(&MERGED) {
-            // below the cap's bucket a value is not clamped; from it on, it lands in it
-            h.for_each(|i, n| self.add_at(i.min(cap_index), n))
+            self.add_same_layout(h, cap_index)
         } else {
             let layout = h.layout;
             h.for_each(|i, n| self.add_at(MERGED.index_of(layout.highest_value(i).min(cap)), n))
         }
+    }
+
+    /// [`Merged::add`] for a histogram in the merged layout: its counts land index by index,
+    /// clamped to `cap_index`. What [`V2::for_each`] does number by number is done here sixteen
+    /// bytes at a time wherever sixteen one-byte numbers follow each other (most of a
+    /// histogram's counts; see [`Merged::add_block`]); anything else (a longer number, an index
+    /// near the cap or beyond the counts so far, a total near overflow) goes number by number,
+    /// with the same checks and errors as [`V2::for_each`].
+    fn add_same_layout(&mut self, h: V2<'_>, cap_index: u64) -> Result<(), String> {
+        let payload = h.payload;
+        let counts_len = h.layout.counts_len;
+        // A block whose indexes all lie below this needs no check: inside the histogram,
+        // at or below the cap's bucket (so not clamped).
+        let bound = counts_len.min(cap_index.saturating_add(1));
+        let mut line_total: u64 = 0;
+        let mut index: u64 = 0;
+        let mut at = 0;
+        while at < payload.len() {
+            if let Some(block) = payload.get(at..at + BLOCK) {
+                let word = |i: usize| u64::from_le_bytes(block[i..i + 8].try_into().expect("8"));
+                let limit = bound.min(self.counts.len() as u64);
+                if let Some((end, sum)) = self.add_block([word(0), word(8)], index, limit) {
+                    index = end;
+                    line_total += sum;
+                    at += BLOCK;
+                    continue;
+                }
+            }
+            // One number, as `V2::for_each` reads it.
+            let first = payload[at];
+            let raw = if first & 0x80 == 0 {
+                at += 1;
+                u64::from(first)
+            } else {
+                let (raw, used) =
+                    varint(&payload[at..]).ok_or("histogram counts truncated inside a number")?;
+                at += used;
+                raw
+            };
+            let negative = raw & 1;
+            let magnitude = (raw >> 1) + negative;
+            if negative == 1 {
+                index = index.saturating_add(magnitude);
+                continue;
+            }
+            if magnitude != 0 && index >= counts_len {
+                return Err(format!(
+                    "bad histogram: counts past its {counts_len} buckets"
+                ));
+            }
+            line_total = line_total
+                .checked_add(magnitude)
+                .ok_or("histogram counts overflow 64 bits")?;
+            self.add_at(index.min(cap_index), magnitude);
+            index = index.saturating_add(1);
+        }
+        Ok(())
+    }
+
+    /// Adds the sixteen numbers of `block` (the V2 counts' bytes as two little-endian words, the
+    /// first number at `index`) when each is one byte long and every index they reach lies
+    /// below `limit`, and returns the index after them and the sum of their counts; else
+    /// changes nothing and returns `None`.
+    ///
+    /// The counts and steps of eight bytes are worked out at once ([`counts_and_steps`]), then
+    /// the counts are added one by one; an empty run adds its zero at its own index (below
+    /// `limit`), so that no branch depends on the data. Away from the end of `counts`, the
+    /// additions go through a fixed window of [`WINDOW`] slots, which needs no bounds checks.
+    /// No sum can overflow: the merged total does not (checked first), so no single count
+    /// does, and neither does the histogram's own total, which is part of the merged one.
+    #[inline(always)]
+    fn add_block(&mut self, block: [u64; 2], index: u64, limit: u64) -> Option<(u64, u64)> {
+        if (block[0] | block[1]) & (ONES << 7) != 0 {
+            return None;
+        }
+        let lanes = block.map(counts_and_steps);
+        let sum = lanes
+            .iter()
+            .map(|&(counts, _)| byte_sum(counts))
+            .sum::<u64>();
+        let steps = lanes.iter().map(|&(_, steps)| byte_sum(steps)).sum::<u64>();
+        let end = index.saturating_add(steps);
+        if end > limit {
+            return None;
+        }
+        let total = self.total.checked_add(sum)?;
+        let base = index as usize;
+        let mut at = 0;
+        match self.counts.get_mut(base..base + WINDOW) {
+            Some(window) => {
+                let window: &mut [u64; WINDOW] = window.try_into().expect("WINDOW slots");
+                // `at` stays below 15 × 64 + 1: the `%` changes nothing, it only lets the
+                // compiler see that no bounds check is needed
+                for (counts, steps) in lanes {
+                    for k in 0..8 {
+                        window[at % WINDOW] += (counts >> (8 * k)) & 0xff;
+                        at += ((steps >> (8 * k)) & 0xff) as usize;
+                    }
+                }
+            }
+            None => {
+                for (counts, steps) in lanes {
+                    for k in 0..8 {
+                        self.counts[base + at] += (counts >> (8 * k)) & 0xff;
+                        at += ((steps >> (8 * k)) & 0xff) as usize;
+                    }
+                }
+            }
+        }
+        self.total = total;
+        Some((end, sum))
     }
 
     /// Adds `count` at `index` without a branch on the count: a zero count is added to slot 0
@@ -333,6 +487,25 @@ impl Merged {
             self.grow(slot);
         }
         self.counts[slot] = self.counts[slot].saturating_add(count);
+        self.total = self.total.saturating_add(count);
+    }
+
+    /// Adds `other`'s counts into these (another thread's counts of the same tag): each slot's
+    /// sum saturates, as [`Merged::add_at`] saturates, so the counts are those of adding every
+    /// interval into one `Merged`, in any order.
+    pub(super) fn absorb(&mut self, other: &Merged) {
+        if other.counts.len() > self.counts.len() {
+            self.grow(other.counts.len() - 1);
+        }
+        for (mine, &theirs) in self.counts.iter_mut().zip(&other.counts) {
+            *mine = mine.saturating_add(theirs);
+        }
+        self.total = self.total.saturating_add(other.total);
+    }
+
+    /// Bytes held by the counts.
+    pub(super) fn held_bytes(&self) -> usize {
+        self.counts.capacity() * std::mem::size_of::<u64>()
     }
 
     #[cold]
@@ -371,7 +544,126 @@ mod tests {
         }
     }
 
+    /// The V2 encoding of `numbers` (ZigZag, then LEB128-64b9B): a count when `>= 0`, a run
+    /// of that many empty buckets when negative.
+    fn encode(numbers: &[i64]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for &n in numbers {
+            let mut v = ((n << 1) ^ (n >> 63)) as u64;
+            for _ in 0..8 {
+                if v < 0x80 {
+                    break;
+                }
+                out.push((v & 0x7f) as u8 | 0x80);
+                v >>= 7;
+            }
+            out.push(v as u8);
+        }
+        out
+    }
+
+    /// `Merged::add` in the merged layout against the number-by-number way (`V2::for_each`
+    /// into `Merged::add_at`, what `add` did for every layout before the block path): the same
+    /// counts, the same length, the same error. Two histograms in turn, so that the second
+    /// finds the counts grown by the first.
+    fn agrees_with_number_by_number(payloads: &[Vec<u8>], high: u64, cap: u64) {
+        let layout = Layout::new(1, high, u32::from(SIGFIG)).unwrap();
+        let cap_index = MERGED.index_of(cap);
+        let mut fast = Merged::new();
+        let mut slow = Merged::new();
+        for payload in payloads {
+            let h = V2 { layout, payload };
+            let got = fast.add(h, cap);
+            let want = h.for_each(|i, n| slow.add_at(i.min(cap_index), n));
+            assert_eq!(got, want);
+            assert_eq!(fast.counts, slow.counts);
+            assert_eq!(fast.total, slow.total);
+        }
+    }
+
+    #[test]
+    fn block_path_edges() {
+        let full = |n: usize| vec![2u8; n];
+        let cases: Vec<Vec<u8>> = vec![
+            Vec::new(),
+            full(15),
+            full(16),
+            full(17),
+            full(31),
+            full(32),
+            full(33),
+            full(100),
+            // a two-byte number in the middle of blocks, a run of 64, counts of 63
+            [
+                &full(13)[..],
+                &[0x80, 0x01],
+                &full(20),
+                &[127, 126, 126],
+                &full(9),
+            ]
+            .concat(),
+            // a number cut short after full blocks
+            [&full(16)[..], &[0x80]].concat(),
+            // counts past the histogram's buckets
+            encode(&[5, -2000, 3, 1, 1, 1, 1, 1, 1, 1, 1]),
+            // a total beyond 64 bits, a count of 2^62 first
+            encode(&[1 << 62, 1 << 62, 1 << 62, 1, 1, 1, 1, 1, 1, 1, 1, 1]),
+            // runs that saturate the index, then blocks and counts past it
+            encode(&[1, i64::MIN + 1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+            [
+                &encode(&[i64::MIN + 1, i64::MIN + 1])[..],
+                &[1; 40],
+                &encode(&[0, 0, 1]),
+            ]
+            .concat(),
+        ];
+        for payload in &cases {
+            for cap in [0, 1, 5, 2047, 2048, 2100, 3_600_000_000] {
+                agrees_with_number_by_number(&[payload.clone(), payload.clone()], 1 << 20, cap);
+            }
+        }
+        // counts grown far first: the blocks then add through the window, up to its end
+        let far = encode(&[-5000, 1]);
+        let dense: Vec<i64> = (0..6000).map(|i| [3, -2, 0, 63, -64][i % 5]).collect();
+        for cap in [10, 3000, 5100, 1 << 30] {
+            agrees_with_number_by_number(&[far.clone(), encode(&dense)], 1 << 20, cap);
+        }
+        // merged totals near overflow: the block path steps aside, counts saturate
+        let big = encode(&[i64::MAX / 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3]);
+        agrees_with_number_by_number(&[big.clone(), big.clone(), big], 1 << 20, 1 << 30);
+    }
+
     proptest! {
+        #[test]
+        fn block_path_agrees_on_numbers(
+            numbers in proptest::collection::vec(
+                prop_oneof![
+                    6 => 0i64..64,
+                    3 => -64i64..0,
+                    1 => 0i64..100_000,
+                    1 => -3000i64..0,
+                ],
+                0..600,
+            ),
+            second in proptest::collection::vec(0i64..64, 0..40),
+            high_bits in 11u32..40,
+            cap in 0u64..40_000,
+        ) {
+            let payloads = [encode(&numbers), encode(&second), encode(&numbers)];
+            agrees_with_number_by_number(&payloads, 1 << high_bits, cap);
+        }
+
+        #[test]
+        fn block_path_agrees_on_bytes(
+            bytes in proptest::collection::vec(
+                prop_oneof![9 => 0u8..0x80, 1 => any::<u8>()],
+                0..400,
+            ),
+            cap in 0u64..40_000,
+        ) {
+            agrees_with_number_by_number(&[bytes.clone(), bytes], 1 << 30, cap);
+        }
+
         /// `index_of` puts a value in the bucket HdrHistogram puts it in (same highest value), and
         /// a bucket's highest value in that bucket.
         #[test]

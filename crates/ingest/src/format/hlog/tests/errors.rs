@@ -265,3 +265,46 @@ fn limits_lines_and_tags() {
         (Some(MAX_TAGS as u64 + 1), Some("Tag"))
     );
 }
+
+/// A compressed histogram that inflates past [`MAX_DECODED`] (a V2 header announcing 17 MiB of
+/// counts, then 17 MiB of zeros: less than 128 KiB of zlib) is refused, and the inflater's
+/// buffer has stopped at the cap, never beyond.
+#[test]
+fn a_histogram_past_the_decoded_cap_is_refused_not_allocated() {
+    let size = MAX_DECODED + (1 << 20);
+    let mut v2 = vec![0u8; size];
+    v2[..4].copy_from_slice(&V2_COOKIE.to_be_bytes());
+    v2[4..8].copy_from_slice(&((size - 40) as u32).to_be_bytes());
+    let mut compressor = libdeflater::Compressor::new(libdeflater::CompressionLvl::new(1).unwrap());
+    let mut zlib = vec![0; compressor.zlib_compress_bound(size)];
+    let n = compressor.zlib_compress(&v2, &mut zlib).unwrap();
+    zlib.truncate(n);
+    assert!(zlib.len() < 128 << 10, "{}", zlib.len());
+    let mut raw = 0x1c84_9314u32.to_be_bytes().to_vec();
+    raw.extend_from_slice(&(zlib.len() as u32).to_be_bytes());
+    raw.extend_from_slice(&zlib);
+    let encoded = b64(&raw);
+
+    let mut decoder = Decoder::default();
+    let err = decoder.decode(encoded.as_bytes()).unwrap_err();
+    assert_eq!(
+        err,
+        format!(
+            "bad compressed histogram: it inflates to more than {MAX_DECODED} bytes, the limit \
+             for one histogram"
+        )
+    );
+    assert!(
+        decoder.inflater.capacity() <= MAX_DECODED,
+        "{}",
+        decoder.inflater.capacity()
+    );
+
+    let line = format!("Tag=a,0.0,1.0,2.0,{encoded}\n");
+    let err = read(line.as_bytes(), TimeUnit::Us, None, 64 << 10).unwrap_err();
+    assert_eq!(
+        (err.line, err.field.as_deref()),
+        (Some(1), Some(HISTOGRAM_FIELD))
+    );
+    assert!(err.message.contains("inflates to more than"), "{err}");
+}

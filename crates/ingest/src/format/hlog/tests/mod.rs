@@ -17,6 +17,7 @@ use crate::read_all;
 use crate::testkit::{self, kit_tests};
 
 mod errors;
+mod threads;
 
 const TAGGED: &[u8] = include_bytes!("../../../../../../tests/fixtures/hdrhistogram/tagged.hlog");
 const TAGGED_EXPECTED: &str =
@@ -300,26 +301,15 @@ fn b64(bytes: &[u8]) -> String {
 /// and scratch buffers no bigger than one histogram.
 #[test]
 fn a_long_stream_stays_flat() {
-    let mut p = HlogParser {
-        lines: LineBuffer::new(MAX_LINE),
-        bytes: 0,
-        log: Log {
-            unit: TimeUnit::Ns,
-            cap: one_hour_in(TimeUnit::Ns),
-            untagged: "default".into(),
-            tags: BTreeMap::new(),
-            intervals: 0,
-            decoder: Decoder::default(),
-        },
-    };
+    let mut p = HlogParser::new(TimeUnit::Ns, None, Tuning::for_this_machine());
     let mut chunks = 0;
     hlog_stream(600, 200, |chunk| {
         chunks += 1;
         p.push(chunk).unwrap();
     });
     assert!(chunks > 1);
-    assert!(p.log.decoder.raw.capacity() < 64 * 1024);
-    assert!(p.log.decoder.inflater.capacity() < 256 * 1024);
+    assert!(p.log.main.decoder.raw.capacity() < 64 * 1024);
+    assert!(p.log.main.decoder.inflater.capacity() < 256 * 1024);
     assert_eq!(p.log.tags.len(), 3);
     let got = Box::new(p).finish().unwrap();
     assert_eq!(got.labels.iter().map(|l| l.samples).sum::<u64>(), 600 * 200);
