@@ -7,7 +7,7 @@ pub mod v1 {
     tonic::include_proto!("budget.v1");
 }
 
-/// The server's encode-once view of `BudgetControl` (see `proto/budget/v1/server_wire.proto`):
+/// The server's encode-once view of `BudgetControl` (see `crates/proto/wire/budget/v1/server_wire.proto`):
 /// the same RPCs on the wire, but `BudgetUpdate.chains` are pre-encoded `v1::ChainBudget`s.
 #[allow(clippy::all, missing_docs)]
 pub mod wire {
