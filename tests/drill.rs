@@ -10,8 +10,17 @@
 //! with their role in `BUDGETD_DRILL_ROLE`.
 
 #[allow(dead_code)]
+#[path = "../examples/drill/checks.rs"]
+mod checks;
+#[allow(dead_code)]
 #[path = "../examples/drill/control.rs"]
 mod control;
+#[allow(dead_code)]
+#[path = "../examples/drill/counters.rs"]
+mod counters;
+#[allow(dead_code)]
+#[path = "../examples/drill/final_checks.rs"]
+mod final_checks;
 #[allow(dead_code)]
 #[path = "../examples/drill/load.rs"]
 mod load;
@@ -19,11 +28,29 @@ mod load;
 #[path = "../examples/drill/proxy.rs"]
 mod proxy;
 #[allow(dead_code)]
+#[path = "../examples/drill/routes.rs"]
+mod routes;
+#[allow(dead_code)]
 #[path = "../examples/drill/scenario.rs"]
 mod scenario;
 #[allow(dead_code)]
 #[path = "../examples/drill/services.rs"]
 mod services;
+#[allow(dead_code)]
+#[path = "../examples/drill/setup.rs"]
+mod setup;
+#[allow(dead_code)]
+#[path = "../examples/drill/step1_normal.rs"]
+mod step1_normal;
+#[allow(dead_code)]
+#[path = "../examples/drill/step2a_slow_inventory.rs"]
+mod step2a_slow_inventory;
+#[allow(dead_code)]
+#[path = "../examples/drill/step2b_retry_storm.rs"]
+mod step2b_retry_storm;
+#[allow(dead_code)]
+#[path = "../examples/drill/step3_payment_cut.rs"]
+mod step3_payment_cut;
 #[allow(dead_code)]
 #[path = "../examples/drill/tally.rs"]
 mod tally;

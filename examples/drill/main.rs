@@ -25,11 +25,20 @@
 //! All traffic stays on 127.0.0.1; the load is bounded (fixed rate, at most 256 requests in
 //! flight, 5 s timeouts) and every child exits when the drill does.
 
+mod checks;
 mod control;
+mod counters;
+mod final_checks;
 mod load;
 mod proxy;
+mod routes;
 mod scenario;
 mod services;
+mod setup;
+mod step1_normal;
+mod step2a_slow_inventory;
+mod step2b_retry_storm;
+mod step3_payment_cut;
 mod tally;
 
 use std::path::PathBuf;

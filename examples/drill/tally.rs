@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use budget_api::feedback::{Production, ProductionSegment};
 
-use crate::services::{AgentCounts, Own, Stats};
+use crate::counters::{AgentCounts, Stats};
+use crate::services::Own;
 
 /// A segment's counts, from any of the three sources.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
