@@ -7,6 +7,7 @@ use budget_api::feedback::WEBHOOK_EVENTS;
 use clap::{Args, Parser, Subcommand};
 use reqwest::Url;
 
+use self::parse::{parse_date, parse_hook_url, parse_secret};
 use crate::client::parse_base_url;
 
 /// The top-level `--help` text: what the tool does, how to authenticate, the exit codes.
@@ -467,14 +468,6 @@ pub enum ArchiveCommand {
     },
 }
 
-/// Parses `--date`: a calendar date as `YYYY-MM-DD`, the form archive keys use.
-fn parse_date(raw: &str) -> Result<String, String> {
-    match chrono::NaiveDate::parse_from_str(raw, "%Y-%m-%d") {
-        Ok(_) if raw.len() == 10 => Ok(raw.to_owned()),
-        _ => Err(format!("{raw:?} is not a date as YYYY-MM-DD")),
-    }
-}
-
 #[derive(Debug, Subcommand)]
 pub enum WebhookCommand {
     /// Register a URL that receives events, signed with a secret (admin)
@@ -512,36 +505,6 @@ pub enum WebhookCommand {
         /// The webhook's id, as `webhook list` shows it
         id: String,
     },
-}
-
-/// Parses a webhook's URL: `http://` or `https://` with a host, at most 2048 characters.
-fn parse_hook_url(raw: &str) -> Result<String, String> {
-    let url = raw.trim();
-    if url.len() > 2048 {
-        return Err("a webhook URL has at most 2048 characters".into());
-    }
-    match Url::parse(url) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(url.to_owned()),
-        Ok(u) if matches!(u.scheme(), "http" | "https") => Err(format!("{url:?} has no host")),
-        Ok(u) => Err(format!(
-            "unsupported scheme {:?}: webhooks are http:// or https:// URLs",
-            u.scheme()
-        )),
-        Err(e) => Err(format!(
-            "{url:?} is not a URL ({e}); e.g. https://hooks.example.com/budgetd"
-        )),
-    }
-}
-
-/// Parses `--secret`: 16 to 512 bytes (it keys the signature).
-fn parse_secret(raw: &str) -> Result<String, String> {
-    match raw.len() {
-        16..=512 => Ok(raw.to_owned()),
-        n => Err(format!(
-            "the secret is {n} bytes; it keys the HMAC-SHA256 signature and must be 16 to 512 \
-             bytes, e.g. $(openssl rand -hex 32)"
-        )),
-    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -605,5 +568,6 @@ pub struct WatchArgs {
     pub grpc: String,
 }
 
+mod parse;
 #[cfg(test)]
 mod tests;
