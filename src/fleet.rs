@@ -67,17 +67,25 @@ impl Slot {
     }
 
     /// One more stream; the caller holds the fleet's lock.
-    fn attach(&self, service: &str, labels: BTreeMap<String, String>, replica: &str, at: &str) {
+    fn attach(&self, peer: &Peer, replica: &str, at: &str) {
         let mut s = lock(&self.status);
         self.streams.fetch_add(1, Ordering::AcqRel);
-        s.service = service.to_owned();
-        s.labels = labels;
+        s.service = peer.service.to_owned();
+        s.client = peer.client.to_owned();
+        s.labels = peer.labels.clone();
         s.replica = replica.to_owned();
         s.connected = true;
         s.last_seen = at.to_owned();
         drop(s);
         self.touch();
     }
+}
+
+/// Who is on the other end of a Watch stream, as it says.
+struct Peer<'a> {
+    service: &'a str,
+    client: &'a str,
+    labels: BTreeMap<String, String>,
 }
 
 /// Why an agent could not connect.
@@ -173,15 +181,21 @@ impl Fleet {
         token_id: &str,
         token: &str,
         service: &str,
+        client: &str,
         labels: BTreeMap<String, String>,
         known_revision: i64,
     ) -> Result<Arc<Slot>, ConnectError> {
         let at = now();
+        let peer = Peer {
+            service,
+            client,
+            labels,
+        };
         {
             // A reconnect to this replica: the binding was checked when the slot was made.
             let agents = lock(&self.agents);
             if let Some(slot) = agents.get(agent_id).filter(|s| s.token_id == token_id) {
-                slot.attach(service, labels, &self.replica, &at);
+                slot.attach(&peer, &self.replica, &at);
                 slot.delivered.fetch_max(known_revision, Ordering::AcqRel);
                 return Ok(slot.clone());
             }
@@ -189,7 +203,8 @@ impl Fleet {
         let fresh = AgentStatus {
             agent_id: agent_id.to_owned(),
             service: service.to_owned(),
-            labels: labels.clone(),
+            client: client.to_owned(),
+            labels: peer.labels.clone(),
             chains: Vec::new(),
             replica: self.replica.clone(),
             connected: true,
@@ -236,7 +251,7 @@ impl Fleet {
                 slot
             }
         };
-        slot.attach(service, labels, &self.replica, &at);
+        slot.attach(&peer, &self.replica, &at);
         slot.delivered.fetch_max(known_revision, Ordering::AcqRel);
         Ok(slot)
     }

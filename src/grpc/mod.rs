@@ -146,6 +146,7 @@ impl BudgetControl for Control {
             chains: req.chains,
             known_revision: req.known_revision,
             labels: req.labels,
+            client: req.client,
         };
         let watch = agents::watch(&self.state, &principal, request).await?;
         let mut rx = self.hub.subscribe();

@@ -113,6 +113,19 @@ pub(crate) fn check_id(field: &str, v: &str) -> ApiResult<()> {
     Ok(())
 }
 
+/// The client library: empty (an agent that does not say) or at most 64 printable ASCII
+/// characters, e.g. `go/0.1.0`.
+fn check_client(client: &str) -> ApiResult<()> {
+    if client.len() > MAX_CLIENT_LEN || !client.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(ApiError::bad_request(format!(
+            "client must be at most {MAX_CLIENT_LEN} printable ASCII characters, e.g. \"go/0.1.0\""
+        )));
+    }
+    Ok(())
+}
+
+const MAX_CLIENT_LEN: usize = 64;
+
 /// Labels: at most 32, keys ≤ 64 and values ≤ 256 bytes, no control characters.
 fn check_labels(labels: &HashMap<String, String>) -> ApiResult<()> {
     let bad = |t: &str, max: usize| t.len() > max || t.chars().any(char::is_control);
@@ -162,6 +175,8 @@ pub struct WatchRequest {
     pub chains: Vec<String>,
     pub known_revision: i64,
     pub labels: HashMap<String, String>,
+    /// The client library, "language/version" (may be empty).
+    pub client: String,
 }
 
 /// An open Watch: the agent's slot in the fleet and its token's stream permit, both held
@@ -198,6 +213,7 @@ pub async fn watch(state: &AppState, principal: &Principal, req: WatchRequest) -
         Selection::Chains(req.chains.iter().cloned().collect())
     };
     check_labels(&req.labels)?;
+    check_client(&req.client)?;
     let Some(permit) = state.fleet.open_stream(&principal.token_id) else {
         tracing::warn!(token = ?principal.name, agent = ?req.agent_id, "watch refused: the token holds its stream limit");
         return Err(ApiError::new(
@@ -217,6 +233,7 @@ pub async fn watch(state: &AppState, principal: &Principal, req: WatchRequest) -
             &principal.token_id,
             &principal.name,
             &req.service,
+            &req.client,
             labels,
             req.known_revision,
         )

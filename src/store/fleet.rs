@@ -11,6 +11,8 @@ use super::StoreResult;
 pub struct AgentStatus {
     pub agent_id: String,
     pub service: String,
+    /// The client library, "language/version" (empty when the agent did not say).
+    pub client: String,
     pub labels: std::collections::BTreeMap<String, String>,
     /// The chains the agent receives.
     pub chains: Vec<String>,
@@ -39,6 +41,7 @@ impl From<AgentStatus> for Agent {
         Self {
             agent_id: a.agent_id,
             service: a.service,
+            client: a.client,
             labels: a.labels,
             chains: a.chains,
             replica: a.replica,

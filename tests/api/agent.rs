@@ -116,6 +116,14 @@ async fn agent_follows_acks_and_nacks(app: &TestApp) {
     let d = agent.deadline("order->user", None).unwrap();
     assert!(d <= tokio::time::Instant::now() + Duration::from_millis(9));
     assert!(cache.path().join("order-1.json").exists());
+    // The fleet shows which client library the agent runs.
+    let agents = app.get("/api/v1/agents", &token).await.expect(200).json();
+    assert_eq!(
+        agents["agents"][0]["client"],
+        json!(budget_agent::CLIENT),
+        "{agents:#}"
+    );
+    assert!(budget_agent::CLIENT.starts_with("rust/0."));
 
     // A drift approved → the agent follows and ACKs.
     let c = app

@@ -452,6 +452,10 @@ async fn agent_input_is_validated_and_bounded(app: &TestApp) {
     let many_chains: Vec<String> = (0..300).map(|i| format!("c{i}")).collect();
     let many_chains: Vec<&str> = many_chains.iter().map(String::as_str).collect();
     let huge_chain = "c".repeat(100_000);
+    let mut forged_client = watch_req("k-1", &["checkout"], "order", 0);
+    forged_client.client = "go/1.0\nFORGED".into();
+    let mut long_client = watch_req("k-2", &["checkout"], "order", 0);
+    long_client.client = "go/".repeat(100);
     for (what, bad) in [
         (
             "service with a newline",
@@ -470,6 +474,8 @@ async fn agent_input_is_validated_and_bounded(app: &TestApp) {
             watch_req(&"a".repeat(129), &["checkout"], "order", 0),
         ),
         ("label with a newline", with_label),
+        ("client with a newline", forged_client),
+        ("300-byte client", long_client),
         ("300 chains", watch_req("s-3", &many_chains, "order", 0)),
         (
             "huge chain name",

@@ -33,6 +33,7 @@ pub fn watch_req(agent_id: &str, chains: &[&str], service: &str, known: i64) -> 
         chains: chains.iter().map(|c| c.to_string()).collect(),
         known_revision: known,
         labels: [("host".to_string(), "test-1".to_string())].into(),
+        client: "rust/test".into(),
     }
 }
 
@@ -217,6 +218,8 @@ async fn watch_snapshot_update_resume_rollback(app: &TestApp) {
         (Some(rev_rb), Some(rev_rb), Some(true))
     );
     assert_eq!(o1["labels"]["host"], "test-1");
+    // The client library the agent named in its Watch (`budgetctl agents` shows it).
+    assert_eq!(o1["client"], "rust/test");
     assert_eq!(o1["chains"], json!(["checkout"]));
     let i1 = find("inventory-1");
     assert_eq!(

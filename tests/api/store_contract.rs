@@ -376,6 +376,7 @@ fn agent(id: &str, service: &str, token_id: &str, last_seen: &str) -> AgentStatu
     AgentStatus {
         agent_id: id.into(),
         service: service.into(),
+        client: "go/0.1.0".into(),
         labels: Default::default(),
         chains: vec!["checkout".into()],
         replica: "r1".into(),
@@ -418,6 +419,7 @@ async fn agents_contract(backend: Backend) {
             .unwrap(),
     );
     assert_eq!(first.token.as_deref(), Some("bot-a"));
+    assert_eq!(first.client, "go/0.1.0", "the client library is stored");
     // Another token, on another store (replica): refused, nothing changes.
     assert_eq!(
         b.claim_agent(&agent("order-1", "evil", "hash-b", t1))

@@ -136,3 +136,7 @@ pub use policy::{Cause, Classify, Failure};
 pub use report::{ReportError, ReportStats, FINAL_REPORT_TIMEOUT};
 pub use snapshot::{Refusal, Snapshot};
 pub use window::MAX_LATENCY_US;
+
+/// What this library says it is in `WatchRequest.client` (shown by `budgetctl agents`):
+/// `rust/` and the crate's version.
+pub const CLIENT: &str = concat!("rust/", env!("CARGO_PKG_VERSION"));

@@ -149,6 +149,7 @@ impl Watcher {
             chains: self.chains.clone(),
             known_revision,
             labels: self.labels.clone().into_iter().collect(),
+            client: crate::CLIENT.to_owned(),
         });
         Ok(client.watch(request).await?.into_inner())
     }

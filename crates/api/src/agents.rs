@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 pub struct Agent {
     pub agent_id: String,
     pub service: String,
+    /// The client library and its version, e.g. `go/0.1.0` or `rust/0.1.0` (empty for an
+    /// agent that does not say).
+    pub client: String,
     pub labels: BTreeMap<String, String>,
     /// The chains the agent receives.
     pub chains: Vec<String>,

@@ -19,6 +19,7 @@ impl Fleet for SqlStore {
         ))
         .bind(&agent.agent_id)
         .bind(&agent.token_id)
+        .bind(&agent.client)
         .fetch_optional(&self.pool)
         .await?;
         if let Some(row) = row {
@@ -27,9 +28,9 @@ impl Fleet for SqlStore {
         // New, unbound, or bound to a token that no longer exists: take it, in one statement
         // so two tokens racing for the id cannot both win (on any replica).
         let claimed = sqlx::query(
-            "INSERT INTO agents (agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen, token_hash) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
-             ON CONFLICT (agent_id) DO UPDATE SET token_hash = excluded.token_hash, service = excluded.service, \
+            "INSERT INTO agents (agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen, token_hash, client) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+             ON CONFLICT (agent_id) DO UPDATE SET token_hash = excluded.token_hash, service = excluded.service, client = excluded.client, \
                labels = excluded.labels, replica = excluded.replica, connected = excluded.connected, \
                last_seen = excluded.last_seen \
              WHERE agents.token_hash IS NULL OR agents.token_hash = excluded.token_hash \
@@ -49,6 +50,7 @@ impl Fleet for SqlStore {
         .bind(&agent.first_seen)
         .bind(&agent.last_seen)
         .bind(&agent.token_id)
+        .bind(&agent.client)
         .fetch_optional(&self.pool)
         .await?;
         if claimed.is_none() {
@@ -83,14 +85,14 @@ impl Fleet for SqlStore {
             // An entry bound to another token is never overwritten (nor one that was expired
             // and claimed by another token since).
             let sql = format!(
-                "INSERT INTO agents (agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen, token_hash) \
+                "INSERT INTO agents (agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen, token_hash, client) \
                  VALUES {} \
-                 ON CONFLICT (agent_id) DO UPDATE SET service = excluded.service, labels = excluded.labels, \
+                 ON CONFLICT (agent_id) DO UPDATE SET service = excluded.service, client = excluded.client, labels = excluded.labels, \
                    chains = excluded.chains, replica = excluded.replica, connected = excluded.connected, \
                    delivered = excluded.delivered, acked = excluded.acked, nack_revision = excluded.nack_revision, \
                    nack_error = excluded.nack_error, last_seen = excluded.last_seen \
                  WHERE agents.token_hash = excluded.token_hash",
-                placeholders(chunk.len(), 13)
+                placeholders(chunk.len(), 14)
             );
             let mut q = sqlx::query(&sql);
             for a in chunk {
@@ -107,7 +109,8 @@ impl Fleet for SqlStore {
                     .bind(a.nack_error.clone())
                     .bind(a.first_seen.clone())
                     .bind(a.last_seen.clone())
-                    .bind(a.token_id.clone());
+                    .bind(a.token_id.clone())
+                    .bind(a.client.clone());
             }
             q.execute(&mut *tx).await?;
         }

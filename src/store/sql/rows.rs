@@ -191,7 +191,7 @@ pub(super) fn token_from_row(row: &AnyRow) -> StoreResult<TokenRecord> {
 
 /// An agent's entry with the name of the token it is bound to (if that token still exists).
 pub(super) const AGENT_SELECT: &str =
-    "SELECT a.agent_id, a.service, a.labels, a.chains, a.replica, a.connected, a.delivered, a.acked, \
+    "SELECT a.agent_id, a.service, a.client, a.labels, a.chains, a.replica, a.connected, a.delivered, a.acked, \
        a.nack_revision, a.nack_error, a.first_seen, a.last_seen, a.token_hash, t.name AS token \
      FROM agents a LEFT JOIN api_tokens t ON t.token_hash = a.token_hash";
 
@@ -201,6 +201,7 @@ pub(super) fn agent_from_row(r: &AnyRow) -> StoreResult<AgentStatus> {
     Ok(AgentStatus {
         agent_id: r.try_get("agent_id")?,
         service: r.try_get("service")?,
+        client: r.try_get("client")?,
         labels: serde_json::from_str(&labels).unwrap_or_default(),
         chains: chains
             .split(',')

@@ -8,17 +8,18 @@ import { pageHead, ui } from '../ui.js';
 export async function agents(root, _params, ctx) {
   const status = h('p', { class: 'live', id: 'agents-status', 'aria-live': 'off' }, 'Loading…');
   const box = h('div', { id: 'agents' });
-  root.appendChild(pageHead('Agents', h('p', { class: 'lead' }, 'Every agent seen: the service, the chains it receives, the replica it streams from, the revisions delivered and acknowledged, and refusals (NACK). Refreshed every 2 s while this page is open.')));
+  root.appendChild(pageHead('Agents', h('p', { class: 'lead' }, 'Every agent seen: the service, its client library, the chains it receives, the replica it streams from, the revisions delivered and acknowledged, and refusals (NACK). Refreshed every 2 s while this page is open.')));
   root.appendChild(status);
   root.appendChild(box);
   const render = (agents) => box.replaceChildren(ui.table(
-    [{ label: 'Agent' }, { label: 'Service' }, { label: 'Chains' }, { label: 'Replica' }, { label: 'Connected' },
+    [{ label: 'Agent' }, { label: 'Service' }, { label: 'Client' }, { label: 'Chains' }, { label: 'Replica' }, { label: 'Connected' },
       { label: 'Delivered', num: true }, { label: 'Acked', num: true }, { label: 'NACK' }, { label: 'Last seen' }],
     agents.map((a) => ({
       data: { agent: a.agent_id },
       class: a.nack_revision ? 'row-nack' : null,
       cells: [
         h('span', { class: 'mono' }, a.agent_id), a.service,
+        a.client ? h('span', { class: 'mono' }, a.client) : '—',
         a.chains.map((ch, i) => [i ? ', ' : '', h('a', { href: '#/chains/' + enc(ch) }, ch)]),
         h('span', { class: 'mono' }, a.replica),
         a.connected ? h('span', { class: 'badge badge-ok' }, 'connected') : h('span', { class: 'badge' }, 'offline'),

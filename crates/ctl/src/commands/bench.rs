@@ -172,6 +172,7 @@ pub(super) async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Re
             chains: vec![chain.clone()],
             known_revision: 0,
             labels: Default::default(),
+            client: concat!("budgetctl-bench/", env!("CARGO_PKG_VERSION")).into(),
         });
         req.metadata_mut().insert(
             "authorization",

@@ -13,6 +13,7 @@ pub fn agents(v: &AgentList) -> String {
         &[
             "agent",
             "service",
+            "client",
             "token",
             "chains",
             "replica",
@@ -22,7 +23,7 @@ pub fn agents(v: &AgentList) -> String {
             "nack",
             "last seen",
         ],
-        &[6, 7],
+        &[7, 8],
     );
     for a in &v.agents {
         let nack = match a.nack_revision {
@@ -32,6 +33,11 @@ pub fn agents(v: &AgentList) -> String {
         t.add_row(vec![
             text(&a.agent_id),
             text(&a.service),
+            if a.client.is_empty() {
+                "-".into()
+            } else {
+                text(&a.client)
+            },
             opt(&a.token),
             if a.chains.is_empty() {
                 "-".into()
