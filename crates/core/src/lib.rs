@@ -14,12 +14,14 @@
 //! - [`lifecycle`]: approve / reject / rollback eligibility, four eyes by owner;
 //! - [`capacity`]: every parent's need against its time, and how each budget is made;
 //! - [`diff`]: comparing two baselines segment by segment;
-//! - [`feedback`]: production figures from agents' reports (SPEC §8) and the alert rules.
+//! - [`feedback`]: production figures from agents' reports (SPEC §8) and the alert rules;
+//! - [`conformance`]: the vectors every client library runs (SPEC §10), computed by the above.
 #![forbid(unsafe_code)]
 
 pub mod baseline;
 pub mod capacity;
 pub mod checks;
+pub mod conformance;
 pub mod diff;
 pub mod drift;
 pub mod duration;
