@@ -205,11 +205,13 @@ fn breaker_window<'a>(
 ) -> impl Iterator<Item = Finding> + 'a {
     let window = topology.breaker_window_ms;
     segments.iter().filter_map(move |s| {
-        let worst = s.retry.worst_case_backoff_ms()?;
-        let ratio = (window * 100 / worst) as f64 / 100.0;
+        // Waits of zero cannot outlast any window; a received config may carry any value, so
+        // the arithmetic is widened rather than trusted not to overflow.
+        let worst = s.retry.worst_case_backoff_ms().filter(|&w| w > 0)?;
+        let ratio = (u128::from(window) * 100 / u128::from(worst)) as f64 / 100.0;
         let (severity, verdict) = if window <= worst {
             (Severity::Error, "the breaker opens before the retries finish")
-        } else if window < worst * 10 {
+        } else if u128::from(window) < u128::from(worst) * 10 {
             (Severity::Warning, "under 10×: probing and retries interfere")
         } else {
             return None;

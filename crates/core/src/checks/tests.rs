@@ -286,3 +286,33 @@ fn summarize_counts_by_severity() {
     assert!(has_errors(&c.findings));
     assert!(!has_errors(&c.findings[1..2]));
 }
+
+/// A received config may carry any numbers (an agent checks what arrives before trusting it):
+/// retry waits of 0 ms, or a window near `u64::MAX`, give a finding or none — never a panic
+/// (the ratio used to divide by the worst case and multiply the window unchecked).
+#[test]
+fn hostile_numbers_in_a_received_config_never_panic() {
+    let breaker = |live: &crate::live::LiveChain| -> Vec<(String, f64)> {
+        live.findings()
+            .into_iter()
+            .filter_map(|f| match f.kind {
+                FindingKind::BreakerWindow { ratio, .. } => Some((f.segment, ratio)),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut live =
+        crate::example::checkout_live(crate::example::CHECKOUT_TOPOLOGY, 1).expect("example A");
+    live.breaker_window_ms = u64::MAX;
+    assert_eq!(breaker(&live), vec![], "a huge window outlasts every retry");
+    live.breaker_window_ms = 400;
+    let rules = live.segments.iter_mut().flat_map(|s| {
+        [&mut s.retry.on_deadline, &mut s.retry.on_unavailable]
+            .into_iter()
+            .flatten()
+    });
+    for rule in rules {
+        rule.worst_case_backoff_ms = 0;
+    }
+    assert_eq!(breaker(&live), vec![], "waits of 0 ms fit in any window");
+}
