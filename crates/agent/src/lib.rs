@@ -7,8 +7,9 @@
 //!   unreachable. A config with an error finding (e.g. an inversion) is refused at start.
 //! - [`Agent::snapshot`] / [`Agent::subscribe`] give the live budgets as core types;
 //!   [`Agent::deadline`] is the earlier of now + a segment's budget and the inherited deadline.
-//! - [`Agent::call`] runs a downstream call under SPEC R-retry; the pure rules live in
-//!   [`policy`] and are unit-tested without a clock.
+//! - [`Agent::call`] runs a downstream call under SPEC R-retry; the pure rules are
+//!   budget-core's ([`budget_core::retry`], re-exported in [`policy`]), the same code that
+//!   computes the conformance corpus every client runs.
 //! - Every call is counted per segment (SPEC §8: calls, attempts, retries by cause, one
 //!   [`Outcome`] per call, a latency histogram of successful attempts) and reported to the
 //!   control plane every `report_window` (default 10 s) with `BudgetControl/Report`; see
@@ -71,8 +72,10 @@
 //! - `watch`: Watch + ACK/NACK, and the task reconnecting with [`backoff`] (not R-retry's).
 //! - [`cache`]: the last good config on disk. `snapshot`: a validated config ([`Snapshot`]);
 //!   `live`: the one in force.
-//! - [`policy`]: the pure R-retry rules; `call`: their async loop; `jitter`: the randomness.
-//! - `outcome`: how a call ended ([`Outcome`]). `cell`: one segment's striped counters and
+//! - [`policy`]: budget-core's R-retry rules, re-exported, and [`Classify`]; `call`: their
+//!   async loop; `jitter`: the randomness.
+//! - `outcome`: how a call ended (budget-core's [`Outcome`]) and the order of the retry
+//!   counters. `cell`: one segment's striped counters and
 //!   metric handles; `counts`: the cells of every segment. `window`: a window's counts, their
 //!   wire form and HdrHistogram encoding; `pending`: undelivered windows, merged and bounded;
 //!   `report`: the task sending them ([`ReportStats`], [`ReportError`]). `bench`: a hidden

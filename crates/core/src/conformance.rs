@@ -1,11 +1,11 @@
 //! The conformance corpus of SPEC §10: language-neutral vectors every client library runs.
 //!
-//! The expected values are computed here, by the code the server runs (checks by
+//! The expected values are computed here, by budget-core's own rules (checks by
 //! [`LiveChain::findings`](crate::live::LiveChain::findings), configs by
 //! [`checkout_live`](crate::example::checkout_live) and the derivation rules, cache verdicts by
-//! serde and the findings), so the corpus is the server's truth. Only the retry and deadline
-//! rules are applied by the agents alone; their expectations are written from R-retry and
-//! R-budget in `retry.rs` and `deadline.rs`, and each client's tests prove it agrees.
+//! serde and the findings, retries, outcomes and deadlines by [`crate::retry`] and
+//! [`crate::outcome`]), so the corpus is the truth the server and the Rust agent run; each
+//! client's tests prove it agrees.
 //!
 //! Pure: [`files`] returns the text of every file; `examples/conformance.rs` writes them to
 //! `conformance/`, and `tests/conformance.rs` fails when the committed files differ. The format

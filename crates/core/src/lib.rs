@@ -6,7 +6,9 @@
 //!
 //! - [`topology`]: the call tree of a chain and its structural validation;
 //! - [`run`]: one load test's percentiles per segment;
-//! - [`rules`]: R-margin, R-retry and R-budget;
+//! - [`rules`]: R-margin, R-retry and R-budget, as a baseline derives them;
+//! - [`retry`]: R-retry and R-budget as an agent applies them to a call (decisions, jitter,
+//!   attempt timeout, deadline), and [`outcome`]: how the call ended (SPEC §8);
 //! - [`checks`]: the findings (`inversion`, `breaker_window`, `idempotency_ttl`, `entry_headroom`);
 //! - [`baseline`]: computing a baseline document from a topology and a run;
 //! - [`drift`]: R-drift, comparing a run with an approved baseline;
@@ -30,6 +32,8 @@ pub mod feedback;
 pub mod intake;
 pub mod lifecycle;
 pub mod live;
+pub mod outcome;
+pub mod retry;
 pub mod rules;
 pub mod run;
 pub mod topology;

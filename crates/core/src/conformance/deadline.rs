@@ -1,9 +1,12 @@
 //! `deadline.json`: the deadline of a call, the earlier of now + budget and the inherited one
-//! (SPEC §5: "dial 时自动继承 ctx 剩余时间").
+//! (SPEC §5: "dial 时自动继承 ctx 剩余时间"), computed by [`crate::retry::earliest`].
+
+use std::time::Duration;
 
 use serde::Serialize;
 
 use super::File;
+use crate::retry::earliest;
 
 #[derive(Serialize)]
 pub(super) struct DeadlineVector {
@@ -19,10 +22,15 @@ const COMMENT: &str = "The effective deadline of a call: the earlier of now + th
     budget and the caller's inherited deadline (null: none). Times in microseconds on any \
     common clock.";
 
-/// The rule, as SPEC §5 and §10 state it.
+/// The rule on microseconds of a common clock, as the corpus writes them.
 fn deadline_us(now_us: u64, budget_ms: u64, inherited_us: Option<u64>) -> u64 {
-    let own = now_us + budget_ms * 1000;
-    inherited_us.map_or(own, |inherited| inherited.min(own))
+    let at = |us| Duration::from_micros(us);
+    let deadline = earliest(
+        at(now_us),
+        Duration::from_millis(budget_ms),
+        inherited_us.map(at),
+    );
+    u64::try_from(deadline.as_micros()).unwrap_or(u64::MAX)
 }
 
 pub(super) fn file() -> File<DeadlineVector> {

@@ -1,9 +1,10 @@
 //! The failure sequences of `retry.json`: inputs only; [`super::run`] computes every
 //! expectation.
 
-use super::{failed, Case, CorpusError, Failure};
+use super::{failed, Case, CorpusError};
 use crate::example::{checkout_live, CHECKOUT_TOPOLOGY};
 use crate::live::LiveSegment;
+use crate::retry::Failure;
 use crate::rules::RetryRule;
 
 const PLENTY_US: u64 = 10_000_000;
