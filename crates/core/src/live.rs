@@ -8,7 +8,7 @@ use crate::duration::HumanDuration;
 use crate::rules::RetryPlan;
 use crate::rules::TimeoutRule;
 use crate::topology::{Idempotency, SegmentClass};
-use crate::topology::{RetryFlags, Segment, Topology};
+use crate::topology::{RetryFlags, Segment, Topology, TopologyError};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LiveSegment {
@@ -72,7 +72,37 @@ impl LiveChain {
     }
 }
 
+/// The longest time, in milliseconds, a received config may give (about 31.7 years): longer is
+/// no timeout budget, and the arithmetic on deadlines (now + budget) and on the checks' sums
+/// stays exact below it in every client.
+pub const MAX_CONFIG_MS: u64 = 1_000_000_000_000;
+
 impl LiveChain {
+    /// The durations of this config above [`MAX_CONFIG_MS`], as structure errors.
+    fn out_of_range(&self) -> Vec<TopologyError> {
+        let chain = [
+            ("/entry_budget_ms".to_owned(), self.entry_budget_ms),
+            ("/breaker_window_ms".to_owned(), self.breaker_window_ms),
+        ];
+        let segments = self.segments.iter().enumerate().flat_map(|(i, s)| {
+            [
+                ("timeout_ms", s.timeout_ms),
+                ("budget_ms", s.budget_ms),
+                ("reserve_ms", s.reserve_ms),
+            ]
+            .map(|(field, ms)| (format!("/segments/{i}/{field}"), ms))
+        });
+        chain
+            .into_iter()
+            .chain(segments)
+            .filter(|(_, ms)| *ms > MAX_CONFIG_MS)
+            .map(|(pointer, _)| TopologyError {
+                pointer,
+                message: format!("must be at most {MAX_CONFIG_MS} ms"),
+            })
+            .collect()
+    }
+
     /// The call tree this config describes, for validation.
     pub fn topology(&self) -> Topology {
         Topology {
@@ -111,7 +141,9 @@ impl LiveChain {
     /// refused, exactly as a service refuses to start with an inverted config.
     pub fn findings(&self) -> Vec<Finding> {
         let topology = self.topology();
-        if let Err(errors) = topology.validate() {
+        let mut errors = topology.validate().err().unwrap_or_default();
+        errors.extend(self.out_of_range());
+        if !errors.is_empty() {
             return errors
                 .into_iter()
                 .map(|e| Finding {

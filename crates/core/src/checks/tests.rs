@@ -288,25 +288,45 @@ fn summarize_counts_by_severity() {
 }
 
 /// A received config may carry any numbers (an agent checks what arrives before trusting it):
-/// retry waits of 0 ms, or a window near `u64::MAX`, give a finding or none — never a panic
-/// (the ratio used to divide by the worst case and multiply the window unchecked).
+/// retry waits of 0 ms or durations near `u64::MAX` give findings — never a panic (the
+/// breaker ratio used to divide by the worst case, and deadlines add budgets to the clock).
 #[test]
 fn hostile_numbers_in_a_received_config_never_panic() {
-    let breaker = |live: &crate::live::LiveChain| -> Vec<(String, f64)> {
+    let checks = |live: &crate::live::LiveChain| -> Vec<(String, String)> {
         live.findings()
             .into_iter()
-            .filter_map(|f| match f.kind {
-                FindingKind::BreakerWindow { ratio, .. } => Some((f.segment, ratio)),
-                _ => None,
-            })
+            .map(|f| (f.kind.check_name().to_owned(), f.message))
             .collect()
     };
-    let mut live =
-        crate::example::checkout_live(crate::example::CHECKOUT_TOPOLOGY, 1).expect("example A");
-    live.breaker_window_ms = u64::MAX;
-    assert_eq!(breaker(&live), vec![], "a huge window outlasts every retry");
-    live.breaker_window_ms = 400;
-    let rules = live.segments.iter_mut().flat_map(|s| {
+    let example = || crate::example::checkout_live(crate::example::CHECKOUT_TOPOLOGY, 1).unwrap();
+
+    let mut huge = example();
+    huge.breaker_window_ms = u64::MAX;
+    huge.segments[1].budget_ms = crate::live::MAX_CONFIG_MS + 1;
+    assert_eq!(
+        checks(&huge),
+        [
+            (
+                "structure",
+                "/breaker_window_ms: must be at most 1000000000000 ms"
+            ),
+            (
+                "structure",
+                "/segments/1/budget_ms: must be at most 1000000000000 ms"
+            ),
+        ]
+        .map(|(c, m)| (c.to_owned(), m.to_owned()))
+    );
+    huge.breaker_window_ms = crate::live::MAX_CONFIG_MS;
+    huge.segments[1].budget_ms = crate::live::MAX_CONFIG_MS;
+    assert!(
+        checks(&huge).iter().all(|(c, _)| c != "structure"),
+        "the bound itself is allowed"
+    );
+
+    let mut zero = example();
+    zero.breaker_window_ms = 400;
+    let rules = zero.segments.iter_mut().flat_map(|s| {
         [&mut s.retry.on_deadline, &mut s.retry.on_unavailable]
             .into_iter()
             .flatten()
@@ -314,5 +334,5 @@ fn hostile_numbers_in_a_received_config_never_panic() {
     for rule in rules {
         rule.worst_case_backoff_ms = 0;
     }
-    assert_eq!(breaker(&live), vec![], "waits of 0 ms fit in any window");
+    assert_eq!(checks(&zero), vec![], "waits of 0 ms fit in any window");
 }

@@ -10,7 +10,7 @@ use crate::example::{
     checkout_draft, checkout_live, CHECKOUT_RUN_A, CHECKOUT_RUN_C, CHECKOUT_TOPOLOGY,
     CHECKOUT_TOPOLOGY_B,
 };
-use crate::live::{LiveChain, LiveSegment};
+use crate::live::{LiveChain, LiveSegment, MAX_CONFIG_MS};
 use crate::topology::{Idempotency, Segment, SegmentClass, Topology};
 use crate::HumanDuration;
 
@@ -45,6 +45,7 @@ pub(super) fn file() -> Result<File<CheckVector>, CorpusError> {
     vectors.extend(breaker_windows()?);
     vectors.extend(budget_variants()?);
     vectors.extend(structure_errors()?);
+    vectors.extend(hostile_numbers()?);
     Ok(File {
         comment: COMMENT,
         vectors,
@@ -338,6 +339,56 @@ fn structure_errors() -> Result<Vec<CheckVector>, CorpusError> {
                 live_segment(c, "order->payment").parent = Some("order->nowhere".into());
                 let user = live_segment(c, "order->user").clone();
                 c.segments.push(user);
+            },
+        ),
+    ])
+}
+
+/// Numbers no server computes but a received config (or a hand-edited cache) may carry: a
+/// client must give these findings, never overflow or divide by zero.
+fn hostile_numbers() -> Result<Vec<CheckVector>, CorpusError> {
+    let a = example_a()?;
+    let edited = |name, description, edit: &dyn Fn(&mut LiveChain)| {
+        let mut config = a.clone();
+        edit(&mut config);
+        vector(name, description, config)
+    };
+    Ok(vec![
+        edited(
+            "retry-waits-of-zero",
+            "every retry rule waits 0 ms (worst case 0): no breaker finding, whatever the window",
+            &|c| {
+                c.breaker_window_ms = 1;
+                for s in &mut c.segments {
+                    for rule in [&mut s.retry.on_deadline, &mut s.retry.on_unavailable]
+                        .into_iter()
+                        .flatten()
+                    {
+                        rule.backoffs_ms = vec![0; rule.backoffs_ms.len()];
+                        rule.worst_case_backoff_ms = 0;
+                    }
+                }
+            },
+        ),
+        edited(
+            "durations-above-the-bound",
+            "a window of 2^64 - 1 ms and a budget one over 10^12 ms (about 31.7 years): \
+             structure errors, refused before any arithmetic on them",
+            &|c| {
+                c.breaker_window_ms = u64::MAX;
+                live_segment(c, "order->inventory").budget_ms = MAX_CONFIG_MS + 1;
+            },
+        ),
+        edited(
+            "durations-at-the-bound",
+            "entry budget, root timeout, budget and window of exactly 10^12 ms: allowed, and \
+             the checks' sums and ratios stay exact (no finding)",
+            &|c| {
+                c.entry_budget_ms = MAX_CONFIG_MS;
+                c.breaker_window_ms = MAX_CONFIG_MS;
+                let root = live_segment(c, "gateway->order");
+                root.timeout_ms = MAX_CONFIG_MS;
+                root.budget_ms = MAX_CONFIG_MS;
             },
         ),
     ])
