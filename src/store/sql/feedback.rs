@@ -175,7 +175,7 @@ impl Feedback for SqlStore {
         for chunk in rows.chunks(ROLLUP_CHUNK) {
             let mut sql = format!(
                 "INSERT INTO report_rollups ({ROLLUP_COLUMNS}) VALUES {}",
-                placeholders(chunk.len(), ROLLUP_WIDTH)
+                placeholders(self.backend, chunk.len(), ROLLUP_WIDTH)
             );
             sql.push_str(
                 " ON CONFLICT (chain, segment, minute, writer) DO UPDATE SET calls = excluded.calls, \

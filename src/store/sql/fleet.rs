@@ -92,7 +92,7 @@ impl Fleet for SqlStore {
                    delivered = excluded.delivered, acked = excluded.acked, nack_revision = excluded.nack_revision, \
                    nack_error = excluded.nack_error, last_seen = excluded.last_seen \
                  WHERE agents.token_hash = excluded.token_hash",
-                placeholders(chunk.len(), 14)
+                placeholders(self.backend, chunk.len(), 14)
             );
             let mut q = sqlx::query(&sql);
             for a in chunk {
