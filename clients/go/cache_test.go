@@ -1,0 +1,176 @@
+package budgetagent
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func snapshotA(revision int64) *Snapshot {
+	return &Snapshot{Revision: revision, Chains: map[string]*Chain{"checkout": exampleA()}}
+}
+
+func cacheDirFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	return names
+}
+
+func TestCacheRoundTrips(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nested", "deeper", "budgets.json")
+	if err := WriteCache(path, snapshotA(7)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadCache(path)
+	if err != nil || !reflect.DeepEqual(got, snapshotA(7)) {
+		t.Fatalf("ReadCache = %+v, %v", got, err)
+	}
+	// A second write replaces the first.
+	if err := WriteCache(path, snapshotA(9)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadCache(path); err != nil || got.Revision != 9 {
+		t.Fatalf("after the second write: %+v, %v", got, err)
+	}
+}
+
+// The Rust agent's own cache text (from the conformance corpus) is what this client writes
+// for the same snapshot, byte for byte.
+func TestCacheIsByteForByteTheRustAgents(t *testing.T) {
+	var corpus struct {
+		Vectors []struct {
+			Name string `json:"name"`
+			File string `json:"file"`
+		} `json:"vectors"`
+	}
+	data, err := os.ReadFile(filepath.Join(conformanceDir, "cache.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &corpus); err != nil {
+		t.Fatal(err)
+	}
+	compared := 0
+	for _, v := range corpus.Vectors {
+		if v.Name != "example-a" && v.Name != "two-chains" {
+			continue
+		}
+		compared++
+		s, err := ParseSnapshot([]byte(v.File))
+		if err != nil {
+			t.Fatalf("%s: %v", v.Name, err)
+		}
+		path := filepath.Join(t.TempDir(), "budgets.json")
+		if err := WriteCache(path, s); err != nil {
+			t.Fatal(err)
+		}
+		written, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(written, []byte(v.File)) {
+			t.Errorf("%s: written\n%s\nthe Rust agent writes\n%s", v.Name, written, v.File)
+		}
+	}
+	if compared != 2 {
+		t.Fatalf("cache.json lacks example-a or two-chains (compared %d)", compared)
+	}
+}
+
+func TestCacheWriteLeavesNoTemporaryFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "budgets.json")
+	for revision := int64(1); revision <= 3; revision++ {
+		if err := WriteCache(path, snapshotA(revision)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := cacheDirFiles(t, dir); !reflect.DeepEqual(got, []string{"budgets.json"}) {
+		t.Errorf("files %v", got)
+	}
+}
+
+func TestAFailedCacheWriteKeepsTheOldFileAndCleansUp(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "budgets.json")
+	if err := WriteCache(path, snapshotA(7)); err != nil {
+		t.Fatal(err)
+	}
+	// Renaming a file over a non-empty directory fails after the temporary file is written.
+	blocked := filepath.Join(dir, "blocked")
+	if err := os.MkdirAll(filepath.Join(blocked, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteCache(blocked, snapshotA(8)); err == nil {
+		t.Fatal("writing over a directory succeeded")
+	}
+	if got := cacheDirFiles(t, dir); !reflect.DeepEqual(got, []string{"blocked", "budgets.json"}) {
+		t.Errorf("files %v: the temporary file was left behind", got)
+	}
+	if got, err := ReadCache(path); err != nil || got.Revision != 7 {
+		t.Errorf("the old cache: %+v, %v", got, err)
+	}
+	if err := WriteCache(dir+string(filepath.Separator), snapshotA(8)); err == nil {
+		t.Error("a path naming no file was written")
+	}
+	if err := WriteCache(path, nil); err == nil {
+		t.Error("a nil snapshot was cached")
+	}
+}
+
+func TestConcurrentCacheWritesLeaveOneWholeFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "budgets.json")
+	var wg sync.WaitGroup
+	for revision := int64(1); revision <= 8; revision++ {
+		wg.Add(1)
+		go func(r int64) {
+			defer wg.Done()
+			if err := WriteCache(path, snapshotA(r)); err != nil {
+				t.Error(err)
+			}
+		}(revision)
+	}
+	wg.Wait()
+	got, err := ReadCache(path)
+	if err != nil || got.Revision < 1 || got.Revision > 8 {
+		t.Fatalf("after concurrent writes: %+v, %v", got, err)
+	}
+	if files := cacheDirFiles(t, dir); len(files) != 1 {
+		t.Errorf("files %v", files)
+	}
+}
+
+func TestUnreadableCaches(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.json")
+	_, err := ReadCache(missing)
+	var format *CacheFormatError
+	if !errors.Is(err, fs.ErrNotExist) || errors.As(err, &format) {
+		t.Errorf("a missing cache: %v", err)
+	}
+	garbage := filepath.Join(dir, "garbage.json")
+	if err := os.WriteFile(garbage, []byte(`{"revision": `), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ReadCache(garbage)
+	if !errors.As(err, &format) || !strings.Contains(err.Error(), "garbage.json") {
+		t.Errorf("a truncated cache: %v", err)
+	}
+}

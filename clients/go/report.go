@@ -1,0 +1,265 @@
+package budgetagent
+
+// Reporting what the calls did (SPEC §8): at the end of every window the reporter takes the
+// counts and sends `Report` to the control plane, keeping what it could not deliver for the
+// next report.
+//
+//   - Windows are aligned to wall-clock multiples of the report window (default 10 s). At each
+//     window end the reporter takes every segment's counts (a window ending at that boundary)
+//     and sends every pending window in one request. Counts are attributed to the window in
+//     which they are taken: a call ending a few milliseconds after a boundary, before the take,
+//     lands in the window before it.
+//   - A request that fails (control plane down, timeout) leaves its windows pending, merged per
+//     segment and minute and bounded (pending.go); they go with the next report. A request
+//     answered INVALID_ARGUMENT (malformed) or UNIMPLEMENTED (a control plane without Report)
+//     is dropped, as it would fail forever, and counted in DroppedWindows.
+//   - Nothing here runs on a call's path: calls only record into the counters (counts.go).
+//     Failures are logged, the first of a series only.
+//   - flush sends the window in progress now; when run's context ends, the last partial window
+//     is sent, giving up after finalReportTimeout.
+//
+// Windows with no call are not sent. A report whose answer is lost after the control plane
+// stored it is sent again (the protocol has no report id): at worst one window counted twice.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/budgetd/budgetd/clients/go/internal/pb"
+)
+
+// finalReportTimeout is the longest the last report, sent when the agent stops, may take.
+const finalReportTimeout = 2 * time.Second
+
+// reportSender sends one Report request (with the agent's credentials, over its connection).
+type reportSender func(ctx context.Context, req *pb.ReportRequest) (*pb.ReportResponse, error)
+
+// ReportStats says how reporting is going, for health checks and tests.
+type ReportStats struct {
+	// Segments being counted (one set of counters each).
+	Segments int
+	// CountingBytes is about the memory the counters hold (histograms included).
+	CountingBytes int
+	// PendingWindows wait to be sent (one per segment and minute).
+	PendingWindows int
+	// SentWindows the control plane accepted.
+	SentWindows uint64
+	// DroppedWindows were given up: more than 11 minutes pending for a segment, too old for
+	// the control plane (10 min), or refused (malformed, or no Report on the control plane).
+	DroppedWindows uint64
+	// FailedReports are requests that failed; their windows were kept.
+	FailedReports uint64
+}
+
+// ReportError is why a report was not delivered.
+type ReportError struct {
+	// Refused is true when the control plane refused the windows (malformed, or it has no
+	// Report) and they were dropped; false when the request failed and its windows were kept
+	// for the next report.
+	Refused bool
+	Err     error
+}
+
+func (e *ReportError) Error() string {
+	if e.Refused {
+		return fmt.Sprintf("report refused, windows dropped: %v", e.Err)
+	}
+	return fmt.Sprintf("report failed, windows kept for the next one: %v", e.Err)
+}
+
+func (e *ReportError) Unwrap() error { return e.Err }
+
+// reporter takes windows from the counters and sends them.
+type reporter struct {
+	agentID  string
+	windowMs int64
+	counters *counters
+	send     reportSender
+	log      Logger
+	now      func() time.Time
+
+	// sending holds one token: one request at a time, so a flush returns after everything
+	// taken before it was sent.
+	sending chan struct{}
+
+	mu         sync.Mutex
+	lastEndMs  int64 // the end of the last window taken; the next one starts there
+	pending    *pending
+	sent       uint64
+	failed     uint64
+	failing    bool   // whether the last request failed, to log a series of failures once
+	droppedLog uint64 // pending.dropped when last logged
+}
+
+// newReporter makes a reporter of windows of the given length (zero: 10 s), which must be
+// whole milliseconds dividing a minute. log may be nil.
+func newReporter(agentID string, window time.Duration, c *counters, send reportSender, log Logger) (*reporter, error) {
+	ms, err := windowMs(window)
+	if err != nil {
+		return nil, err
+	}
+	r := &reporter{
+		agentID:  agentID,
+		windowMs: ms,
+		counters: c,
+		send:     send,
+		log:      log,
+		now:      time.Now,
+		sending:  make(chan struct{}, 1),
+		pending:  newPending(log),
+	}
+	r.lastEndMs = r.now().UnixMilli()
+	return r, nil
+}
+
+// run sends a report at every window boundary until ctx is done, then sends the last partial
+// window (within finalReportTimeout) and returns.
+func (r *reporter) run(ctx context.Context) {
+	for {
+		now := r.now().UnixMilli()
+		boundary := windowFloor(now, r.windowMs) + r.windowMs
+		timer := time.NewTimer(time.Duration(boundary-now) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			final, cancel := context.WithTimeout(context.Background(), finalReportTimeout)
+			_ = r.round(final, r.now().UnixMilli(), finalReportTimeout)
+			cancel()
+			return
+		case <-timer.C:
+		}
+		// Woken late (a suspended host): end at the last boundary passed.
+		end := boundary
+		if passed := windowFloor(r.now().UnixMilli(), r.windowMs); passed > end {
+			end = passed
+		}
+		_ = r.round(ctx, end, r.sendTimeout())
+	}
+}
+
+// flush sends the window in progress and everything pending now.
+func (r *reporter) flush(ctx context.Context) error {
+	return r.round(ctx, r.now().UnixMilli(), r.sendTimeout())
+}
+
+func (r *reporter) stats() ReportStats {
+	segments, bytes := r.counters.footprint()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return ReportStats{
+		Segments:       segments,
+		CountingBytes:  bytes,
+		PendingWindows: r.pending.len(),
+		SentWindows:    r.sent,
+		DroppedWindows: r.pending.dropped,
+		FailedReports:  r.failed,
+	}
+}
+
+// sendTimeout is half a window, within 1 s and 10 s: a slow request never delays the next
+// take by a window.
+func (r *reporter) sendTimeout() time.Duration {
+	d := time.Duration(r.windowMs/2) * time.Millisecond
+	if d < time.Second {
+		return time.Second
+	}
+	if d > 10*time.Second {
+		return 10 * time.Second
+	}
+	return d
+}
+
+// round takes the window ending at endMs, then sends every pending window within limit.
+func (r *reporter) round(ctx context.Context, endMs int64, limit time.Duration) error {
+	r.take(endMs, r.now().UnixMilli())
+	select {
+	case r.sending <- struct{}{}:
+	case <-ctx.Done():
+		return &ReportError{Err: ctx.Err()}
+	}
+	defer func() { <-r.sending }()
+
+	r.mu.Lock()
+	r.pending.dropStale(r.now().UnixMilli())
+	if d := r.pending.dropped; d > r.droppedLog {
+		reportLogf(r.log, "budget agent: dropped %d report windows (%d in all): more than %d minutes pending, or too old to send",
+			d-r.droppedLog, d, pendingMinutes)
+		r.droppedLog = d
+	}
+	batch := r.pending.takeAll()
+	r.mu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+
+	sendCtx, cancel := context.WithTimeout(ctx, limit)
+	resp, err := r.send(sendCtx, &pb.ReportRequest{AgentId: r.agentID, Windows: batch})
+	cancel()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		if accepted := resp.GetAcceptedWindows(); accepted != int64(len(batch)) {
+			reportLogf(r.log, "budget agent: the control plane accepted %d of %d report windows", accepted, len(batch))
+		}
+		if r.failing {
+			reportLogf(r.log, "budget agent: report of %d windows delivered after failures", len(batch))
+		}
+		r.failing = false
+		r.sent += uint64(len(batch))
+		return nil
+	}
+	if code := status.Code(err); code == codes.InvalidArgument || code == codes.Unimplemented {
+		r.pending.countRefused(len(batch))
+		r.droppedLog = r.pending.dropped
+		// A control plane without Report refuses every report: say so once.
+		if code != codes.Unimplemented || !r.failing {
+			reportLogf(r.log, "budget agent: the control plane refused a report of %d windows; dropped: %v", len(batch), err)
+		}
+		r.failing = code == codes.Unimplemented
+		return &ReportError{Refused: true, Err: err}
+	}
+	r.pending.restore(batch)
+	if errors.Is(ctx.Err(), context.Canceled) {
+		// The caller gave up (the agent is stopping): not a failure of the control plane.
+		return &ReportError{Err: ctx.Err()}
+	}
+	if errors.Is(sendCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+		err = fmt.Errorf("no answer within %v: %w", limit, err)
+	}
+	r.failed++
+	if !r.failing {
+		reportLogf(r.log, "budget agent: report failed, keeping its %d windows for the next one: %v", r.pending.len(), err)
+		r.failing = true
+	}
+	return &ReportError{Err: err}
+}
+
+// take moves every segment's counts into pending windows. The window ends at endMs (a
+// boundary) unless a flush already took past it, then at nowMs; it starts where the last one
+// ended, but never before its own aligned window (so never in another minute).
+func (r *reporter) take(endMs, nowMs int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	end := endMs
+	if end <= r.lastEndMs {
+		end = nowMs
+		if end <= r.lastEndMs {
+			end = r.lastEndMs + 1
+		}
+	}
+	start := windowFloor(end-1, r.windowMs)
+	if r.lastEndMs > start {
+		start = r.lastEndMs
+	}
+	for _, w := range r.counters.take(start, end) {
+		r.pending.add(w)
+	}
+	r.lastEndMs = end
+}

@@ -1,0 +1,373 @@
+package budgetagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"github.com/budgetd/budgetd/clients/go/internal/pb"
+)
+
+// The watch + ACK protocol (xDS-style) and the goroutine that keeps the live config current.
+// Watch is opened from the revision held; every update is validated (applyUpdate): a good one
+// is put in force, cached and ACKed, a bad one NACKed while the previous config stays. A
+// stream that ends or breaks is reopened forever, next endpoint first, after a
+// reconnectBackoff delay.
+
+// watcher owns the connection to the control plane: the endpoint in use, its gRPC
+// connection (shared with the reporter), and what the agent asks for.
+type watcher struct {
+	opts      *Options
+	endpoints []endpoint
+	dialOpts  []grpc.DialOption
+	// ctx lives as long as the agent; stop cancels it, ending the stream and the goroutine.
+	ctx  context.Context
+	stop context.CancelFunc
+
+	mu      sync.Mutex
+	current int
+	conn    *grpc.ClientConn
+}
+
+// watchStream is an open Watch stream; cancel closes it.
+type watchStream struct {
+	updates pb.BudgetControl_WatchClient
+	cancel  context.CancelFunc
+}
+
+func newWatcher(opts *Options) (*watcher, error) {
+	list, err := opts.endpoints()
+	if err != nil {
+		return nil, err
+	}
+	tlsConfig, err := opts.tlsConfig(list)
+	if err != nil {
+		return nil, err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	return &watcher{opts: opts, endpoints: list, dialOpts: opts.dialOptions(tlsConfig), ctx: ctx, stop: stop}, nil
+}
+
+// use makes endpoint i the current one, with a fresh connection (made on first use).
+func (w *watcher) use(i int) error {
+	conn, err := grpc.DialContext(w.ctx, w.endpoints[i].target, w.dialOpts...)
+	if err != nil {
+		return fmt.Errorf("cannot dial %s: %v", w.endpoints[i].url, err)
+	}
+	w.mu.Lock()
+	old := w.conn
+	w.current, w.conn = i, conn
+	w.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	return nil
+}
+
+// rotate moves to the next endpoint (wrapping) when there are several; with one, its
+// connection reconnects by itself.
+func (w *watcher) rotate() {
+	if len(w.endpoints) < 2 {
+		return
+	}
+	w.mu.Lock()
+	next := (w.current + 1) % len(w.endpoints)
+	w.mu.Unlock()
+	if err := w.use(next); err != nil {
+		w.opts.Logger.Printf("%v", err)
+	}
+}
+
+func (w *watcher) client() (pb.BudgetControlClient, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return pb.NewBudgetControlClient(w.conn), w.endpoints[w.current].url
+}
+
+// report sends a report over the connection in use: the reporter's sender.
+func (w *watcher) report(ctx context.Context, req *pb.ReportRequest) (*pb.ReportResponse, error) {
+	c, _ := w.client()
+	return c.Report(ctx, req)
+}
+
+// close ends the connection; call it once nothing uses the watcher any more.
+func (w *watcher) close() {
+	w.stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.conn != nil {
+		w.conn.Close()
+		w.conn = nil
+	}
+}
+
+func (w *watcher) request(knownRevision int64) *pb.WatchRequest {
+	return &pb.WatchRequest{
+		AgentId:       w.opts.AgentID,
+		Service:       w.opts.Service,
+		Chains:        w.opts.Chains,
+		KnownRevision: knownRevision,
+		Labels:        w.opts.Labels,
+		Client:        "go/" + Version,
+	}
+}
+
+// firstConfig is the first update from the first endpoint that gives one, trying each in
+// order. The error joins one reason per endpoint, for the log and ErrUnavailable.
+func (w *watcher) firstConfig(ctx context.Context) (*watchStream, *pb.BudgetUpdate, error) {
+	var reasons []string
+	for i := range w.endpoints {
+		if err := w.use(i); err != nil {
+			reasons = append(reasons, err.Error())
+			continue
+		}
+		s, err := w.open(ctx.Done(), 0, w.opts.ConnectTimeout)
+		if err == nil {
+			var update *pb.BudgetUpdate
+			if update, err = w.recvFirst(ctx.Done(), s); err == nil {
+				return s, update, nil
+			}
+			s.cancel()
+		}
+		reasons = append(reasons, err.Error())
+		if ctx.Err() != nil {
+			reasons = append(reasons, "start cancelled: "+ctx.Err().Error())
+			break
+		}
+	}
+	return nil, nil, errors.New(strings.Join(reasons, "; "))
+}
+
+// open opens Watch on the current endpoint from knownRevision and waits for the server's
+// answer (its response headers) within limit, or until abort is closed.
+func (w *watcher) open(abort <-chan struct{}, knownRevision int64, limit time.Duration) (*watchStream, error) {
+	client, target := w.client()
+	ctx, cancel := context.WithCancel(w.ctx)
+	timer := time.AfterFunc(limit, cancel)
+	defer cancelOn(abort, cancel)()
+	updates, err := client.Watch(ctx, w.request(knownRevision))
+	if err == nil {
+		_, err = updates.Header()
+	}
+	expired := !timer.Stop()
+	switch {
+	case expired:
+		cancel()
+		return nil, fmt.Errorf("no answer from %s within %v", target, limit)
+	case err != nil:
+		cancel()
+		return nil, fmt.Errorf("watch on %s failed: %s", target, statusLine(err))
+	}
+	return &watchStream{updates: updates, cancel: cancel}, nil
+}
+
+// recvFirst waits for the first update of a stream just opened, within FirstConfigTimeout,
+// or until abort is closed.
+func (w *watcher) recvFirst(abort <-chan struct{}, s *watchStream) (*pb.BudgetUpdate, error) {
+	_, target := w.client()
+	timer := time.AfterFunc(w.opts.FirstConfigTimeout, s.cancel)
+	defer cancelOn(abort, s.cancel)()
+	update, err := s.updates.Recv()
+	if !timer.Stop() {
+		return nil, fmt.Errorf("no config from %s within %v", target, w.opts.FirstConfigTimeout)
+	}
+	switch {
+	case err == io.EOF:
+		return nil, fmt.Errorf("watch on %s ended before the first config", target)
+	case err != nil:
+		return nil, fmt.Errorf("watch on %s failed: %s", target, statusLine(err))
+	}
+	return update, nil
+}
+
+// acceptFirst validates the first config: cached and ACKed when good, NACKed and refused when
+// not (a service refuses to start with an inverted config).
+func (w *watcher) acceptFirst(update *pb.BudgetUpdate) (*Snapshot, *Refusal) {
+	revision := update.GetRevision()
+	snapshot, refusal := applyUpdate(&Snapshot{Chains: map[string]*Chain{}}, update)
+	if refusal != nil {
+		w.opts.Logger.Printf("refusing to start with the budgets received (revision %d): %v", revision, refusal)
+		w.ack(revision, refusal)
+		return nil, refusal
+	}
+	w.save(snapshot)
+	w.ack(revision, nil)
+	w.opts.Logger.Printf("started with budgets from the control plane (revision %d, %d chain(s))", revision, len(snapshot.Chains))
+	return snapshot, nil
+}
+
+// handle validates and applies one update: put in force, cached and ACKed, or NACKed while
+// the old config stays.
+func (w *watcher) handle(l *live, update *pb.BudgetUpdate) {
+	revision := update.GetRevision()
+	cur := l.current()
+	next, refusal := applyUpdate(cur, update)
+	if refusal != nil {
+		w.opts.Logger.Printf("refused new budgets (revision %d), keeping revision %d: %v", revision, cur.Revision, refusal)
+		l.refuse(revision, refusal)
+		w.ack(revision, refusal)
+		return
+	}
+	if revision <= cur.Revision {
+		w.opts.Logger.Printf("revision did not increase: %d after %d", revision, cur.Revision)
+	}
+	l.publish(next)
+	w.opts.Logger.Printf("applied new budgets (revision %d)", revision)
+	w.save(next)
+	w.ack(revision, nil)
+}
+
+// ack sends the ACK (refusal nil) or NACK of revision; a failure is only logged.
+func (w *watcher) ack(revision int64, refusal *Refusal) {
+	req := &pb.AckRequest{AgentId: w.opts.AgentID, Revision: revision, Accepted: refusal == nil}
+	if refusal != nil {
+		req.Error = refusal.Error()
+	}
+	limit := w.opts.FirstConfigTimeout
+	if limit < time.Second {
+		limit = time.Second
+	}
+	ctx, cancel := context.WithTimeout(w.ctx, limit)
+	defer cancel()
+	client, _ := w.client()
+	if _, err := client.Ack(ctx, req); err != nil {
+		w.opts.Logger.Printf("failed to acknowledge revision %d: %s", revision, statusLine(err))
+	}
+}
+
+// save writes snapshot to the cache when a cache path is set; a failure is only logged.
+func (w *watcher) save(s *Snapshot) {
+	if w.opts.CachePath == "" {
+		return
+	}
+	if err := WriteCache(w.opts.CachePath, s); err != nil {
+		w.opts.Logger.Printf("failed to cache the budgets (revision %d): %v", s.Revision, err)
+	}
+}
+
+// run follows the stream start opened (nil when the agent started from its cache),
+// reconnecting forever, until stop.
+func (w *watcher) run(l *live, s *watchStream) {
+	backoff := reconnectBackoff{base: reconnectBase, cap: reconnectCap}
+	failing := false
+	for {
+		if s != nil {
+			opened := time.Now()
+			for {
+				update, err := s.updates.Recv()
+				if err != nil {
+					if w.ctx.Err() != nil {
+						s.cancel()
+						return
+					}
+					if err == io.EOF {
+						w.opts.Logger.Printf("watch stream ended; reconnecting")
+					} else {
+						w.opts.Logger.Printf("watch stream failed: %s; reconnecting", statusLine(err))
+					}
+					break
+				}
+				backoff.reset()
+				w.handle(l, update)
+			}
+			s.cancel()
+			s = nil
+			if time.Since(opened) >= reconnectCap {
+				backoff.reset()
+			}
+			// The replica went away or broke the stream: try the next one first.
+			w.rotate()
+		}
+		sleep(w.ctx, backoff.next(randomPick))
+		if w.ctx.Err() != nil {
+			return
+		}
+		known := l.current().Revision
+		next, err := w.open(nil, known, w.opts.ConnectTimeout+w.opts.FirstConfigTimeout)
+		if err == nil {
+			w.opts.Logger.Printf("watch stream open (known revision %d)", known)
+			s, failing = next, false
+			continue
+		}
+		if w.ctx.Err() != nil {
+			return
+		}
+		if !failing {
+			w.opts.Logger.Printf("cannot watch the control plane: %v; retrying with backoff", err)
+			failing = true
+		}
+		w.rotate()
+	}
+}
+
+// cancelOn calls cancel if abort is closed before the returned function is called.
+func cancelOn(abort <-chan struct{}, cancel context.CancelFunc) (done func()) {
+	if abort == nil {
+		return func() {}
+	}
+	finished := make(chan struct{})
+	go func() {
+		select {
+		case <-abort:
+			cancel()
+		case <-finished:
+		}
+	}()
+	return func() { close(finished) }
+}
+
+// statusLine is a gRPC error on one line: its code and message.
+func statusLine(err error) string {
+	s := status.Convert(err)
+	return fmt.Sprintf("%s: %s", s.Code(), s.Message())
+}
+
+// The reconnect backoff of the watch stream: 100 ms doubling to a 10 s cap.
+const (
+	reconnectBase = 100 * time.Millisecond
+	reconnectCap  = 10 * time.Second
+)
+
+// reconnectBackoff is exponential with full jitter: each delay is uniform in
+// 0..=min(cap, base × 2^failures). Apart from R-retry on purpose: that backs off a call
+// inside its budget, this backs off reconnecting to the control plane, forever.
+type reconnectBackoff struct {
+	base, cap time.Duration
+	failures  uint
+}
+
+// ceiling is the next delay before jitter.
+func (b *reconnectBackoff) ceiling() time.Duration {
+	d := b.base
+	for i := uint(0); i < b.failures && d < b.cap; i++ {
+		d *= 2
+	}
+	if d > b.cap {
+		d = b.cap
+	}
+	return d
+}
+
+// next is the next delay; pick(max) returns a value in 0..=max (microseconds).
+func (b *reconnectBackoff) next(pick func(max uint64) uint64) time.Duration {
+	max := uint64(b.ceiling() / time.Microsecond)
+	b.failures++
+	if b.failures > 64 {
+		b.failures = 64
+	}
+	us := pick(max)
+	if us > max {
+		us = max
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// reset starts again from the base, after a healthy stream.
+func (b *reconnectBackoff) reset() { b.failures = 0 }

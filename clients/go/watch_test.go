@@ -1,0 +1,339 @@
+package budgetagent
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/budgetd/budgetd/clients/go/internal/pb"
+	"github.com/budgetd/budgetd/clients/go/internal/wire"
+)
+
+// Start and the watch goroutine against an in-process fake BudgetControl (real gRPC on
+// loopback), with short timeouts.
+
+// fakeControl publishes what a test tells it and records what agents send.
+type fakeControl struct {
+	pb.UnimplementedBudgetControlServer
+	addr string
+
+	mu      sync.Mutex
+	updates []*pb.BudgetUpdate
+	silent  bool          // accept watches, send nothing
+	changed chan struct{} // closed (and replaced) on every publication or drop
+	dropped int           // streams opened before a drop end with UNAVAILABLE
+	watches []watchSeen
+	acks    []*pb.AckRequest
+	open    int
+}
+
+type watchSeen struct {
+	req  *pb.WatchRequest
+	auth string
+}
+
+// fakeCodec is the server side of wire.Codec (the old grpc.Codec form a ServerOption takes).
+type fakeCodec struct{ wire.Codec }
+
+func (fakeCodec) String() string { return "proto" }
+
+func serveFake(t *testing.T, opts ...grpc.ServerOption) *fakeControl {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeControl{addr: l.Addr().String(), changed: make(chan struct{})}
+	s := grpc.NewServer(append(opts, grpc.CustomCodec(fakeCodec{}))...)
+	pb.RegisterBudgetControlServer(s, f)
+	go s.Serve(l)
+	t.Cleanup(s.Stop)
+	return f
+}
+
+func (f *fakeControl) url() string { return "http://" + f.addr }
+
+func (f *fakeControl) publish(u *pb.BudgetUpdate) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.updates = append(f.updates, u)
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// dropStreams ends every open stream with UNAVAILABLE, as a replica going away.
+func (f *fakeControl) dropStreams() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dropped++
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+func (f *fakeControl) Watch(req *pb.WatchRequest, stream pb.BudgetControl_WatchServer) error {
+	md, _ := metadata.FromIncomingContext(stream.Context())
+	f.mu.Lock()
+	f.watches = append(f.watches, watchSeen{req: proto.Clone(req).(*pb.WatchRequest), auth: strings.Join(md.Get("authorization"), ",")})
+	f.open++
+	generation := f.dropped
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.open--
+		f.mu.Unlock()
+	}()
+	if err := stream.SendHeader(metadata.MD{}); err != nil {
+		return err
+	}
+	sent := req.GetKnownRevision()
+	for {
+		f.mu.Lock()
+		var due []*pb.BudgetUpdate
+		for _, u := range f.updates {
+			if u.GetRevision() > sent && !f.silent {
+				due = append(due, u)
+			}
+		}
+		changed, drop := f.changed, f.dropped != generation
+		f.mu.Unlock()
+		if drop {
+			return status.Error(codes.Unavailable, "replica going away")
+		}
+		for _, u := range due {
+			if err := stream.Send(u); err != nil {
+				return err
+			}
+			sent = u.GetRevision()
+		}
+		select {
+		case <-changed:
+		case <-stream.Context().Done():
+			return nil
+		}
+	}
+}
+
+func (f *fakeControl) Ack(_ context.Context, req *pb.AckRequest) (*pb.AckResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.acks = append(f.acks, proto.Clone(req).(*pb.AckRequest))
+	return &pb.AckResponse{}, nil
+}
+
+func (f *fakeControl) seenAcks() []*pb.AckRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*pb.AckRequest{}, f.acks...)
+}
+
+func (f *fakeControl) seenWatches() []watchSeen {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]watchSeen{}, f.watches...)
+}
+
+func (f *fakeControl) openStreams() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.open
+}
+
+func fakeOptions(cachePath string, endpoints ...string) Options {
+	return Options{
+		Endpoints:          endpoints,
+		Token:              "s3cret-agent-token",
+		AgentID:            "order-1",
+		Service:            "order",
+		Labels:             map[string]string{"host": "test"},
+		CachePath:          cachePath,
+		ConnectTimeout:     500 * time.Millisecond,
+		FirstConfigTimeout: 500 * time.Millisecond,
+		Logger:             &syncLog{},
+	}
+}
+
+func TestWatchesAcksNacksAndReconnects(t *testing.T) {
+	f := serveFake(t)
+	f.publish(update(7, checkout(t, "example-a")))
+	cachePath := filepath.Join(t.TempDir(), "budgets.json")
+	a := startAgent(t, fakeOptions(cachePath, f.url()))
+	if a.Source() != SourceControlPlane || a.Snapshot().Revision != 7 || budgetOf(t, a, inv) != 208 {
+		t.Fatalf("started from %v at revision %d", a.Source(), a.Snapshot().Revision)
+	}
+	if got := cachedRevision(cachePath); got != 7 {
+		t.Fatalf("cached revision %d", got)
+	}
+	w := f.seenWatches()[0]
+	if w.auth != "Bearer s3cret-agent-token" || w.req.GetAgentId() != "order-1" || w.req.GetService() != "order" ||
+		w.req.GetKnownRevision() != 0 || w.req.GetLabels()["host"] != "test" || w.req.GetClient() != "go/"+Version {
+		t.Fatalf("watch %v with %q", w.req, w.auth)
+	}
+	eventually(t, "the ACK", 5*time.Second, func() bool { return len(f.seenAcks()) == 1 })
+	if ack := f.seenAcks()[0]; ack.GetRevision() != 7 || !ack.GetAccepted() || ack.GetError() != "" {
+		t.Fatalf("ack %v", ack)
+	}
+
+	// An inverted config is NACKed with its numbers; the agent keeps revision 7.
+	f.publish(update(8, checkout(t, "example-b-inverted")))
+	eventually(t, "the NACK", 5*time.Second, func() bool { return len(f.seenAcks()) == 2 })
+	if nack := f.seenAcks()[1]; nack.GetRevision() != 8 || nack.GetAccepted() ||
+		!strings.Contains(nack.GetError(), "909") || !strings.Contains(nack.GetError(), "109") {
+		t.Fatalf("nack %v", nack)
+	}
+	if rev, r := a.LastRefusal(); a.Snapshot().Revision != 7 || rev != 8 || r.Segment != "gateway->order" {
+		t.Fatalf("revision %d, last refusal %d %v", a.Snapshot().Revision, rev, r)
+	}
+
+	// A good one is ACKed, applied and cached, with no temporary file left beside it.
+	next := checkout(t, "example-a")
+	next.Segments[3].TimeoutMs, next.Segments[3].BudgetMs = 12, 12
+	f.publish(update(9, next))
+	eventually(t, "revision 9", 5*time.Second, func() bool { return a.Snapshot().Revision == 9 })
+	if budgetOf(t, a, user) != 12 {
+		t.Fatalf("user budget %d", budgetOf(t, a, user))
+	}
+	eventually(t, "the cache at 9", 5*time.Second, func() bool { return cachedRevision(cachePath) == 9 })
+	eventually(t, "the third ACK", 5*time.Second, func() bool { return len(f.seenAcks()) == 3 })
+	if files, _ := os.ReadDir(filepath.Dir(cachePath)); len(files) != 1 {
+		t.Errorf("files beside the cache: %v", files)
+	}
+
+	// The stream breaks: the agent reconnects, resuming from what it has.
+	f.dropStreams()
+	eventually(t, "a second watch", 5*time.Second, func() bool { return len(f.seenWatches()) == 2 })
+	if known := f.seenWatches()[1].req.GetKnownRevision(); known != 9 {
+		t.Fatalf("resumed from %d", known)
+	}
+	eventually(t, "the new stream", 5*time.Second, func() bool { return f.openStreams() == 1 })
+	if len(f.seenAcks()) != 3 {
+		t.Fatal("a revision was acknowledged twice")
+	}
+
+	// Close ends the stream.
+	must(t, a.Close())
+	eventually(t, "the stream to close", 5*time.Second, func() bool { return f.openStreams() == 0 })
+}
+
+func TestStartRefusesAnInvertedFirstConfig(t *testing.T) {
+	f := serveFake(t)
+	f.publish(update(8, checkout(t, "example-b-inverted")))
+	_, err := Start(context.Background(), fakeOptions("", f.url()))
+	var r *Refusal
+	if !errors.As(err, &r) || r.Chain != "checkout" || r.Segment != "gateway->order" || !strings.Contains(r.Message, "909") {
+		t.Fatalf("err %v", err)
+	}
+	if acks := f.seenAcks(); len(acks) != 1 || acks[0].GetRevision() != 8 || acks[0].GetAccepted() {
+		t.Fatalf("acks %v", acks)
+	}
+}
+
+func TestWithoutAFirstConfigInTimeTheCacheIsUsedThenUpdated(t *testing.T) {
+	f := serveFake(t)
+	f.silent = true
+	cachePath := filepath.Join(t.TempDir(), "budgets.json")
+	must(t, WriteCache(cachePath, exampleSnapshot(t, "example-a")))
+	a := startAgent(t, fakeOptions(cachePath, f.url()))
+	if a.Source() != SourceCache || a.Snapshot().Revision != 7 {
+		t.Fatalf("started from %v at revision %d", a.Source(), a.Snapshot().Revision)
+	}
+	// The goroutine keeps watching, from the cached revision.
+	eventually(t, "a watch from revision 7", 5*time.Second, func() bool {
+		for _, w := range f.seenWatches() {
+			if w.req.GetKnownRevision() == 7 {
+				return true
+			}
+		}
+		return false
+	})
+	f.mu.Lock()
+	f.silent = false
+	f.mu.Unlock()
+	f.publish(update(9, checkout(t, "example-a")))
+	eventually(t, "revision 9", 5*time.Second, func() bool { return a.Snapshot().Revision == 9 })
+	eventually(t, "the cache at 9", 5*time.Second, func() bool { return cachedRevision(cachePath) == 9 })
+}
+
+func TestEndpointsAreTriedInOrderAndABrokenStreamFailsOver(t *testing.T) {
+	first, second := serveFake(t), serveFake(t)
+	for _, f := range []*fakeControl{first, second} {
+		f.publish(update(7, checkout(t, "example-a")))
+	}
+	// The first endpoint is down at start: the second gives the config.
+	a := startAgent(t, fakeOptions("", closedEndpoint(t), second.url(), first.url()))
+	if a.Source() != SourceControlPlane || len(second.seenWatches()) != 1 || len(first.seenWatches()) != 0 {
+		t.Fatalf("source %v, watches %d/%d", a.Source(), len(second.seenWatches()), len(first.seenWatches()))
+	}
+	// The second breaks the stream: the agent moves on to the next endpoint, wrapping past
+	// the closed one, and resumes there.
+	second.dropStreams()
+	eventually(t, "a watch on the next endpoint", 10*time.Second, func() bool { return len(first.seenWatches()) == 1 })
+	if known := first.seenWatches()[0].req.GetKnownRevision(); known != 7 {
+		t.Fatalf("resumed from %d", known)
+	}
+	first.publish(update(8, checkout(t, "example-a")))
+	eventually(t, "revision 8 from the next endpoint", 5*time.Second, func() bool { return a.Snapshot().Revision == 8 })
+}
+
+func TestTLSTrustsOnlyTheCAFile(t *testing.T) {
+	files := testCA(t)
+	creds, err := credentials.NewServerTLSFromFile(files[0], files[1])
+	must(t, err)
+	f := serveFake(t, grpc.Creds(creds))
+	f.publish(update(7, checkout(t, "example-a")))
+	opts := fakeOptions("", "https://"+f.addr)
+	opts.CAFile = files[2]
+	a := startAgent(t, opts)
+	if a.Snapshot().Revision != 7 || f.seenWatches()[0].auth != "Bearer s3cret-agent-token" {
+		t.Fatalf("revision %d", a.Snapshot().Revision)
+	}
+	// The name differs from the address: the certificate must carry TLSServerName.
+	opts.TLSServerName = "budgetd.test"
+	startAgent(t, opts)
+	opts.TLSServerName = "elsewhere.test"
+	if _, err := Start(context.Background(), opts); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err %v for a certificate of another name", err)
+	}
+}
+
+func TestReconnectBackoffDoublesToTheCapWithFullJitter(t *testing.T) {
+	b := reconnectBackoff{base: reconnectBase, cap: reconnectCap}
+	highest := func(max uint64) uint64 { return max }
+	var ceilings []time.Duration
+	for i := 0; i < 10; i++ {
+		ceilings = append(ceilings, b.next(highest))
+	}
+	want := []time.Duration{100, 200, 400, 800, 1600, 3200, 6400, 10000, 10000, 10000}
+	for i := range want {
+		if ceilings[i] != want[i]*time.Millisecond {
+			t.Fatalf("ceilings %v", ceilings)
+		}
+	}
+	if d := b.next(func(uint64) uint64 { return 0 }); d != 0 {
+		t.Fatalf("lowest pick %v", d)
+	}
+	for i := 0; i < 100; i++ {
+		if d := b.next(randomPick); d < 0 || d > reconnectCap {
+			t.Fatalf("delay %v", d)
+		}
+	}
+	if d := b.next(func(max uint64) uint64 { return max + 5 }); d != reconnectCap {
+		t.Fatalf("a pick past the ceiling gave %v", d)
+	}
+	b.reset()
+	if b.ceiling() != reconnectBase {
+		t.Fatalf("after reset %v", b.ceiling())
+	}
+}
