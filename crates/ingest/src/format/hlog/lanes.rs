@@ -51,6 +51,9 @@ pub(super) struct Tuning {
     /// Bytes of counts and buffers a worker keeps: past this it hands its counts over to the
     /// calling thread and releases its larger buffers.
     pub worker_counts_max: usize,
+    /// Whether the calling thread decodes queued lines too (always, but in tests that need the
+    /// workers to decode whatever the scheduling: then it only waits, once workers run).
+    pub main_decodes: bool,
 }
 
 impl Tuning {
@@ -63,6 +66,7 @@ impl Tuning {
             batch_bytes: 256 << 10,
             batch_lines: 4096,
             worker_counts_max: 8 << 20,
+            main_decodes: true,
         }
     }
 }
@@ -382,7 +386,10 @@ impl Pool {
             if state.lost {
                 panic!("an hlog decoding thread panicked");
             }
-            let Some((batch, range)) = state.take(&self.shared) else {
+            // Without workers (none started yet, or the system refused them) this thread is
+            // the only one that can decode.
+            let helps = self.tuning.main_decodes || self.workers.is_empty();
+            let Some((batch, range)) = helps.then(|| state.take(&self.shared)).flatten() else {
                 // (`take` may have finished batches: dropped after an error)
                 if state.unfinished < unfinished {
                     break;

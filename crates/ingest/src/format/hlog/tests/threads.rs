@@ -9,16 +9,19 @@ const ONE: Tuning = Tuning {
     batch_bytes: usize::MAX,
     batch_lines: usize::MAX,
     worker_counts_max: usize::MAX,
+    main_decodes: true,
 };
 
 /// `threads` threads on batches of `lines` lines; `worker_counts_max` 0 makes the workers hand
-/// their counts over after every few lines.
-fn tuning(threads: usize, lines: usize, worker_counts_max: usize) -> Tuning {
+/// their counts over after every few lines; with `main_decodes` false the calling thread leaves
+/// every queued line to the workers, so they decode some whatever the scheduling.
+fn tuning(threads: usize, lines: usize, worker_counts_max: usize, main_decodes: bool) -> Tuning {
     Tuning {
         threads,
         batch_bytes: usize::MAX,
         batch_lines: lines,
         worker_counts_max,
+        main_decodes,
     }
 }
 
@@ -27,7 +30,9 @@ fn tunings() -> Vec<Tuning> {
     for threads in [2, 3] {
         for lines in [1, 2, 3, 7, 64] {
             for max in [0, usize::MAX] {
-                all.push(tuning(threads, lines, max));
+                for main_decodes in [true, false] {
+                    all.push(tuning(threads, lines, max, main_decodes));
+                }
             }
         }
     }
@@ -177,7 +182,7 @@ fn the_tag_limit_is_reported_on_several_threads() {
         ),
     ] {
         // (lines of 3 KiB: fewer, larger batches)
-        let few = [tuning(2, 5, 0), tuning(3, 64, usize::MAX)];
+        let few = [tuning(2, 5, 0, true), tuning(3, 64, usize::MAX, false)];
         let (err, _) = same_on_threads(log.as_bytes(), TimeUnit::Us, &[64 << 10, 777], &few);
         let err = err.unwrap_err();
         assert_eq!((err.line, err.field.as_deref()), (want.0, want.1), "{err}");
@@ -194,7 +199,7 @@ fn the_workers_counts_are_bounded() {
     for (max, handed_over) in [(0, true), (usize::MAX, false)] {
         // (again if the worker got no CPU before the calling thread decoded every line)
         for attempt in 0.. {
-            let mut p = HlogParser::new(TimeUnit::Ns, None, tuning(2, 16, max));
+            let mut p = HlogParser::new(TimeUnit::Ns, None, tuning(2, 16, max, true));
             for chunk in log.chunks(4096) {
                 p.push(chunk).unwrap();
             }
@@ -222,6 +227,7 @@ proptest! {
         threads in 2usize..4,
         lines in 1usize..6,
         max in prop_oneof![Just(0usize), Just(usize::MAX)],
+        main_decodes in proptest::bool::ANY,
     ) {
         let base = match which {
             0 => TAGGED.to_vec(),
@@ -230,7 +236,7 @@ proptest! {
         };
         let input = testkit::mutate(&base, &edits);
         let (want, _) = read_tuned(&input, TimeUnit::Ns, input.len(), ONE);
-        let (got, _) = read_tuned(&input, TimeUnit::Ns, chunk, tuning(threads, lines, max));
+        let (got, _) = read_tuned(&input, TimeUnit::Ns, chunk, tuning(threads, lines, max, main_decodes));
         prop_assert_eq!(got, want);
     }
 }
