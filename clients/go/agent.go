@@ -205,7 +205,7 @@ var errNoControlPlane = errors.New("budgetagent: no control plane to report to (
 
 // FlushReport sends the window in progress now, with every window still pending, and waits
 // for the answer within ctx. On failure the windows stay pending for the next report. For a
-// graceful shutdown Close does the same, best effort.
+// graceful shutdown Close does the same, best effort; after Close it fails.
 func (a *Agent) FlushReport(ctx context.Context) error {
 	if a.reporter == nil {
 		return errNoControlPlane

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -137,4 +138,95 @@ func TestCloseIsIdempotentAndKeepsTheConfigReadable(t *testing.T) {
 		t.Fatal("a static agent reported")
 	}
 	must(t, static.Close())
+}
+
+// A service that starts and closes agents (a test suite, a reload) must not pile up
+// goroutines: Close ends the watch, the reporter and the connections, whether the agent
+// follows a stream, reconnects after a broken one, or retries a control plane that is down;
+// a Start that fails leaves nothing running either.
+func TestCloseLeavesNoGoroutineBehind(t *testing.T) {
+	f := serveFake(t)
+	f.publish(update(7, checkout(t, "example-a")))
+	cachePath := filepath.Join(t.TempDir(), "budgets.json")
+	opts := fakeOptions(cachePath, f.url())
+	opts.ReportWindow = 100 * time.Millisecond
+
+	following := func() {
+		watches := len(f.seenWatches())
+		a := startAgent(t, opts)
+		must(t, a.Call(context.Background(), inv, "key", func(context.Context, Attempt) error { return nil }))
+		f.publish(update(a.Snapshot().Revision+1, checkout(t, "example-b-inverted"))) // NACKed
+		f.dropStreams()                                                               // and reconnected
+		eventually(t, "the stream reopened", 5*time.Second, func() bool {
+			return len(f.seenWatches()) == watches+2 && f.openStreams() == 1
+		})
+		must(t, a.Close())
+		must(t, a.Close())
+	}
+	fromCache := func() {
+		a := startAgent(t, fakeOptions(cachePath, closedEndpoint(t)))
+		if a.Source() != SourceCache {
+			t.Fatalf("started from %v", a.Source())
+		}
+		time.Sleep(300 * time.Millisecond) // a few reconnect attempts
+		must(t, a.Close())
+	}
+	inverted := serveFake(t)
+	inverted.publish(update(8, checkout(t, "example-b-inverted")))
+	refused := func() {
+		if _, err := Start(context.Background(), fakeOptions("", inverted.url())); err == nil {
+			t.Fatal("started with an inverted config")
+		}
+	}
+	unavailable := func() {
+		if _, err := Start(context.Background(), fakeOptions("", closedEndpoint(t))); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("start without a control plane or a cache: %v", err)
+		}
+	}
+	// A first round starts whatever grpc-go starts once per process.
+	following()
+	settled := func(baseline int) bool {
+		return runtime.NumGoroutine() <= baseline
+	}
+	for _, round := range []struct {
+		name string
+		run  func()
+	}{
+		{"following the stream", following},
+		{"retrying from the cache", fromCache},
+		{"refusing the first config", refused},
+		{"finding no config", unavailable},
+	} {
+		baseline := runtime.NumGoroutine()
+		round.run()
+		end := time.Now().Add(5 * time.Second)
+		for !settled(baseline) && time.Now().Before(end) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !settled(baseline) {
+			stacks := make([]byte, 1<<20)
+			t.Fatalf("%s: %d goroutines after it, %d before:\n%s",
+				round.name, runtime.NumGoroutine(), baseline, stacks[:runtime.Stack(stacks, true)])
+		}
+	}
+	if f.openStreams() != 0 {
+		t.Fatalf("%d streams still open", f.openStreams())
+	}
+}
+
+// FlushReport after Close used to send on the connection Close had released, and panicked.
+func TestFlushReportAfterCloseFails(t *testing.T) {
+	f := serveFake(t)
+	f.publish(update(7, checkout(t, "example-a")))
+	a := startAgent(t, fakeOptions("", f.url()))
+	must(t, a.Close())
+	must(t, a.Call(context.Background(), inv, "key", func(context.Context, Attempt) error { return nil }))
+	err := a.FlushReport(context.Background())
+	var failed *ReportError
+	if !errors.As(err, &failed) || failed.Refused || !errors.Is(err, errClosed) {
+		t.Fatalf("FlushReport after Close: %v", err)
+	}
+	if stats := a.ReportStats(); stats.PendingWindows != 1 {
+		t.Fatalf("%d windows pending, want the call's", stats.PendingWindows)
+	}
 }

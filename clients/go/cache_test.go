@@ -2,6 +2,7 @@ package budgetagent
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func snapshotA(revision int64) *Snapshot {
@@ -172,5 +174,40 @@ func TestUnreadableCaches(t *testing.T) {
 	_, err = ReadCache(garbage)
 	if !errors.As(err, &format) || !strings.Contains(err.Error(), "garbage.json") {
 		t.Errorf("a truncated cache: %v", err)
+	}
+}
+
+// Found by FuzzParseChain: a cached segment with timeout_ms and budget_ms 0 passed the checks,
+// and an agent started from it failed every call of the segment before its first attempt.
+// The stream refuses such a segment (convert.go); the cache now does too, as malformed.
+func TestACacheHoldingWhatTheStreamRefusesIsNotStartedFrom(t *testing.T) {
+	found := `{"chain":"00000000","revision":0,"baseline_id":"000000000000000","published_at":"000000000000000000000000",` +
+		`"entry_budget_ms":1,"breaker_window_ms":1,"max_recovery":"00h","segments":[{"id":"gateway->order",` +
+		`"caller":"gateway","callee":"order","000000":null,"class":"volatile","timeout_ms":0,"budget_ms":0,` +
+		`"retry":{"idempotent":false}} ]}`
+	if c, err := ParseChain([]byte(found)); err == nil {
+		t.Fatalf("parsed, with findings %v", c.Findings())
+	}
+
+	for name, edit := range map[string]func(s *Segment){
+		"a zero timeout":           func(s *Segment) { s.TimeoutMs = 0 },
+		"a budget below a timeout": func(s *Segment) { s.BudgetMs = s.TimeoutMs - 1 },
+	} {
+		s := exampleSnapshot(t, "example-a")
+		edit(&s.Chains["checkout"].Segments[1])
+		path := filepath.Join(t.TempDir(), "budgets.json")
+		// WriteCache writes what it is given; reading it back is where it is refused.
+		if err := WriteCache(path, s); err != nil {
+			t.Fatal(err)
+		}
+		if started, reason := startFromCache(t, path); started != nil || reason != "format" {
+			t.Errorf("%s: started %v, reason %q", name, started != nil, reason)
+		}
+		opts := fakeOptions(path, closedEndpoint(t))
+		opts.ConnectTimeout = 100 * time.Millisecond
+		if a, err := Start(context.Background(), opts); err == nil {
+			a.Close()
+			t.Errorf("%s: the agent started from the cache", name)
+		}
 	}
 }

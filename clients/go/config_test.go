@@ -133,6 +133,9 @@ func TestParsingIsAsStrictAsTheRustAgent(t *testing.T) {
 		{"fractional timeout", set("timeout_ms", 44.5), "found 44.5"},
 		{"timeout as a string", set("timeout_ms", "44"), "found a string"},
 		{"unknown class", set("class", "wobbly"), `segments[1].class: unknown class "wobbly"`},
+		{"zero timeout", set("timeout_ms", 0), "segments[1].timeout_ms: must be greater than 0"},
+		{"budget below the timeout", set("budget_ms", 43), "segments[1].budget_ms: 43 is below the timeout 44"},
+		{"budget at the timeout", set("budget_ms", 44), ""},
 		{"idempotency with an unknown field", set("idempotency", map[string]interface{}{"key": "k", "ttl": "24h", "tll": "1h"}), `unknown field "tll"`},
 		{"bad ttl", set("idempotency", map[string]interface{}{"key": "k", "ttl": "1.5h"}), `segments[1].idempotency.ttl: invalid duration "1.5h"`},
 		{"ttl as a number", set("idempotency", map[string]interface{}{"key": "k", "ttl": 3600}), "expected a string, found a number"},
@@ -179,6 +182,34 @@ func TestParsingRefusesWhatSerdeRefuses(t *testing.T) {
 	ok := strings.Replace(a, `"chain":"checkout"`, `"chain":"check\ufffdout"`, 1)
 	if c, err := ParseChain([]byte(ok)); err != nil || c.Chain != "check\uFFFDout" {
 		t.Errorf("an escaped U+FFFD: %v, %+v", err, c)
+	}
+	// A broken pair is refused even beside a real U+FFFD, escaped or not.
+	for _, broken := range []string{`check\ud800\ufffdout`, "check\uFFFD\\udc00out", `check\ud800\u0041out`, `checkout\ud800`} {
+		doc := strings.Replace(a, `"chain":"checkout"`, `"chain":"`+broken+`"`, 1)
+		if _, err := ParseChain([]byte(doc)); err == nil {
+			t.Errorf("%s: parsed", broken)
+		}
+	}
+	// So is one in a member's name, a chain's name in a snapshot included.
+	withMember := strings.Replace(a, `"chain":"checkout"`, `"chain":"checkout","x\udc00":1`, 1)
+	if _, err := ParseChain([]byte(withMember)); err == nil {
+		t.Error("a lone surrogate in a member's name parsed")
+	}
+	if _, err := ParseSnapshot([]byte(`{"revision":1,"chains":{"check\ud800out":` + a + `}}`)); err == nil {
+		t.Error("a lone surrogate in a chain's name parsed")
+	}
+	if s, err := ParseSnapshot([]byte(`{"revision":1,"chains":{"check\ud83d\ude00out":` + a + `}}`)); err != nil || s.Chains["check\U0001F600out"] == nil {
+		t.Errorf("a whole pair in a chain's name: %v", err)
+	}
+	// A whole pair is one character; an escaped backslash starts no escape.
+	for text, want := range map[string]string{
+		`check\ud83d\ude00out`: "check\U0001F600out",
+		`check\\ud800out`:      `check\ud800out`,
+	} {
+		doc := strings.Replace(a, `"chain":"checkout"`, `"chain":"`+text+`"`, 1)
+		if c, err := ParseChain([]byte(doc)); err != nil || c.Chain != want {
+			t.Errorf("%s: %v, %+v", text, err, c)
+		}
 	}
 }
 

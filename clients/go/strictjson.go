@@ -10,7 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"unicode/utf8"
+	"strconv"
 )
 
 // decodeError is a config value that does not fit, located by its path in the document
@@ -68,9 +68,13 @@ func readObject(data []byte, duplicates bool) (object, error) {
 	}
 	o := object{members: map[string]json.RawMessage{}}
 	for dec.More() {
+		before := dec.InputOffset()
 		tok, err := dec.Token()
 		if err != nil {
 			return object{}, err
+		}
+		if loneSurrogate(data[before:dec.InputOffset()]) {
+			return object{}, errors.New("invalid unicode escape in a member name: a lone surrogate")
 		}
 		name, _ := tok.(string)
 		var raw json.RawMessage
@@ -173,12 +177,51 @@ func decodeString(raw []byte, dst *string) error {
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return err
 	}
-	if bytes.ContainsRune([]byte(s), utf8.RuneError) && !bytes.ContainsRune(raw, utf8.RuneError) &&
-		!bytes.Contains(bytes.ToLower(raw), []byte(`\ufffd`)) {
+	if loneSurrogate(raw) {
 		return errors.New("invalid unicode escape: a lone surrogate")
 	}
 	*dst = s
 	return nil
+}
+
+// loneSurrogate says whether a valid JSON string escapes half of a UTF-16 surrogate pair
+// without the other half. Looking at the escapes themselves, not at U+FFFD in the result, tells
+// a broken pair from a real U+FFFD written beside it.
+func loneSurrogate(raw []byte) bool {
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		i++ // the escape's letter
+		if i >= len(raw) || raw[i] != 'u' {
+			continue
+		}
+		unit := hexUnit(raw, i+1)
+		i += 4
+		switch {
+		case unit >= 0xdc00 && unit <= 0xdfff:
+			return true
+		case unit >= 0xd800 && unit <= 0xdbff:
+			if i+6 >= len(raw) || raw[i+1] != '\\' || raw[i+2] != 'u' {
+				return true
+			}
+			if low := hexUnit(raw, i+3); low < 0xdc00 || low > 0xdfff {
+				return true
+			}
+			i += 6
+		}
+	}
+	return false
+}
+
+// hexUnit reads the four hex digits of a \u escape at raw[at:]; the string is valid JSON, so
+// they are there.
+func hexUnit(raw []byte, at int) uint64 {
+	if at+4 > len(raw) {
+		return 0
+	}
+	unit, _ := strconv.ParseUint(string(raw[at:at+4]), 16, 16)
+	return unit
 }
 
 // decodeList calls each for every item of a JSON array, locating errors by index.

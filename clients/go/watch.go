@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
@@ -91,10 +92,19 @@ func (w *watcher) client() (pb.BudgetControlClient, string) {
 	return pb.NewBudgetControlClient(w.conn), w.endpoints[w.current].url
 }
 
-// report sends a report over the connection in use: the reporter's sender.
+// errClosed is a report's error once the agent is closed.
+var errClosed = errors.New("budgetagent: the agent is closed")
+
+// report sends a report over the connection in use: the reporter's sender. After close there
+// is none (FlushReport after Close, or racing it).
 func (w *watcher) report(ctx context.Context, req *pb.ReportRequest) (*pb.ReportResponse, error) {
-	c, _ := w.client()
-	return c.Report(ctx, req)
+	w.mu.Lock()
+	conn := w.conn
+	w.mu.Unlock()
+	if conn == nil {
+		return nil, errClosed
+	}
+	return pb.NewBudgetControlClient(conn).Report(ctx, req)
 }
 
 // close ends the connection; call it once nothing uses the watcher any more.
@@ -193,7 +203,7 @@ func (w *watcher) acceptFirst(update *pb.BudgetUpdate) (*Snapshot, *Refusal) {
 	revision := update.GetRevision()
 	snapshot, refusal := applyUpdate(&Snapshot{Chains: map[string]*Chain{}}, update)
 	if refusal != nil {
-		w.opts.Logger.Printf("refusing to start with the budgets received (revision %d): %v", revision, refusal)
+		w.opts.Logger.Printf("refusing to start with the budgets received (revision %d): %s", revision, nackText(refusal))
 		w.ack(revision, refusal)
 		return nil, refusal
 	}
@@ -210,7 +220,7 @@ func (w *watcher) handle(l *live, update *pb.BudgetUpdate) {
 	cur := l.current()
 	next, refusal := applyUpdate(cur, update)
 	if refusal != nil {
-		w.opts.Logger.Printf("refused new budgets (revision %d), keeping revision %d: %v", revision, cur.Revision, refusal)
+		w.opts.Logger.Printf("refused new budgets (revision %d), keeping revision %d: %s", revision, cur.Revision, nackText(refusal))
 		l.refuse(revision, refusal)
 		w.ack(revision, refusal)
 		return
@@ -228,7 +238,7 @@ func (w *watcher) handle(l *live, update *pb.BudgetUpdate) {
 func (w *watcher) ack(revision int64, refusal *Refusal) {
 	req := &pb.AckRequest{AgentId: w.opts.AgentID, Revision: revision, Accepted: refusal == nil}
 	if refusal != nil {
-		req.Error = refusal.Error()
+		req.Error = nackText(refusal)
 	}
 	limit := w.opts.FirstConfigTimeout
 	if limit < time.Second {
@@ -240,6 +250,24 @@ func (w *watcher) ack(revision int64, refusal *Refusal) {
 	if _, err := client.Ack(ctx, req); err != nil {
 		w.opts.Logger.Printf("failed to acknowledge revision %d: %s", revision, statusLine(err))
 	}
+}
+
+// maxNackErrorBytes bounds a NACK's text, and the log line of a refusal: the control plane
+// keeps this much of it, and the text of a config with thousands of findings (one message per
+// extra root names every root) would otherwise grow with the square of its segments.
+const maxNackErrorBytes = 4096
+
+// nackText is the refusal's text cut to maxNackErrorBytes, at a character boundary.
+func nackText(r *Refusal) string {
+	text := r.Error()
+	if len(text) <= maxNackErrorBytes {
+		return text
+	}
+	cut := maxNackErrorBytes
+	for cut > 0 && !utf8.RuneStart(text[cut]) {
+		cut--
+	}
+	return text[:cut]
 }
 
 // save writes snapshot to the cache when a cache path is set; a failure is only logged.

@@ -3,6 +3,7 @@ package budgetagent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -335,5 +337,87 @@ func TestReconnectBackoffDoublesToTheCapWithFullJitter(t *testing.T) {
 	b.reset()
 	if b.ceiling() != reconnectBase {
 		t.Fatalf("after reset %v", b.ceiling())
+	}
+}
+
+// manyRoots is a chain of n segments that are each a root: its refusal repeats every root's id
+// once per extra root, so the text grows with the square of n.
+func manyRoots(revision int64, n int) *pb.BudgetUpdate {
+	c := &pb.ChainBudget{Chain: "checkout", Revision: revision, EntryBudgetMs: 800, BreakerWindowMs: 5000}
+	for i := 0; i < n; i++ {
+		caller := fmt.Sprintf("σ%d", i)
+		c.Segments = append(c.Segments, &pb.SegmentBudget{
+			Id: caller + "->β", Caller: caller, Callee: "β", Class: ClassStable,
+			TimeoutMs: 10, BudgetMs: 10, Retry: &pb.RetryPlan{},
+		})
+	}
+	return &pb.BudgetUpdate{Revision: revision, Chains: []*pb.ChainBudget{c}}
+}
+
+func TestANackCarriesNoMoreTextThanTheControlPlaneKeeps(t *testing.T) {
+	f := serveFake(t)
+	f.publish(update(7, checkout(t, "example-a")))
+	logs := &syncLog{}
+	opts := fakeOptions("", f.url())
+	opts.Logger = logs
+	a := startAgent(t, opts)
+	f.publish(manyRoots(8, 300))
+	eventually(t, "the NACK", 5*time.Second, func() bool { return len(f.seenAcks()) == 2 })
+
+	_, refusal := a.LastRefusal()
+	if refusal == nil || len(refusal.Error()) < 100*maxNackErrorBytes {
+		t.Fatalf("the refusal is not long enough to need cutting: %d bytes", len(refusal.Error()))
+	}
+	nack := f.seenAcks()[1]
+	text := nack.GetError()
+	if nack.GetAccepted() || len(text) > maxNackErrorBytes || len(text) <= maxNackErrorBytes-utf8.UTFMax ||
+		!utf8.ValidString(text) || !strings.HasPrefix(refusal.Error(), text) {
+		t.Fatalf("NACK of %d bytes (valid UTF-8 %v): %.200q", len(text), utf8.ValidString(text), text)
+	}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if len(line) > 2*maxNackErrorBytes {
+			t.Fatalf("a log line of %d bytes: %.200q", len(line), line)
+		}
+	}
+	if a.Snapshot().Revision != 7 {
+		t.Fatalf("revision %d after the NACK", a.Snapshot().Revision)
+	}
+}
+
+func TestANackIsCutAtACharacterBoundary(t *testing.T) {
+	for _, message := range []string{strings.Repeat("é", 5000), strings.Repeat("x", 5000), "short"} {
+		r := &Refusal{Chain: "checkout", Message: message}
+		got := nackText(r)
+		whole := r.Error()
+		if len(whole) <= maxNackErrorBytes {
+			if got != whole {
+				t.Fatalf("a short refusal was changed: %q", got)
+			}
+			continue
+		}
+		if len(got) > maxNackErrorBytes || len(got) <= maxNackErrorBytes-utf8.UTFMax ||
+			!utf8.ValidString(got) || !strings.HasPrefix(whole, got) {
+			t.Fatalf("cut to %d bytes (valid UTF-8 %v)", len(got), utf8.ValidString(got))
+		}
+	}
+}
+
+// gRPC's receive limit (4 MiB) bounds what one update can make the agent allocate: a larger
+// one breaks the stream, and the config in force stays.
+func TestAnUpdateOverTheReceiveLimitLeavesTheConfigInForce(t *testing.T) {
+	f := serveFake(t)
+	f.publish(update(7, checkout(t, "example-a")))
+	logs := &syncLog{}
+	opts := fakeOptions("", f.url())
+	opts.Logger = logs
+	a := startAgent(t, opts)
+	huge := update(8, checkout(t, "example-a"))
+	huge.Chains[0].BaselineId = strings.Repeat("x", 5<<20)
+	f.publish(huge)
+	eventually(t, "the stream to break", 5*time.Second, func() bool {
+		return strings.Contains(logs.String(), "watch stream failed: ResourceExhausted")
+	})
+	if a.Snapshot().Revision != 7 {
+		t.Fatalf("revision %d", a.Snapshot().Revision)
 	}
 }
