@@ -8,7 +8,7 @@ use crate::duration::HumanDuration;
 use crate::rules::RetryPlan;
 use crate::rules::TimeoutRule;
 use crate::topology::{Idempotency, SegmentClass};
-use crate::topology::{RetryFlags, Segment, Topology, TopologyError};
+use crate::topology::{RetryFlags, Segment, Topology, TopologyError, MAX_SEGMENTS};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LiveSegment {
@@ -77,7 +77,50 @@ impl LiveChain {
 /// stays exact below it in every client.
 pub const MAX_CONFIG_MS: u64 = 1_000_000_000_000;
 
+/// The most retries a received retry rule may allow for one cause (R-retry allows 1 and 2): a
+/// larger number is no plan budgetd derives, and could turn a fast failure into a retry storm.
+pub const MAX_RULE_RETRIES: u32 = 10;
+
 impl LiveChain {
+    /// What no server derives but a received config may carry, as structure errors: a timeout
+    /// of 0, a budget below its timeout, a rule allowing more than [`MAX_RULE_RETRIES`], then
+    /// every duration above [`MAX_CONFIG_MS`].
+    fn received_faults(&self) -> Vec<TopologyError> {
+        let mut errors = Vec::new();
+        for (i, s) in self.segments.iter().enumerate() {
+            let at = |field: &str| format!("/segments/{i}/{field}");
+            if s.timeout_ms == 0 {
+                errors.push(TopologyError {
+                    pointer: at("timeout_ms"),
+                    message: "must be greater than 0".into(),
+                });
+            }
+            if s.budget_ms < s.timeout_ms {
+                errors.push(TopologyError {
+                    pointer: at("budget_ms"),
+                    message: format!("{} is below the timeout {}", s.budget_ms, s.timeout_ms),
+                });
+            }
+            let rules = [
+                ("on_deadline", &s.retry.on_deadline),
+                ("on_unavailable", &s.retry.on_unavailable),
+            ];
+            for (cause, rule) in rules {
+                if rule
+                    .as_ref()
+                    .is_some_and(|r| r.max_retries > MAX_RULE_RETRIES)
+                {
+                    errors.push(TopologyError {
+                        pointer: at(&format!("retry/{cause}/max_retries")),
+                        message: format!("must be at most {MAX_RULE_RETRIES}"),
+                    });
+                }
+            }
+        }
+        errors.extend(self.out_of_range());
+        errors
+    }
+
     /// The durations of this config above [`MAX_CONFIG_MS`], as structure errors.
     fn out_of_range(&self) -> Vec<TopologyError> {
         let chain = [
@@ -142,7 +185,9 @@ impl LiveChain {
     pub fn findings(&self) -> Vec<Finding> {
         let topology = self.topology();
         let mut errors = topology.validate().err().unwrap_or_default();
-        errors.extend(self.out_of_range());
+        if self.segments.len() <= MAX_SEGMENTS {
+            errors.extend(self.received_faults());
+        }
         if !errors.is_empty() {
             return errors
                 .into_iter()

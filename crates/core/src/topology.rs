@@ -125,6 +125,10 @@ impl Segment {
 }
 
 /// One structural problem, located by a JSON pointer into the topology document.
+/// The most segments a chain may have (`schemas/topology.json`'s `maxItems`): an upload past it
+/// is refused, and so is a received config, before any check whose cost grows faster.
+pub const MAX_SEGMENTS: usize = 1000;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TopologyError {
     pub pointer: String,
@@ -164,6 +168,13 @@ impl Topology {
 
     /// Structural validation; returns every violation, not only the first.
     pub fn validate(&self) -> Result<(), Vec<TopologyError>> {
+        if self.segments.len() > MAX_SEGMENTS {
+            // Refused before any check whose cost grows faster than the segments.
+            return Err(vec![TopologyError {
+                pointer: "/segments".into(),
+                message: format!("a chain has at most {MAX_SEGMENTS} segments"),
+            }]);
+        }
         let mut errors = Vec::new();
         let mut push =
             |pointer: String, message: String| errors.push(TopologyError { pointer, message });
@@ -248,16 +259,14 @@ impl Topology {
             ),
             0 | 1 => {}
             _ => {
-                let ids: Vec<&str> = roots
-                    .iter()
-                    .map(|&i| self.segments[i].id.as_str())
-                    .collect();
+                // Each extra root names the first one only: listing every root on every
+                // extra one made the errors grow with the square of the roots.
+                let first = &self.segments[roots[0]].id;
                 for &i in &roots[1..] {
                     push(
                         format!("/segments/{i}/parent"),
                         format!(
-                            "more than one root segment ({}); exactly one may have no parent",
-                            ids.join(", ")
+                            "more than one root segment ({first:?} is already the root); exactly one may have no parent"
                         ),
                     );
                 }

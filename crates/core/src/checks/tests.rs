@@ -336,3 +336,33 @@ fn hostile_numbers_in_a_received_config_never_panic() {
     }
     assert_eq!(checks(&zero), vec![], "waits of 0 ms fit in any window");
 }
+
+/// The findings of a hostile config grow with it at most linearly: past 1000 segments (the
+/// topology schema's limit) one finding alone; below it, each extra root names the first root
+/// only (listing every root on each extra one took 461 MB for 3 000 roots).
+#[test]
+fn hostile_shapes_give_bounded_findings() {
+    let roots = |n: usize| {
+        let mut live = crate::example::checkout_live(crate::example::CHECKOUT_TOPOLOGY, 1).unwrap();
+        let root = live.segments[0].clone();
+        live.segments = (0..n)
+            .map(|i| {
+                let mut s = root.clone();
+                s.caller = format!("edge{i}");
+                s.id = format!("edge{i}->order");
+                s
+            })
+            .collect();
+        live.findings()
+    };
+    let past = roots(crate::topology::MAX_SEGMENTS + 2000);
+    assert_eq!(past.len(), 1, "{past:?}");
+    assert_eq!(
+        past[0].message,
+        "/segments: a chain has at most 1000 segments"
+    );
+
+    let at = roots(crate::topology::MAX_SEGMENTS);
+    assert_eq!(at.len(), crate::topology::MAX_SEGMENTS - 1);
+    assert!(at.iter().all(|f| f.message.len() < 200), "{:?}", at[0]);
+}

@@ -119,6 +119,16 @@ pub(super) fn file() -> Result<File<CacheVector>, CorpusError> {
             cache_text(3, [])?,
         ),
         (
+            "zero-timeout",
+            "inventory's timeout is 0 ms (every call would fail before its first attempt): \
+             refused for structure, as the same config received on a stream is",
+            edited(&|v| {
+                let inventory = &mut v["chains"]["checkout"]["segments"][1];
+                inventory["timeout_ms"] = 0.into();
+                inventory["budget_ms"] = 0.into();
+            })?,
+        ),
+        (
             "format-truncated",
             "the first half of a valid file",
             truncated,

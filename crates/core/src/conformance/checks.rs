@@ -371,6 +371,30 @@ fn hostile_numbers() -> Result<Vec<CheckVector>, CorpusError> {
             },
         ),
         edited(
+            "timeout-zero-and-budget-below-timeout",
+            "user's timeout is 0 ms and inventory's budget 40 ms is below its 44 ms timeout: \
+             structure errors (no server derives either)",
+            &|c| {
+                live_segment(c, "order->user").timeout_ms = 0;
+                live_segment(c, "order->inventory").budget_ms = 40;
+            },
+        ),
+        edited(
+            "retry-rule-past-the-retry-bound",
+            "inventory may retry 11 times on UNAVAILABLE with 0 ms waits: more than 10 retries \
+             of one cause is refused (a retry storm, not an R-retry plan)",
+            &|c| {
+                let rule = live_segment(c, "order->inventory")
+                    .retry
+                    .on_unavailable
+                    .as_mut()
+                    .expect("inventory retries on UNAVAILABLE");
+                rule.max_retries = 11;
+                rule.backoffs_ms = vec![0];
+                rule.worst_case_backoff_ms = 0;
+            },
+        ),
+        edited(
             "durations-above-the-bound",
             "a window of 2^64 - 1 ms and a budget one over 10^12 ms (about 31.7 years): \
              structure errors, refused before any arithmetic on them",
