@@ -179,28 +179,35 @@ func TestUnreadableCaches(t *testing.T) {
 
 // Found by FuzzParseChain: a cached segment with timeout_ms and budget_ms 0 passed the checks,
 // and an agent started from it failed every call of the segment before its first attempt.
-// The stream refuses such a segment (convert.go); the cache now does too, as malformed.
-func TestACacheHoldingWhatTheStreamRefusesIsNotStartedFrom(t *testing.T) {
+// Such a cache is well formed; what it holds is a structure error, as in the Rust agent, so
+// neither client starts from it, and FromSnapshot refuses the same config.
+func TestACacheHoldingWhatNoServerDerivesIsNotStartedFrom(t *testing.T) {
 	found := `{"chain":"00000000","revision":0,"baseline_id":"000000000000000","published_at":"000000000000000000000000",` +
 		`"entry_budget_ms":1,"breaker_window_ms":1,"max_recovery":"00h","segments":[{"id":"gateway->order",` +
 		`"caller":"gateway","callee":"order","000000":null,"class":"volatile","timeout_ms":0,"budget_ms":0,` +
 		`"retry":{"idempotent":false}} ]}`
-	if c, err := ParseChain([]byte(found)); err == nil {
-		t.Fatalf("parsed, with findings %v", c.Findings())
+	c, err := ParseChain([]byte(found))
+	if err != nil {
+		t.Fatalf("a well-formed chain was refused as malformed: %v", err)
+	}
+	want := `chain "00000000", segment "": structure: /segments/0/timeout_ms: must be greater than 0`
+	if r := c.refusal(); r == nil || r.Error() != want {
+		t.Fatalf("refusal %v, want %s", r, want)
 	}
 
 	for name, edit := range map[string]func(s *Segment){
 		"a zero timeout":           func(s *Segment) { s.TimeoutMs = 0 },
 		"a budget below a timeout": func(s *Segment) { s.BudgetMs = s.TimeoutMs - 1 },
+		"11 retries on deadline":   func(s *Segment) { s.Retry.OnDeadline.MaxRetries = MaxRuleRetries + 1 },
 	} {
 		s := exampleSnapshot(t, "example-a")
 		edit(&s.Chains["checkout"].Segments[1])
 		path := filepath.Join(t.TempDir(), "budgets.json")
-		// WriteCache writes what it is given; reading it back is where it is refused.
+		// WriteCache writes what it is given; checking it once read back is where it is refused.
 		if err := WriteCache(path, s); err != nil {
 			t.Fatal(err)
 		}
-		if started, reason := startFromCache(t, path); started != nil || reason != "format" {
+		if started, reason := startFromCache(t, path); started != nil || reason != CheckStructure {
 			t.Errorf("%s: started %v, reason %q", name, started != nil, reason)
 		}
 		opts := fakeOptions(path, closedEndpoint(t))
@@ -208,6 +215,13 @@ func TestACacheHoldingWhatTheStreamRefusesIsNotStartedFrom(t *testing.T) {
 		if a, err := Start(context.Background(), opts); err == nil {
 			a.Close()
 			t.Errorf("%s: the agent started from the cache", name)
+		}
+		var refusal *Refusal
+		if a, err := FromSnapshot(s, Options{}); err == nil {
+			a.Close()
+			t.Errorf("%s: FromSnapshot accepted it", name)
+		} else if !errors.As(err, &refusal) || refusal.Check != CheckStructure {
+			t.Errorf("%s: FromSnapshot refused with %v, want a structure refusal", name, err)
 		}
 	}
 }

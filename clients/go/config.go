@@ -77,9 +77,8 @@ type Idempotency struct {
 
 // ParseSnapshot reads a snapshot (the disk cache's format) as strictly as the Rust agent:
 // a missing required field, a value of the wrong type, an unknown class or a malformed
-// duration is an error, and so is a segment the control plane's stream may not carry (a
-// timeout of 0 ms, a budget below the timeout). The snapshot is not validated; see
-// Snapshot.Check.
+// duration is an error. The snapshot is not validated (a timeout of 0 ms, for one, parses and
+// is a structure error); see Snapshot.Check.
 func ParseSnapshot(data []byte) (*Snapshot, error) {
 	var s Snapshot
 	if err := parseDocument(data, &s); err != nil {
@@ -286,14 +285,6 @@ func (s *Segment) UnmarshalJSON(data []byte) error {
 	}
 	if next.Class != ClassVolatile && next.Class != ClassStable {
 		return at("class", fmt.Errorf("unknown class %q, expected %q or %q", next.Class, ClassVolatile, ClassStable))
-	}
-	// What a received config may not hold (convert.go) a cached one may not either: every
-	// attempt of a 0 ms timeout, or of a 0 ms budget, would fail before it starts.
-	if next.TimeoutMs == 0 {
-		return at("timeout_ms", errors.New("must be greater than 0"))
-	}
-	if next.BudgetMs < next.TimeoutMs {
-		return at("budget_ms", fmt.Errorf("%d is below the timeout %d", next.BudgetMs, next.TimeoutMs))
 	}
 	if err := o.defaulted("reserve_ms", &next.ReserveMs); err != nil {
 		return err

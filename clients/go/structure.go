@@ -11,9 +11,20 @@ import (
 // fits a time.Duration and the checks' sums stay exact. Longer durations are structure errors.
 const MaxConfigMs uint64 = 1_000_000_000_000
 
+// MaxSegments is the most segments a chain may have (the control plane's topology schema
+// refuses more). A config with more gets one finding alone, before any check whose cost grows
+// faster than its segments.
+const MaxSegments = 1000
+
+// MaxRuleRetries is the most retries a received rule may allow for one cause (R-retry allows
+// 1 and 2): more is no plan the control plane derives, and could turn a fast failure into a
+// retry storm.
+const MaxRuleRetries uint32 = 10
+
 // structure finds every way the config fails to be one call tree, as the control plane's
-// topology validation does, then every duration above MaxConfigMs: each problem located by a
-// JSON pointer into the config, with the control plane's message, in its order.
+// topology validation does, then what no server derives but a received config may carry
+// (see receivedFaults): each problem located by a JSON pointer into the config, with the
+// control plane's message, in its order.
 func (c *Chain) structure() []Finding {
 	var findings []Finding
 	push := func(pointer, message string) {
@@ -25,6 +36,10 @@ func (c *Chain) structure() []Finding {
 		})
 	}
 
+	if len(c.Segments) > MaxSegments {
+		push("/segments", fmt.Sprintf("a chain has at most %d segments", MaxSegments))
+		return findings
+	}
 	if c.EntryBudgetMs == 0 {
 		push("/entry_budget_ms", "must be greater than 0")
 	}
@@ -76,13 +91,12 @@ func (c *Chain) structure() []Finding {
 	case len(roots) == 0 && len(c.Segments) > 0:
 		push("/segments", `no root segment: exactly one segment must have "parent": null`)
 	case len(roots) > 1:
-		ids := make([]string, len(roots))
-		for j, i := range roots {
-			ids[j] = c.Segments[i].ID
-		}
+		// Each extra root names the first one only, so the findings grow with the roots, not
+		// with their square.
+		first := rustQuote(c.Segments[roots[0]].ID)
 		for _, i := range roots[1:] {
 			push(fmt.Sprintf("/segments/%d/parent", i),
-				fmt.Sprintf("more than one root segment (%s); exactly one may have no parent", strings.Join(ids, ", ")))
+				fmt.Sprintf("more than one root segment (%s is already the root); exactly one may have no parent", first))
 		}
 	}
 
@@ -132,6 +146,33 @@ func (c *Chain) structure() []Finding {
 		}
 	}
 
+	c.receivedFaults(push)
+	return findings
+}
+
+// receivedFaults pushes what no server derives but a received config may carry: segment by
+// segment, a timeout of 0, a budget below its timeout and a rule allowing more than
+// MaxRuleRetries; then every duration above MaxConfigMs.
+func (c *Chain) receivedFaults(push func(pointer, message string)) {
+	for i, s := range c.Segments {
+		at := func(field string) string { return fmt.Sprintf("/segments/%d/%s", i, field) }
+		// Every attempt of a 0 ms timeout would fail before it starts.
+		if s.TimeoutMs == 0 {
+			push(at("timeout_ms"), "must be greater than 0")
+		}
+		if s.BudgetMs < s.TimeoutMs {
+			push(at("budget_ms"), fmt.Sprintf("%d is below the timeout %d", s.BudgetMs, s.TimeoutMs))
+		}
+		for _, rule := range []struct {
+			cause string
+			rule  *RetryRule
+		}{{"on_deadline", s.Retry.OnDeadline}, {"on_unavailable", s.Retry.OnUnavailable}} {
+			if rule.rule != nil && rule.rule.MaxRetries > MaxRuleRetries {
+				push(at("retry/"+rule.cause+"/max_retries"), fmt.Sprintf("must be at most %d", MaxRuleRetries))
+			}
+		}
+	}
+
 	bounded := func(pointer string, ms uint64) {
 		if ms > MaxConfigMs {
 			push(pointer, fmt.Sprintf("must be at most %d ms", MaxConfigMs))
@@ -145,7 +186,6 @@ func (c *Chain) structure() []Finding {
 		bounded(at("budget_ms"), s.BudgetMs)
 		bounded(at("reserve_ms"), s.ReserveMs)
 	}
-	return findings
 }
 
 // rustQuote quotes s as the control plane's messages quote names (Rust's Debug form of a

@@ -1,6 +1,7 @@
 package budgetagent
 
 import (
+	"fmt"
 	"math"
 	"testing"
 )
@@ -88,6 +89,7 @@ func TestDurationsAboveTheBoundFollowTheTreesFaults(t *testing.T) {
 	c.Segments = append(c.Segments, plainSegment("a", "a", "a->a"))
 	checkStructure(t, "above the bound", c,
 		`/segments/4/parent: segment "a->a" is its own ancestor: parents form a cycle`,
+		`/segments/0/budget_ms: 800 is below the timeout 1000000000001`,
 		`/entry_budget_ms: must be at most 1000000000000 ms`,
 		`/breaker_window_ms: must be at most 1000000000000 ms`,
 		`/segments/0/timeout_ms: must be at most 1000000000000 ms`,
@@ -101,6 +103,77 @@ func TestDurationsAboveTheBoundFollowTheTreesFaults(t *testing.T) {
 		s.TimeoutMs, s.BudgetMs, s.ReserveMs = MaxConfigMs, MaxConfigMs, MaxConfigMs
 	}
 	checkStructure(t, "at the bound", at)
+}
+
+func TestWhatNoServerDerivesFollowsTheTreesFaultsSegmentBySegment(t *testing.T) {
+	c := exampleA()
+	c.Segments[1].BudgetMs = 40 // below its 44 ms timeout
+	c.Segments[1].Retry.OnDeadline.MaxRetries = MaxRuleRetries + 1
+	c.Segments[1].Retry.OnUnavailable.MaxRetries = math.MaxUint32
+	c.Segments[2].ReserveMs = MaxConfigMs + 1
+	c.Segments[3].TimeoutMs = 0
+	c.Segments = append(c.Segments, plainSegment("a", "a", "a->a"))
+	checkStructure(t, "received faults", c,
+		`/segments/4/parent: segment "a->a" is its own ancestor: parents form a cycle`,
+		`/segments/1/budget_ms: 40 is below the timeout 44`,
+		`/segments/1/retry/on_deadline/max_retries: must be at most 10`,
+		`/segments/1/retry/on_unavailable/max_retries: must be at most 10`,
+		`/segments/3/timeout_ms: must be greater than 0`,
+		`/segments/2/reserve_ms: must be at most 1000000000000 ms`)
+
+	at := exampleA()
+	at.Segments[1].Retry.OnDeadline.MaxRetries = MaxRuleRetries
+	at.Segments[1].BudgetMs = at.Segments[1].TimeoutMs
+	checkStructure(t, "at the bounds", at)
+}
+
+// rootsOnly is example A's root repeated n times under distinct callers: n roots, every one
+// of them valid on its own.
+func rootsOnly(n int) *Chain {
+	c := exampleA()
+	root := c.Segments[0]
+	c.Segments = make([]Segment, n)
+	for i := range c.Segments {
+		s := root
+		s.Caller = fmt.Sprintf("edge%d", i)
+		s.ID = s.Caller + "->" + s.Callee
+		c.Segments[i] = s
+	}
+	return c
+}
+
+// The findings of a hostile config grow with it at most linearly: each extra root names the
+// first one only, and past MaxSegments one finding alone, whatever else is wrong.
+func TestHostileShapesGiveBoundedFindings(t *testing.T) {
+	roots := structureMessages(rootsOnly(MaxSegments))
+	if len(roots) != MaxSegments-1 {
+		t.Fatalf("%d roots gave %d findings, want %d", MaxSegments, len(roots), MaxSegments-1)
+	}
+	want := `/segments/999/parent: more than one root segment ("edge0->order" is already the root); exactly one may have no parent`
+	if last := roots[len(roots)-1]; last != want {
+		t.Errorf("the last extra root: %s\nwant %s", last, want)
+	}
+
+	// A chain of 50 000 calls, each the parent of the next and with a 0 ms timeout: walking
+	// every segment's ancestors alone would take about 10^9 steps.
+	long := rootsOnly(50_000)
+	for i := range long.Segments {
+		s := &long.Segments[i]
+		s.Caller, s.Callee, s.TimeoutMs = fmt.Sprintf("s%d", i), fmt.Sprintf("s%d", i+1), 0
+		s.ID = s.Caller + "->" + s.Callee
+		if i > 0 {
+			s.Parent = &long.Segments[i-1].ID
+		}
+	}
+	checkStructure(t, "50 000 segments", long, `/segments: a chain has at most 1000 segments`)
+	// Refused before any work that grows with the segments: a handful of allocations.
+	if allocs := testing.AllocsPerRun(1, func() { long.Findings() }); allocs > 10 {
+		t.Errorf("refusing 50 000 segments took %v allocations", allocs)
+	}
+	want = `chain "checkout", segment "": structure: /segments: a chain has at most 1000 segments`
+	if r := long.refusal(); r == nil || r.Error() != want {
+		t.Errorf("refusal %v, want %s", r, want)
+	}
 }
 
 func TestRustQuote(t *testing.T) {
