@@ -98,6 +98,10 @@ pub async fn render(State(state): State<AppState>) -> Response {
         out.push_str("# HELP process_resident_memory_bytes Resident memory of this process.\n# TYPE process_resident_memory_bytes gauge\n");
         let _ = writeln!(out, "process_resident_memory_bytes {rss}");
     }
+    if let Some(cpu) = cpu_seconds() {
+        out.push_str("# HELP process_cpu_seconds_total User and system CPU time of this process.\n# TYPE process_cpu_seconds_total counter\n");
+        let _ = writeln!(out, "process_cpu_seconds_total {cpu}");
+    }
     if let Some((pending, oldest)) = gauges.archive_backlog {
         out.push_str("# HELP budgetd_archive_pending Archive uploads waiting in the outbox.\n# TYPE budgetd_archive_pending gauge\n");
         let _ = writeln!(out, "budgetd_archive_pending {pending}");
@@ -130,6 +134,18 @@ pub async fn render(State(state): State<AppState>) -> Response {
         }
     }
     ([(CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+/// utime + stime from /proc (Linux), in seconds; `None` elsewhere. /proc counts in clock ticks
+/// of USER_HZ, which Linux fixes at 100 for this interface.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count after its end.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
 }
 
 /// VmRSS from /proc (Linux); `None` elsewhere.

@@ -95,6 +95,16 @@ async fn metrics_follow_drift_delivery_and_acks(app: &TestApp) {
     let sum = value(&after, "budgetd_publish_delivery_seconds_sum");
     assert!(sum >= 0.0 && sum < 10.0 * value(&after, delivered), "{sum}");
     assert!(after.contains("# TYPE budgetd_publish_delivery_seconds histogram"));
+    // The process's own CPU time and memory (what `budgetctl bench watch` divides per delivery
+    // and per stream): present, and CPU never runs backwards.
+    let cpu = "process_cpu_seconds_total";
+    assert!(after.contains("# TYPE process_cpu_seconds_total counter"));
+    assert!(
+        value(&after, cpu) > 0.0 && grew(cpu) >= 0.0,
+        "{}",
+        value(&after, cpu)
+    );
+    assert!(value(&after, "process_resident_memory_bytes") > 1e6);
 
     // Request durations by route template.
     let approve = "method=\"POST\",route=\"/api/v1/baselines/{id}/approve\"";

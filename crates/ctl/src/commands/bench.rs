@@ -53,11 +53,18 @@ struct Arrivals {
     notify: Notify,
 }
 
-async fn rss(client: &Client) -> Option<u64> {
+/// A sample of the server's `/metrics`, e.g. `process_resident_memory_bytes`.
+async fn metric(client: &Client, name: &str) -> Option<f64> {
     let text = client.get_text("metrics").await.ok()?;
     text.lines()
-        .find_map(|l| l.strip_prefix("process_resident_memory_bytes "))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
+}
+
+async fn rss(client: &Client) -> Option<u64> {
+    metric(client, "process_resident_memory_bytes")
+        .await
+        .map(|b| b as u64)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -134,7 +141,7 @@ pub(super) async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Re
             let revision = v["revision"]
                 .as_i64()
                 .ok_or_else(|| internal("approve", "no revision"))?;
-            Ok::<(i64, Instant, Duration), CtlError>((revision, done, done - sent))
+            Ok::<(i64, Instant, Instant), CtlError>((revision, sent, done))
         }
     };
     let (first_revision, _, _) = publish(300).await?;
@@ -233,24 +240,44 @@ pub(super) async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Re
         args.rounds
     );
 
+    // From before the approve request (commit and first deliveries included), and from its
+    // response (what the server does after answering).
     let mut times = Vec::new();
+    let mut after_response = Vec::new();
     let mut approvals = Vec::new();
+    let cpu_before = metric(admin, "process_cpu_seconds_total").await;
     for round in 0..args.rounds {
         // Alternate payment p999 between 390 and 300 ms: ±30 %, drift every time.
         let p999 = if round % 2 == 0 { 390 } else { 300 };
         // The next revision is the last one + 1 on a quiet server; arm the round before publishing.
         arrivals.count.store(0, Ordering::Release);
         arrivals.target.fetch_add(1, Ordering::AcqRel);
-        let (revision, approved_at, approve_took) = publish(p999).await?;
-        approvals.push(approve_took);
+        let (revision, sent, answered) = publish(p999).await?;
+        approvals.push(answered - sent);
         if revision != arrivals.target.load(Ordering::Acquire) {
             return Err(internal("bench", format!("another publication interleaved (got revision {revision}); run the benchmark on a quiet server")));
         }
         let last = wait_all(Duration::from_secs(60)).await?;
-        times.push(last.saturating_duration_since(approved_at));
+        times.push(last.saturating_duration_since(sent));
+        after_response.push(last.saturating_duration_since(answered));
     }
+    // Each round's upload and approve are in it too: an upper bound of the server's CPU per
+    // delivery, settled 1.5 s after the last round so the fleet flush is counted.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let cpu_after = metric(admin, "process_cpu_seconds_total").await;
+    let deliveries = f64::from(args.rounds) * n as f64;
+    let cpu_per_delivery_us = match (cpu_before, cpu_after) {
+        (Some(b), Some(a)) if deliveries > 0.0 => Some((a - b).max(0.0) * 1e6 / deliveries),
+        _ => None,
+    };
     times.sort();
+    after_response.sort();
     approvals.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let (r50, r99) = (
+        ms(percentile(&after_response, 50.0)),
+        ms(percentile(&after_response, 99.0)),
+    );
     let approve_ms = |p: f64| percentile(&approvals, p).as_secs_f64() * 1000.0;
     let (p50, p99, max) = (
         percentile(&times, 50.0),
@@ -263,7 +290,9 @@ pub(super) async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Re
         "rounds": args.rounds,
         "open_all_ms": open_time.as_secs_f64() * 1000.0,
         "approve_ms": {"p50": approve_ms(50.0), "p99": approve_ms(99.0)},
-        "time_to_all_ms": {"p50": p50.as_secs_f64() * 1000.0, "p99": p99.as_secs_f64() * 1000.0, "max": max.as_secs_f64() * 1000.0},
+        "time_to_all_ms": {"p50": ms(p50), "p99": ms(p99), "max": ms(max)},
+        "after_response_ms": {"p50": r50, "p99": r99},
+        "server_cpu_per_delivery_us": cpu_per_delivery_us,
         "server_rss_bytes": {"before": rss_before, "after": rss_after},
         "server_rss_per_stream_bytes": per_stream,
         "chain": chain,
@@ -274,14 +303,20 @@ pub(super) async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Re
         print(&format!(
             "streams: {n} over {connections} connection(s); rounds: {}\n\
              approve call (request sent to response, durable commit included): p50 {:.1} ms, p99 {:.1} ms\n\
-             time from approve response to all streams: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms\n\
+             time from approve request sent to all streams: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms\n\
+             time from approve response to all streams: p50 {r50:.1} ms, p99 {r99:.1} ms\n\
+             server CPU per delivery (uploads and approvals included): {}\n\
              server memory per idle stream: {}",
             args.rounds,
             approve_ms(50.0),
             approve_ms(99.0),
-            p50.as_secs_f64() * 1000.0,
-            p99.as_secs_f64() * 1000.0,
-            max.as_secs_f64() * 1000.0,
+            ms(p50),
+            ms(p99),
+            ms(max),
+            cpu_per_delivery_us.map_or(
+                "unknown (no process_cpu_seconds_total in /metrics)".into(),
+                |us| format!("{us:.1} µs")
+            ),
             per_stream.map_or(
                 "unknown (no process_resident_memory_bytes in /metrics)".into(),
                 |b| format!("{:.1} KiB", b / 1024.0)
