@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use crate::clock::now;
 use crate::config::AgentSettings;
-use crate::store::{AgentClaim, AgentStatus, Store, StoreError};
+use crate::store::{AgentClaim, AgentProgress, AgentStatus, Store, StoreError};
 
 /// One agent's status; shared by its streams and the fleet.
 #[derive(Debug)]
@@ -28,7 +28,10 @@ pub struct Slot {
     token_id: String,
     status: Mutex<AgentStatus>,
     delivered: AtomicI64,
+    /// Something besides the revisions changed: the whole entry is rewritten.
     dirty: AtomicBool,
+    /// The revisions sent or accepted changed (every publication): a compact update.
+    progressed: AtomicBool,
     /// Open Watch streams of the agent on this replica. Rises only under the fleet's lock, so
     /// a slot the fleet forgets (no stream, status stored) is never used again.
     streams: AtomicUsize,
@@ -45,18 +48,25 @@ impl Slot {
         self.dirty.store(true, Ordering::Release);
     }
 
+    fn progress(&self) {
+        self.progressed.store(true, Ordering::Release);
+    }
+
     /// A revision was sent; `new_chains` lists chains the agent had not received before.
     pub fn delivered(&self, revision: i64, new_chains: &[String]) {
         self.delivered.fetch_max(revision, Ordering::AcqRel);
-        if !new_chains.is_empty() {
-            let mut s = lock(&self.status);
-            for c in new_chains {
-                if !s.chains.contains(c) {
-                    s.chains.push(c.clone());
-                }
-            }
-            s.chains.sort();
+        if new_chains.is_empty() {
+            self.progress();
+            return;
         }
+        let mut s = lock(&self.status);
+        for c in new_chains {
+            if !s.chains.contains(c) {
+                s.chains.push(c.clone());
+            }
+        }
+        s.chains.sort();
+        drop(s);
         self.touch();
     }
 
@@ -244,6 +254,7 @@ impl Fleet {
                     delivered: AtomicI64::new(known_revision),
                     status: Mutex::new(status),
                     dirty: AtomicBool::new(true),
+                    progressed: AtomicBool::new(false),
                     streams: AtomicUsize::new(0),
                     written: Mutex::new(Instant::now()),
                 });
@@ -283,16 +294,17 @@ impl Fleet {
         if slot.token_id != token_id {
             return AckOutcome::OtherToken;
         }
-        {
-            let mut s = lock(&slot.status);
-            if accepted {
-                s.acked = s.acked.max(revision);
-            } else {
-                s.nack_revision = Some(revision);
-                s.nack_error = Some(error.to_owned());
-            }
+        let mut s = lock(&slot.status);
+        if accepted {
+            s.acked = s.acked.max(revision);
+            drop(s);
+            slot.progress();
+        } else {
+            s.nack_revision = Some(revision);
+            s.nack_error = Some(error.to_owned());
+            drop(s);
+            slot.touch();
         }
-        slot.touch();
         AckOutcome::Recorded
     }
 
@@ -317,43 +329,81 @@ impl Fleet {
 
     /// Writes what changed since the last flush (and connected agents due for a heartbeat),
     /// then forgets the slots of agents whose streams all ended.
+    ///
+    /// A publication changes only the revisions each agent was sent and accepted: those
+    /// agents are written grouped by (token, delivered, acked), one statement per group — so a
+    /// publication to a whole fleet costs one statement, not one row of bound values per agent.
+    /// Entries with other news (connected, disconnected, new chains, a NACK) are rewritten
+    /// whole.
     pub async fn flush(&self) {
         let heartbeat = self.heartbeat();
-        let due: Vec<Arc<Slot>> = lock(&self.agents)
-            .values()
-            .filter(|s| {
-                s.dirty.swap(false, Ordering::AcqRel)
-                    || (s.streams.load(Ordering::Acquire) > 0
-                        && lock(&s.written).elapsed() >= heartbeat)
-            })
-            .cloned()
-            .collect();
-        if due.is_empty() {
+        let mut whole: Vec<Arc<Slot>> = Vec::new();
+        let mut progressed: Vec<Arc<Slot>> = Vec::new();
+        for slot in lock(&self.agents).values() {
+            if slot.dirty.swap(false, Ordering::AcqRel) {
+                // The whole entry carries the revisions too.
+                slot.progressed.store(false, Ordering::Release);
+                whole.push(slot.clone());
+            } else if slot.progressed.swap(false, Ordering::AcqRel)
+                || (slot.streams.load(Ordering::Acquire) > 0
+                    && lock(&slot.written).elapsed() >= heartbeat)
+            {
+                progressed.push(slot.clone());
+            }
+        }
+        if whole.is_empty() && progressed.is_empty() {
             return;
         }
         let at = now();
-        let batch: Vec<AgentStatus> = due
-            .iter()
-            .map(|slot| {
-                let mut s = slot.snapshot();
-                s.last_seen = at.clone();
-                lock(&slot.status).last_seen = at.clone();
-                s
-            })
-            .collect();
-        if let Err(e) = self.store.upsert_agents(&batch).await {
-            tracing::warn!(error = %e, agents = batch.len(), "failed to record fleet status; will retry");
-            for slot in &due {
-                slot.touch();
+        if !whole.is_empty() {
+            let batch: Vec<AgentStatus> = whole
+                .iter()
+                .map(|slot| {
+                    let mut s = slot.snapshot();
+                    s.last_seen = at.clone();
+                    s
+                })
+                .collect();
+            if let Err(e) = self.store.upsert_agents(&batch).await {
+                tracing::warn!(error = %e, agents = batch.len(), "failed to record fleet status; will retry");
+                whole.iter().for_each(|slot| slot.touch());
+                progressed.iter().for_each(|slot| slot.progress());
+                return;
             }
-            return;
+        }
+        if !progressed.is_empty() {
+            let mut groups: HashMap<(&str, i64, i64), Vec<String>> = HashMap::new();
+            for slot in &progressed {
+                let s = lock(&slot.status);
+                let delivered = s.delivered.max(slot.delivered.load(Ordering::Acquire));
+                groups
+                    .entry((slot.token_id.as_str(), delivered, s.acked))
+                    .or_default()
+                    .push(s.agent_id.clone());
+            }
+            let groups: Vec<AgentProgress> = groups
+                .into_iter()
+                .map(|((token_id, delivered, acked), agent_ids)| AgentProgress {
+                    token_id: token_id.to_owned(),
+                    delivered,
+                    acked,
+                    agent_ids,
+                })
+                .collect();
+            if let Err(e) = self.store.record_progress(&at, &groups).await {
+                tracing::warn!(error = %e, agents = progressed.len(), "failed to record fleet progress; will retry");
+                progressed.iter().for_each(|slot| slot.progress());
+                return;
+            }
         }
         let written = Instant::now();
-        for slot in &due {
+        for slot in whole.iter().chain(&progressed) {
             *lock(&slot.written) = written;
         }
         lock(&self.agents).retain(|_, slot| {
-            slot.streams.load(Ordering::Acquire) > 0 || slot.dirty.load(Ordering::Acquire)
+            slot.streams.load(Ordering::Acquire) > 0
+                || slot.dirty.load(Ordering::Acquire)
+                || slot.progressed.load(Ordering::Acquire)
         });
     }
 

@@ -57,6 +57,17 @@ impl From<AgentStatus> for Agent {
     }
 }
 
+/// Agents bound to one token whose only news is the revisions they were sent and accepted:
+/// after a publication, nearly a whole fleet shares one such group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentProgress {
+    /// The identity of the token the agents are bound to.
+    pub token_id: String,
+    pub delivered: i64,
+    pub acked: i64,
+    pub agent_ids: Vec<String>,
+}
+
 /// Where a page of `GET /agents` starts: after this `(service, agent_id)`.
 pub type AgentCursor = (String, String);
 
@@ -81,6 +92,10 @@ pub trait Fleet: Send + Sync {
     /// Records agents' status: inserts new entries, updates those bound to the same token
     /// (an entry bound to another token is left alone).
     async fn upsert_agents(&self, agents: &[AgentStatus]) -> StoreResult<()>;
+    /// Records, in one transaction, the revisions each group's agents were sent and accepted
+    /// and that they were seen at `last_seen`: one statement per group, whatever its size. An
+    /// entry bound to another token, or gone, is left alone.
+    async fn record_progress(&self, last_seen: &str, groups: &[AgentProgress]) -> StoreResult<()>;
     /// A page of the agents last seen at or after `seen_since`, by service and id: at most
     /// `limit`, after `after`.
     async fn list_agents(

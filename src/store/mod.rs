@@ -43,7 +43,7 @@ pub use self::export::{
     ADDED_COLUMNS, EXPORT_FORMAT, EXPORT_TABLES,
 };
 pub use self::feedback::Feedback;
-pub use self::fleet::{AgentClaim, AgentCursor, AgentStatus, Fleet};
+pub use self::fleet::{AgentClaim, AgentCursor, AgentProgress, AgentStatus, Fleet};
 pub use self::idempotency::{with_idempotency, IdemClaim, IdemLookup, IdemResponse, Idempotency};
 pub use self::outbox::{archive_key, Outbox, OutboxItem, DEFAULT_ARCHIVE_PREFIX};
 pub use self::publications::{Publication, PublicationListener, Publications};

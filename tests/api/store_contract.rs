@@ -10,8 +10,8 @@ use budget_core::run::RunUpload;
 use budget_core::Topology;
 use budgetd::auth::Role;
 use budgetd::store::{
-    self, AgentClaim, AgentStatus, Audit, IdemClaim, IdemLookup, IdemResponse, NewRun, NewToken,
-    Store, StoreError, Verdict,
+    self, AgentClaim, AgentProgress, AgentStatus, Audit, IdemClaim, IdemLookup, IdemResponse,
+    NewRun, NewToken, Store, StoreError, Verdict,
 };
 use serde_json::json;
 
@@ -490,6 +490,53 @@ async fn agents_contract(backend: Backend) {
     );
     assert_eq!(a.expire_agents(since).await.unwrap(), 1);
     assert_eq!(a.list_agents(t0, None, 100).await.unwrap().len(), 10);
+
+    // Progress: one statement per (token, delivered, acked) group, whatever its size; only
+    // entries bound to the group's token change, and nothing else in them.
+    let t2 = "2026-01-03T00:00:00.000Z";
+    let groups = [
+        AgentProgress {
+            token_id: "hash-b".into(),
+            delivered: 12,
+            acked: 11,
+            agent_ids: vec!["a-0".into(), "a-1".into(), "c-2".into(), "gone".into()],
+        },
+        AgentProgress {
+            token_id: "hash-b".into(),
+            delivered: 12,
+            acked: 12,
+            agent_ids: vec!["b-0".into()],
+        },
+        // order-1 is bound to hash-b now: a group of another token leaves it alone.
+        AgentProgress {
+            token_id: "hash-a".into(),
+            delivered: 99,
+            acked: 99,
+            agent_ids: vec!["order-1".into()],
+        },
+    ];
+    b.record_progress(t2, &groups).await.unwrap();
+    let all = a.list_agents(t0, None, 100).await.unwrap();
+    let of = |id: &str| all.iter().find(|x| x.agent_id == id).unwrap();
+    for id in ["a-0", "a-1", "c-2"] {
+        let x = of(id);
+        assert_eq!((x.delivered, x.acked, x.last_seen.as_str()), (12, 11, t2));
+        assert_eq!((x.service.as_str(), x.connected), (&id[..1], true));
+    }
+    assert_eq!((of("b-0").delivered, of("b-0").acked), (12, 12));
+    let untouched = of("b-1");
+    assert_eq!(
+        (
+            untouched.delivered,
+            untouched.acked,
+            untouched.last_seen.as_str()
+        ),
+        (1, 1, t1)
+    );
+    let other = of("order-1");
+    assert_ne!(other.delivered, 99, "another token's group changed order-1");
+    assert_eq!(all.len(), 10, "an unknown id in a group adds no entry");
+    b.record_progress(t2, &[]).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,11 +4,11 @@ use async_trait::async_trait;
 use sqlx::Row;
 
 use super::rows::{agent_from_row, AGENT_SELECT};
-use super::{internal, placeholders, SqlStore};
+use super::{internal, placeholders, Backend, SqlStore};
 
 /// Agents written by one statement (13 columns each: 13 000 binds).
 const AGENT_CHUNK: usize = 1000;
-use crate::store::{AgentClaim, AgentCursor, AgentStatus, Fleet, StoreResult};
+use crate::store::{AgentClaim, AgentCursor, AgentProgress, AgentStatus, Fleet, StoreResult};
 
 #[async_trait]
 impl Fleet for SqlStore {
@@ -113,6 +113,34 @@ impl Fleet for SqlStore {
                     .bind(a.client.clone());
             }
             q.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn record_progress(&self, last_seen: &str, groups: &[AgentProgress]) -> StoreResult<()> {
+        if groups.is_empty() {
+            return Ok(());
+        }
+        // The ids travel as one JSON array: one bound parameter however many agents.
+        let ids = match self.backend {
+            Backend::Sqlite => "SELECT value FROM json_each($5)",
+            Backend::Postgres => "SELECT jsonb_array_elements_text(CAST($5 AS jsonb))",
+        };
+        let sql = format!(
+            "UPDATE agents SET delivered = $1, acked = $2, last_seen = $3 \
+             WHERE token_hash = $4 AND agent_id IN ({ids})"
+        );
+        let mut tx = self.begin().await?;
+        for group in groups {
+            sqlx::query(&sql)
+                .bind(group.delivered)
+                .bind(group.acked)
+                .bind(last_seen)
+                .bind(&group.token_id)
+                .bind(serde_json::to_string(&group.agent_ids).map_err(internal)?)
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(())
