@@ -30,6 +30,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .build_client(false)
         .bytes(".")
+        // Small per-call buffers: a Watch stream lives as long as its agent.
+        .codec_path("crate::codec::SmallBufferCodec")
         .out_dir(&wire_out)
         .compile_fds(wire)?;
     Ok(())
