@@ -102,7 +102,6 @@ impl App {
                 settings.feedback.rollup_ms,
             ),
             bindings: Default::default(),
-            tokens: Default::default(),
         });
         let state = AppState {
             store,
@@ -112,6 +111,7 @@ impl App {
             archiver,
             archive_prefix,
             reports,
+            agent_tokens: Default::default(),
         };
         Ok(Self {
             listener,

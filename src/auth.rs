@@ -142,16 +142,25 @@ pub async fn authenticate(
     }
 }
 
-/// Tokens resolved for agents' Reports, kept [`TokenCache::TTL`] so a Report (every agent,
-/// every window) costs no SQL statement. A revoked token keeps reporting for at most that
-/// long; Watch, Ack and every HTTP request still read the store each time.
+/// Agent tokens, resolved once per [`TokenCache::TTL`]: every agent calls Watch when it
+/// connects, Ack after every publication and Report every window, so a fleet reconnecting or
+/// acknowledging at once costs one SQL read per token, not one per call. Concurrent misses of
+/// one token share a single read. A revoked agent token keeps working for at most the TTL;
+/// every HTTP request still reads the store.
 #[derive(Debug, Default)]
 pub struct TokenCache {
-    known: std::sync::Mutex<std::collections::HashMap<String, (Principal, std::time::Instant)>>,
+    known: std::sync::Mutex<std::collections::HashMap<String, CachedToken>>,
 }
+
+/// One token's lookup: filled once, shared by the calls that asked meanwhile.
+type CachedToken = (
+    std::sync::Arc<tokio::sync::OnceCell<Principal>>,
+    std::time::Instant,
+);
 
 impl TokenCache {
     pub const TTL: std::time::Duration = std::time::Duration::from_secs(10);
+    /// Tokens held at most; past it, expired entries go (all, if none has expired).
     const MAX: usize = 10_000;
 
     /// [`authenticate`], from the cache when the token was resolved within the TTL.
@@ -164,24 +173,37 @@ impl TokenCache {
         let token = bearer(authorization)
             .ok_or_else(|| ApiError::new(Code::Unauthorized, via.missing()))?;
         let hash = hash_token(token);
-        if let Ok(known) = self.known.lock() {
-            if let Some((p, at)) = known.get(&hash) {
-                if at.elapsed() < Self::TTL {
-                    return Ok(p.clone());
+        let cell = {
+            let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+            match known.get(&hash) {
+                Some((cell, at)) if at.elapsed() < Self::TTL => cell.clone(),
+                _ => {
+                    if known.len() >= Self::MAX {
+                        known.retain(|_, (_, at)| at.elapsed() < Self::TTL);
+                        if known.len() >= Self::MAX {
+                            known.clear();
+                        }
+                    }
+                    let cell = std::sync::Arc::new(tokio::sync::OnceCell::new());
+                    known.insert(hash.clone(), (cell.clone(), std::time::Instant::now()));
+                    cell
                 }
             }
-        }
-        let principal = authenticate(state, authorization, via).await?;
-        if let Ok(mut known) = self.known.lock() {
-            if known.len() >= Self::MAX {
-                known.retain(|_, (_, at)| at.elapsed() < Self::TTL);
-                if known.len() >= Self::MAX {
-                    known.clear();
-                }
+        };
+        let found = cell
+            .get_or_try_init(|| authenticate(state, authorization, via))
+            .await;
+        if found.is_err() {
+            // Not kept: a token created a moment later must work at once.
+            let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+            if known
+                .get(&hash)
+                .is_some_and(|(c, _)| std::sync::Arc::ptr_eq(c, &cell))
+            {
+                known.remove(&hash);
             }
-            known.insert(hash, (principal.clone(), std::time::Instant::now()));
         }
-        Ok(principal)
+        found.cloned()
     }
 }
 

@@ -83,6 +83,15 @@ pub fn acked(accepted: bool) {
     counter.fetch_add(1, Relaxed);
 }
 
+static AGENT_CLAIMS: AtomicU64 = AtomicU64::new(0);
+static AGENT_CLAIM_BATCHES: AtomicU64 = AtomicU64::new(0);
+
+/// One batch of `claims` agent-id claims went to the store.
+pub fn agent_claims(claims: usize) {
+    AGENT_CLAIMS.fetch_add(claims as u64, Relaxed);
+    AGENT_CLAIM_BATCHES.fetch_add(1, Relaxed);
+}
+
 /// A run upload drifted and opened a draft.
 pub fn drift_event() {
     DRIFT_EVENTS.fetch_add(1, Relaxed);
@@ -142,6 +151,18 @@ pub fn render(out: &mut String) {
     let _ = writeln!(out, "budgetd_acks_total {}", ACKS.load(Relaxed));
     out.push_str("# HELP budgetd_nacks_total Agents' NACKs (config refused).\n# TYPE budgetd_nacks_total counter\n");
     let _ = writeln!(out, "budgetd_nacks_total {}", NACKS.load(Relaxed));
+    out.push_str("# HELP budgetd_agent_claims_total Agent ids claimed for their tokens when a Watch opened (reconnects included).\n# TYPE budgetd_agent_claims_total counter\n");
+    let _ = writeln!(
+        out,
+        "budgetd_agent_claims_total {}",
+        AGENT_CLAIMS.load(Relaxed)
+    );
+    out.push_str("# HELP budgetd_agent_claim_batches_total Store round trips those claims took (claims are batched).\n# TYPE budgetd_agent_claim_batches_total counter\n");
+    let _ = writeln!(
+        out,
+        "budgetd_agent_claim_batches_total {}",
+        AGENT_CLAIM_BATCHES.load(Relaxed)
+    );
     out.push_str("# HELP budgetd_drift_events_total Run uploads that drifted and opened a draft.\n# TYPE budgetd_drift_events_total counter\n");
     let _ = writeln!(
         out,

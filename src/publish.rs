@@ -8,7 +8,7 @@
 //! The hub reloads from the store after a local publication, on a PostgreSQL notification from
 //! another replica, and on a periodic catch-up read, so a dropped notification loses nothing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +22,8 @@ use crate::store::{Store, StoreResult};
 pub struct ChainEntry {
     pub live: LiveChain,
     pub encoded: bytes::Bytes,
+    /// Every service that calls or serves a segment of the chain.
+    services: BTreeSet<String>,
     /// When it was published (its `published_at`), for the delivery latency metric.
     pub published: std::time::SystemTime,
 }
@@ -33,10 +35,22 @@ impl ChainEntry {
 
     /// Whether `service` calls or serves any segment of this chain.
     pub fn involves(&self, service: &str) -> bool {
-        self.live
+        self.services.contains(service)
+    }
+
+    pub fn new(live: LiveChain, published: std::time::SystemTime) -> Self {
+        let encoded = budget_proto::convert::encode_chain(&live).into();
+        let services = live
             .segments
             .iter()
-            .any(|s| s.caller == service || s.callee == service)
+            .flat_map(|s| [s.caller.clone(), s.callee.clone()])
+            .collect();
+        Self {
+            live,
+            encoded,
+            services,
+            published,
+        }
     }
 }
 
@@ -89,15 +103,10 @@ impl Hub {
                 publication.revision,
                 &publication.created_at,
             );
-            let encoded = budget_proto::convert::encode_chain(&live).into();
             let published = crate::observe::parse_time(&publication.created_at);
             next.insert(
                 publication.chain.clone(),
-                Arc::new(ChainEntry {
-                    live,
-                    encoded,
-                    published,
-                }),
+                Arc::new(ChainEntry::new(live, published)),
             );
         }
         tracing::info!(

@@ -22,4 +22,6 @@ pub struct AppState {
     pub archive_prefix: String,
     /// Agents' reports merged into rollups (SPEC §8).
     pub reports: Arc<crate::feedback::Reports>,
+    /// Agent tokens of Watch, Ack and Report, resolved once per TTL.
+    pub agent_tokens: Arc<crate::auth::TokenCache>,
 }

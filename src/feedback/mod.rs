@@ -20,6 +20,4 @@ pub mod webhooks;
 pub struct Reports {
     pub rollups: rollup::Rollups,
     pub bindings: crate::service::feedback::Bindings,
-    /// Agents' tokens, resolved once per TTL rather than once per Report.
-    pub tokens: crate::auth::TokenCache,
 }

@@ -19,7 +19,7 @@ use futures_util::Stream;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
-use crate::auth::{self, Principal, Via};
+use crate::auth::{Principal, Via};
 use crate::error::ApiError;
 use crate::fleet::{Fleet, Slot, StreamPermit};
 use crate::publish::{ChainEntry, Hub, HubState};
@@ -50,28 +50,34 @@ impl Control {
         }
     }
 
-    /// The caller of `req`, from its `authorization` metadata.
+    /// The caller of `req`, from its `authorization` metadata. Agents call often (Watch on
+    /// every connect, Ack after every publication, Report every window): their tokens come
+    /// from the cache.
     async fn authenticate<T>(&self, req: &Request<T>) -> Result<Principal, ApiError> {
         let authorization = req
             .metadata()
             .get("authorization")
             .and_then(|v| v.to_str().ok());
-        auth::authenticate(&self.state, authorization, Via::Metadata).await
+        self.state
+            .agent_tokens
+            .authenticate(&self.state, authorization, Via::Metadata)
+            .await
     }
 }
 
-/// The chains of the hub's `state` that `selection` receives.
+/// The chains of the hub's `state` that `selection` receives: named chains are looked up
+/// (a stream costs what it asks for, not what the hub holds); a service's are found through
+/// each chain's set of services.
 fn pick<'a>(
     selection: &'a Selection,
     state: &'a HubState,
-) -> impl Iterator<Item = &'a Arc<ChainEntry>> + 'a {
-    state.iter().filter_map(move |(name, entry)| {
-        let wanted = match selection {
-            Selection::Chains(set) => set.contains(name),
-            Selection::Service(service) => entry.involves(service),
-        };
-        wanted.then_some(entry)
-    })
+) -> Box<dyn Iterator<Item = &'a Arc<ChainEntry>> + 'a> {
+    match selection {
+        Selection::Chains(set) => Box::new(set.iter().filter_map(|name| state.get(name))),
+        Selection::Service(service) => {
+            Box::new(state.values().filter(move |entry| entry.involves(service)))
+        }
+    }
 }
 
 /// Marks the agent disconnected, and gives its token's stream back, when its stream ends,
@@ -201,17 +207,7 @@ impl BudgetControl for Control {
         &self,
         req: Request<ReportRequest>,
     ) -> Result<Response<ReportResponse>, Status> {
-        // Every agent reports every window: its token is resolved once per TTL, not per call.
-        let authorization = req
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok());
-        let principal = self
-            .state
-            .reports
-            .tokens
-            .authenticate(&self.state, authorization, Via::Metadata)
-            .await?;
+        let principal = self.authenticate(&req).await?;
         let req = req.into_inner();
         let windows = req
             .windows

@@ -71,7 +71,7 @@ pub struct AgentProgress {
 /// Where a page of `GET /agents` starts: after this `(service, agent_id)`.
 pub type AgentCursor = (String, String);
 
-/// The outcome of claiming an `agent_id` for a token ([`Fleet::claim_agent`]).
+/// The outcome of claiming an `agent_id` for a token ([`Fleet::claim_agents`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AgentClaim {
     /// The id is this token's (now or already): its stored status, to continue from.
@@ -83,10 +83,17 @@ pub enum AgentClaim {
 /// What the fleet knows of its agents.
 #[async_trait]
 pub trait Fleet: Send + Sync {
-    /// Binds `agent.agent_id` to the token `agent.token_id` — inserting `agent` as its entry
-    /// — unless a token that still exists holds it: then `Taken`, and nothing changes. An
-    /// entry of a revoked token, or an unbound one, is taken over.
-    async fn claim_agent(&self, agent: &AgentStatus) -> StoreResult<AgentClaim>;
+    /// Binds each `agent.agent_id` to the token `agent.token_id` — inserting `agent` as its
+    /// entry — unless a token that still exists holds it: then `Taken`, and nothing changes.
+    /// An entry of a revoked token, or an unbound one, is taken over. One claim per agent, in
+    /// the order given; the ids must be distinct. A few statements however many agents (a
+    /// fleet reconnecting after a restart claims in batches).
+    async fn claim_agents(&self, agents: &[AgentStatus]) -> StoreResult<Vec<AgentClaim>>;
+    /// [`Fleet::claim_agents`] of one agent.
+    async fn claim_agent(&self, agent: &AgentStatus) -> StoreResult<AgentClaim> {
+        let mut claims = self.claim_agents(std::slice::from_ref(agent)).await?;
+        Ok(claims.pop().unwrap_or(AgentClaim::Taken))
+    }
     /// The identity of the token `agent_id` is bound to, if that token still exists.
     async fn agent_token(&self, agent_id: &str) -> StoreResult<Option<String>>;
     /// Records agents' status: inserts new entries, updates those bound to the same token

@@ -167,6 +167,96 @@ async fn postgres_watch_streams_are_limited_per_token() {
     watch_streams_are_limited_per_token(Backend::Postgres).await;
 }
 
+/// A counter of `/metrics`.
+async fn counter(app: &TestApp, name: &str) -> u64 {
+    let answer = app.get("/metrics", ADMIN_TOKEN).await.expect(200);
+    String::from_utf8_lossy(&answer.body)
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics"))
+}
+
+/// Opens `n` Watch streams at once over `connections` connections; the ids that opened.
+async fn open_at_once(
+    app: &TestApp,
+    token: &str,
+    n: usize,
+    connections: usize,
+) -> (Vec<Streaming<BudgetUpdate>>, Vec<tonic::Status>) {
+    let mut clients = Vec::new();
+    for _ in 0..connections {
+        clients.push(client(app).await);
+    }
+    let opening: Vec<_> = (0..n)
+        .map(|i| {
+            let mut c = clients[i % connections].clone();
+            let req = authed(
+                token,
+                watch_req(&format!("storm-{i}"), &["checkout"], "order", 0),
+            );
+            tokio::spawn(async move { c.watch(req).await.map(tonic::Response::into_inner) })
+        })
+        .collect();
+    let (mut open, mut refused) = (Vec::new(), Vec::new());
+    for o in opening {
+        match o.await.unwrap() {
+            Ok(stream) => open.push(stream),
+            Err(status) => refused.push(status),
+        }
+    }
+    (open, refused)
+}
+
+/// A fleet opening its streams at once — its first start, or every agent reconnecting after
+/// a restart — is bound in batches: each Watch opens, with a few store round trips for all
+/// of them (before, one to three statements per stream competed for four SQLite connections,
+/// and at 10 000 streams Watch calls failed with `internal error` on the pool's timeout).
+async fn a_fleet_opening_at_once_is_claimed_in_batches(backend: Backend) {
+    const N: usize = 1500;
+    let Some(app) = app_with(backend, |s| s.agents.max_streams_per_token = 2 * N).await else {
+        return;
+    };
+    let token = app.token("agent", "storm").await;
+    let (claims, batches) = (
+        counter(&app, "budgetd_agent_claims_total").await,
+        counter(&app, "budgetd_agent_claim_batches_total").await,
+    );
+    let (open, refused) = open_at_once(&app, &token, N, 8).await;
+    assert!(refused.is_empty(), "refused: {:?}", refused.first());
+    assert_eq!(open.len(), N);
+    let claimed = counter(&app, "budgetd_agent_claims_total").await - claims;
+    let trips = counter(&app, "budgetd_agent_claim_batches_total").await - batches;
+    // Other tests of this binary claim a few agents of their own meanwhile.
+    assert!(claimed >= N as u64, "{claimed} claims counted");
+    assert!(
+        trips * 10 <= claimed,
+        "{claimed} claims took {trips} store round trips"
+    );
+    let ids = agent_ids(&app).await;
+    assert_eq!(ids.iter().filter(|i| i.starts_with("storm-")).count(), N);
+    // Every agent reconnecting at once (the first streams end, as at a restart).
+    drop(open);
+    let (open, refused) = open_at_once(&app, &token, N, 8).await;
+    assert!(
+        refused.is_empty(),
+        "refused on reconnect: {:?}",
+        refused.first()
+    );
+    assert_eq!(open.len(), N);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_fleet_opening_at_once_is_claimed_in_batches() {
+    a_fleet_opening_at_once_is_claimed_in_batches(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_fleet_opening_at_once_is_claimed_in_batches() {
+    a_fleet_opening_at_once_is_claimed_in_batches(Backend::Postgres).await;
+}
+
 async fn gone_agents_expire(backend: Backend) {
     let Some(app) = app_with(backend, |s| s.agents.retention_secs = 2).await else {
         return;

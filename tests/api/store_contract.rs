@@ -537,6 +537,43 @@ async fn agents_contract(backend: Backend) {
     assert_ne!(other.delivered, 99, "another token's group changed order-1");
     assert_eq!(all.len(), 10, "an unknown id in a group adds no entry");
     b.record_progress(t2, &[]).await.unwrap();
+
+    // Claims in one batch: each answered in order, as one claim each would be.
+    a.create_token(
+        &NewToken {
+            name: "bot-c".into(),
+            role: Role::Agent,
+            owner: "bot-c".into(),
+            hash: "hash-c".into(),
+        },
+        audit("admin"),
+    )
+    .await
+    .unwrap();
+    let claims = a
+        .claim_agents(&[
+            agent("order-1", "order", "hash-c", t1),
+            agent("new-1", "new", "hash-c", t1),
+            agent("order-1-twin", "order", "hash-b", t1),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(claims[0], AgentClaim::Taken, "order-1 is bot-b's");
+    let tokens: Vec<Option<String>> = claims[1..].iter().map(|c| bound(c.clone()).token).collect();
+    assert_eq!(tokens, [Some("bot-c".into()), Some("bot-b".into())]);
+    // A fleet's worth at once, past one statement's chunk: every id bound, none twice.
+    let fleet: Vec<AgentStatus> = (0..2500)
+        .map(|i| agent(&format!("fleet-{i}"), "fleet", "hash-c", t1))
+        .collect();
+    let claims = b.claim_agents(&fleet).await.unwrap();
+    assert_eq!(claims.len(), 2500);
+    assert!(claims
+        .iter()
+        .all(|c| matches!(c, AgentClaim::Bound(s) if s.token_id == "hash-c")));
+    // Claimed again (every agent reconnecting): the same answers, from one read.
+    let again = a.claim_agents(&fleet).await.unwrap();
+    assert_eq!(again, claims);
+    assert!(a.claim_agents(&[]).await.unwrap().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

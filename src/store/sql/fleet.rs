@@ -12,55 +12,73 @@ use crate::store::{AgentClaim, AgentCursor, AgentProgress, AgentStatus, Fleet, S
 
 #[async_trait]
 impl Fleet for SqlStore {
-    async fn claim_agent(&self, agent: &AgentStatus) -> StoreResult<AgentClaim> {
-        // Most Watch streams are reconnects of an agent bound to the same token: a read.
-        let row = sqlx::query(&format!(
-            "{AGENT_SELECT} WHERE a.agent_id = $1 AND a.token_hash = $2"
-        ))
-        .bind(&agent.agent_id)
-        .bind(&agent.token_id)
-        .bind(&agent.client)
-        .fetch_optional(&self.pool)
-        .await?;
-        if let Some(row) = row {
-            return Ok(AgentClaim::Bound(Box::new(agent_from_row(&row)?)));
+    async fn claim_agents(&self, agents: &[AgentStatus]) -> StoreResult<Vec<AgentClaim>> {
+        if agents.is_empty() {
+            return Ok(Vec::new());
         }
-        // New, unbound, or bound to a token that no longer exists: take it, in one statement
-        // so two tokens racing for the id cannot both win (on any replica).
-        let claimed = sqlx::query(
-            "INSERT INTO agents (agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen, token_hash, client) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
-             ON CONFLICT (agent_id) DO UPDATE SET token_hash = excluded.token_hash, service = excluded.service, client = excluded.client, \
-               labels = excluded.labels, replica = excluded.replica, connected = excluded.connected, \
-               last_seen = excluded.last_seen \
-             WHERE agents.token_hash IS NULL OR agents.token_hash = excluded.token_hash \
-               OR NOT EXISTS (SELECT 1 FROM api_tokens t WHERE t.token_hash = agents.token_hash) \
-             RETURNING agent_id",
-        )
-        .bind(&agent.agent_id)
-        .bind(&agent.service)
-        .bind(serde_json::to_string(&agent.labels).map_err(internal)?)
-        .bind(agent.chains.join(","))
-        .bind(&agent.replica)
-        .bind(i64::from(agent.connected))
-        .bind(agent.delivered)
-        .bind(agent.acked)
-        .bind(agent.nack_revision)
-        .bind(agent.nack_error.clone())
-        .bind(&agent.first_seen)
-        .bind(&agent.last_seen)
-        .bind(&agent.token_id)
-        .bind(&agent.client)
-        .fetch_optional(&self.pool)
-        .await?;
-        if claimed.is_none() {
-            return Ok(AgentClaim::Taken);
+        let mut claims: Vec<Option<AgentClaim>> = vec![None; agents.len()];
+        // Most Watch streams are reconnects of agents bound to the same token: one read.
+        let ids: Vec<&str> = agents.iter().map(|a| a.agent_id.as_str()).collect();
+        let mut stored = self.agents_by_id(&ids).await?;
+        let mut unclaimed = Vec::new();
+        for (i, agent) in agents.iter().enumerate() {
+            match stored.remove(&agent.agent_id) {
+                Some(row) if row.token_id == agent.token_id => {
+                    claims[i] = Some(AgentClaim::Bound(Box::new(row)));
+                }
+                _ => unclaimed.push(i),
+            }
         }
-        let row = sqlx::query(&format!("{AGENT_SELECT} WHERE a.agent_id = $1"))
-            .bind(&agent.agent_id)
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(AgentClaim::Bound(Box::new(agent_from_row(&row)?)))
+        // New, unbound, or bound to a token that no longer exists: taken in one statement per
+        // chunk, so two tokens racing for an id cannot both win (on any replica).
+        let mut won = std::collections::HashSet::new();
+        for chunk in unclaimed.chunks(AGENT_CHUNK) {
+            let sql = format!(
+                "INSERT INTO agents (agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen, token_hash, client) \
+                 VALUES {} \
+                 ON CONFLICT (agent_id) DO UPDATE SET token_hash = excluded.token_hash, service = excluded.service, client = excluded.client, \
+                   labels = excluded.labels, replica = excluded.replica, connected = excluded.connected, \
+                   last_seen = excluded.last_seen \
+                 WHERE agents.token_hash IS NULL OR agents.token_hash = excluded.token_hash \
+                   OR NOT EXISTS (SELECT 1 FROM api_tokens t WHERE t.token_hash = agents.token_hash) \
+                 RETURNING agent_id",
+                placeholders(self.backend, chunk.len(), 14)
+            );
+            let mut q = sqlx::query(&sql);
+            for &i in chunk {
+                let a = &agents[i];
+                q = q
+                    .bind(a.agent_id.clone())
+                    .bind(a.service.clone())
+                    .bind(serde_json::to_string(&a.labels).map_err(internal)?)
+                    .bind(a.chains.join(","))
+                    .bind(a.replica.clone())
+                    .bind(i64::from(a.connected))
+                    .bind(a.delivered)
+                    .bind(a.acked)
+                    .bind(a.nack_revision)
+                    .bind(a.nack_error.clone())
+                    .bind(a.first_seen.clone())
+                    .bind(a.last_seen.clone())
+                    .bind(a.token_id.clone())
+                    .bind(a.client.clone());
+            }
+            for row in q.fetch_all(&self.pool).await? {
+                won.insert(row.try_get::<String, _>(0)?);
+            }
+        }
+        let won_ids: Vec<&str> = won.iter().map(String::as_str).collect();
+        let mut claimed = self.agents_by_id(&won_ids).await?;
+        for i in unclaimed {
+            claims[i] = Some(match claimed.remove(&agents[i].agent_id) {
+                Some(row) if won.contains(&agents[i].agent_id) => AgentClaim::Bound(Box::new(row)),
+                _ => AgentClaim::Taken,
+            });
+        }
+        Ok(claims
+            .into_iter()
+            .map(|c| c.unwrap_or(AgentClaim::Taken))
+            .collect())
     }
 
     async fn agent_token(&self, agent_id: &str) -> StoreResult<Option<String>> {
@@ -122,11 +140,7 @@ impl Fleet for SqlStore {
         if groups.is_empty() {
             return Ok(());
         }
-        // The ids travel as one JSON array: one bound parameter however many agents.
-        let ids = match self.backend {
-            Backend::Sqlite => "SELECT value FROM json_each($5)",
-            Backend::Postgres => "SELECT jsonb_array_elements_text(CAST($5 AS jsonb))",
-        };
+        let ids = json_ids(self.backend, 5);
         let sql = format!(
             "UPDATE agents SET delivered = $1, acked = $2, last_seen = $3 \
              WHERE token_hash = $4 AND agent_id IN ({ids})"
@@ -174,5 +188,39 @@ impl Fleet for SqlStore {
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected())
+    }
+}
+
+impl SqlStore {
+    /// The stored entries of `ids` (those that exist), by agent id: one statement, in chunks.
+    async fn agents_by_id(
+        &self,
+        ids: &[&str],
+    ) -> StoreResult<std::collections::HashMap<String, AgentStatus>> {
+        let mut found = std::collections::HashMap::new();
+        let sql = format!(
+            "{AGENT_SELECT} WHERE a.agent_id IN ({})",
+            json_ids(self.backend, 1)
+        );
+        for chunk in ids.chunks(AGENT_CHUNK) {
+            let rows = sqlx::query(&sql)
+                .bind(serde_json::to_string(chunk).map_err(internal)?)
+                .fetch_all(&self.pool)
+                .await?;
+            for row in &rows {
+                let agent = agent_from_row(row)?;
+                found.insert(agent.agent_id.clone(), agent);
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// A subquery giving the strings of the JSON array bound as parameter `$n`: a list of ids
+/// travels as one bound value however long it is.
+fn json_ids(backend: Backend, n: usize) -> String {
+    match backend {
+        Backend::Sqlite => format!("SELECT value FROM json_each(${n})"),
+        Backend::Postgres => format!("SELECT jsonb_array_elements_text(CAST(${n} AS jsonb))"),
     }
 }

@@ -4,8 +4,9 @@
 //! stream's own [`Slot`]; the status is written to the store in batches by [`Fleet::flush`],
 //! so `GET /api/v1/agents` shows the agents of every replica.
 //!
-//! Every `agent_id` is bound to the token that first watched it ([`Fleet::claim_agent`](crate::store::Fleet::claim_agent), in
-//! the database, so the binding holds across restarts and replicas): another token can neither
+//! Every `agent_id` is bound to the token that first watched it ([`Fleet::claim_agents`](crate::store::Fleet::claim_agents), in
+//! the database, so the binding holds across restarts and replicas; claims are batched by
+//! [`claims`]): another token can neither
 //! watch, ACK nor overwrite it. Memory is bounded: a slot lives while the agent has a stream
 //! here (at most `agents.max_streams_per_token` per token, [`Fleet::open_stream`]) and until
 //! its last status is stored. Entries of agents gone longer than `agents.retention_secs` are
@@ -16,6 +17,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+pub mod claims;
 
 use crate::clock::now;
 use crate::config::AgentSettings;
@@ -35,8 +38,8 @@ pub struct Slot {
     /// Open Watch streams of the agent on this replica. Rises only under the fleet's lock, so
     /// a slot the fleet forgets (no stream, status stored) is never used again.
     streams: AtomicUsize,
-    /// When the status was last stored.
-    written: Mutex<Instant>,
+    /// Set with `dirty` or `progressed`: the fleet has something to flush.
+    news: Arc<AtomicBool>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -46,10 +49,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Slot {
     fn touch(&self) {
         self.dirty.store(true, Ordering::Release);
+        self.news.store(true, Ordering::Release);
     }
 
     fn progress(&self) {
         self.progressed.store(true, Ordering::Release);
+        self.news.store(true, Ordering::Release);
     }
 
     /// A revision was sent; `new_chains` lists chains the agent had not received before.
@@ -146,16 +151,25 @@ pub struct Fleet {
     agents: Arc<Mutex<HashMap<String, Arc<Slot>>>>,
     streams: StreamCounts,
     store: Arc<dyn Store>,
+    claims: claims::Claims,
+    /// Some slot has news since the last flush (an idle fleet costs no scan of its slots).
+    news: Arc<AtomicBool>,
+    /// When every connected agent was last rewritten (the heartbeat).
+    beat: Arc<Mutex<Instant>>,
     max_streams_per_token: usize,
     retention: Duration,
 }
 
 impl Fleet {
+    /// A fleet on the current tokio runtime (its claim task runs there).
     pub fn new(store: Arc<dyn Store>, replica: String, settings: &AgentSettings) -> Self {
         Self {
             replica,
             agents: Default::default(),
             streams: Default::default(),
+            claims: claims::Claims::spawn(store.clone()),
+            news: Default::default(),
+            beat: Arc::new(Mutex::new(Instant::now())),
             store,
             max_streams_per_token: settings.max_streams_per_token,
             retention: settings.retention(),
@@ -227,7 +241,7 @@ impl Fleet {
             token: Some(token.to_owned()),
             token_id: token_id.to_owned(),
         };
-        let stored = match self.store.claim_agent(&fresh).await? {
+        let stored = match self.claims.claim(fresh.clone()).await? {
             AgentClaim::Taken => return Err(ConnectError::Taken),
             AgentClaim::Bound(stored) => *stored,
         };
@@ -256,7 +270,7 @@ impl Fleet {
                     dirty: AtomicBool::new(true),
                     progressed: AtomicBool::new(false),
                     streams: AtomicUsize::new(0),
-                    written: Mutex::new(Instant::now()),
+                    news: self.news.clone(),
                 });
                 agents.insert(agent_id.to_owned(), slot.clone());
                 slot
@@ -336,7 +350,10 @@ impl Fleet {
     /// Entries with other news (connected, disconnected, new chains, a NACK) are rewritten
     /// whole.
     pub async fn flush(&self) {
-        let heartbeat = self.heartbeat();
+        let beat = lock(&self.beat).elapsed() >= self.heartbeat();
+        if !self.news.swap(false, Ordering::AcqRel) && !beat {
+            return;
+        }
         let mut whole: Vec<Arc<Slot>> = Vec::new();
         let mut progressed: Vec<Arc<Slot>> = Vec::new();
         for slot in lock(&self.agents).values() {
@@ -345,13 +362,15 @@ impl Fleet {
                 slot.progressed.store(false, Ordering::Release);
                 whole.push(slot.clone());
             } else if slot.progressed.swap(false, Ordering::AcqRel)
-                || (slot.streams.load(Ordering::Acquire) > 0
-                    && lock(&slot.written).elapsed() >= heartbeat)
+                || (beat && slot.streams.load(Ordering::Acquire) > 0)
             {
                 progressed.push(slot.clone());
             }
         }
         if whole.is_empty() && progressed.is_empty() {
+            if beat {
+                *lock(&self.beat) = Instant::now();
+            }
             return;
         }
         let at = now();
@@ -396,9 +415,8 @@ impl Fleet {
                 return;
             }
         }
-        let written = Instant::now();
-        for slot in whole.iter().chain(&progressed) {
-            *lock(&slot.written) = written;
+        if beat {
+            *lock(&self.beat) = Instant::now();
         }
         lock(&self.agents).retain(|_, slot| {
             slot.streams.load(Ordering::Acquire) > 0
