@@ -50,7 +50,8 @@ pub async fn upload_run(
     check_chain_name(chain)?;
     let topo = state.store.get_topology(chain, None).await?;
     let upload: RunUpload = parse_with_schema(Schema::Run, body)?;
-    let run = Upload::one_body(upload, None, Format::Native.as_str(), raw);
+    let run = Upload::one_body(upload, None, Format::Native.as_str(), raw)
+        .percentiles(Format::Native.percentile_method());
     record_run(state, principal, chain, topo, run).await
 }
 
@@ -95,7 +96,8 @@ pub async fn upload_production_run(
 ) -> ApiResult<RunOutcome> {
     let topo = state.store.get_topology(chain, None).await?;
     let bytes = serde_json::to_vec(&upload).map_err(|e| ApiError::internal(e.into()))?;
-    let run = Upload::one_body(upload, Some(source), "production", &bytes);
+    let run = Upload::one_body(upload, Some(source), "production", &bytes)
+        .percentiles("nearest-rank on the agents' merged HDR histograms (3 significant digits)");
     record_run(state, principal, chain, topo, run).await
 }
 
@@ -124,9 +126,19 @@ impl Upload {
                 format: source_format.into(),
                 sha256: hex::encode(sha2::Sha256::digest(bytes)),
                 size: bytes.len() as i64,
+                percentiles: None,
+                notes: Vec::new(),
             }],
             mapping: None,
         }
+    }
+
+    /// Records how the body's percentiles were computed.
+    fn percentiles(mut self, method: &str) -> Self {
+        for s in &mut self.sources {
+            s.percentiles = Some(method.to_owned());
+        }
+        self
     }
 }
 
@@ -250,6 +262,7 @@ async fn record_run(
                     tool,
                     segments,
                     mapping,
+                    sources,
                 });
             }
             Err(StoreError::Conflict(_)) => continue,

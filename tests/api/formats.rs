@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use crate::helpers::TestApp;
 
-fn fixture(path: &str) -> Vec<u8> {
+pub(crate) fn fixture(path: &str) -> Vec<u8> {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(path);
@@ -14,7 +14,7 @@ fn fixture(path: &str) -> Vec<u8> {
 }
 
 /// The checkout topology with the tools' labels on its three children.
-fn labelled_topology() -> Value {
+pub(crate) fn labelled_topology() -> Value {
     let mut t: Value = serde_json::from_str(CHECKOUT_TOPOLOGY).unwrap();
     for (i, label) in [(1, "inventory"), (2, "payment"), (3, "user")] {
         t["segments"][i]["labels"] = json!([label]);
@@ -22,7 +22,7 @@ fn labelled_topology() -> Value {
     t
 }
 
-enum Upload {
+pub(crate) enum Upload {
     Raw {
         query: &'static str,
         body: Vec<u8>,
@@ -33,7 +33,12 @@ enum Upload {
     },
 }
 
-async fn send(app: &TestApp, token: &str, chain: &str, upload: &Upload) -> crate::helpers::Answer {
+pub(crate) async fn send(
+    app: &TestApp,
+    token: &str,
+    chain: &str,
+    upload: &Upload,
+) -> crate::helpers::Answer {
     match upload {
         Upload::Raw { query, body } => {
             app.raw(

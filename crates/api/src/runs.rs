@@ -50,6 +50,8 @@ pub struct RunUploadResult {
     /// How load-tool labels were mapped (absent for native uploads).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mapping: Option<LabelMapping>,
+    /// The run's evidence: every file read, how its percentiles were computed, notes.
+    pub sources: Vec<RunSource>,
 }
 
 /// How the labels of a load-tool upload were used.
@@ -73,6 +75,12 @@ pub struct RunSource {
     pub format: String,
     pub sha256: String,
     pub size: i64,
+    /// How the file's percentiles were computed (nearest-rank, the tool's interpolation, …);
+    /// `null` for runs stored before it was recorded.
+    pub percentiles: Option<String>,
+    /// What a reader of the run should know about the file's numbers, in plain words (failures
+    /// that are unknown, latencies corrected for coordinated omission, a gzip stream, …).
+    pub notes: Vec<String>,
 }
 
 /// One segment of a stored run, in milliseconds (`null` where the run has no value).

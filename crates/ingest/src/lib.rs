@@ -87,6 +87,36 @@ impl Format {
         Self::ALL.into_iter().find(|f| f.as_str() == s)
     }
 
+    /// How the format's percentiles are computed, in plain words: kept as the run's evidence
+    /// (nearest-rank for raw samples and HDR histograms; k6's summary interpolates).
+    pub fn percentile_method(self) -> &'static str {
+        match self {
+            Self::Native => "as uploaded: the native document's own percentiles",
+            Self::Locust => {
+                "Locust's own: nearest-rank over response times it rounds (whole ms below 100 ms, \
+                 then 2 significant digits)"
+            }
+            Self::Oha => {
+                "oha's own: exact, the sorted latencies of every response at index ⌊p × n⌋"
+            }
+            Self::K6 => {
+                "k6's own: linear interpolation between the two nearest samples (k6's trend \
+                 summary)"
+            }
+            Self::Jmeter => {
+                "nearest-rank over every sample (HDR histogram, 3 significant digits; JTL times \
+                 are whole ms)"
+            }
+            Self::Hdrhistogram => {
+                "nearest-rank on the merged histograms (HdrHistogram's highest equivalent value)"
+            }
+            Self::Wrk2 => {
+                "wrk2's own: nearest-rank on its HdrHistogram of latencies corrected for \
+                 coordinated omission"
+            }
+        }
+    }
+
     /// Whether the format holds one endpoint per file (several files make one run).
     pub fn single_endpoint(self) -> bool {
         matches!(self, Self::Oha | Self::Wrk2)
@@ -145,7 +175,9 @@ pub struct Options {
 pub struct LabelStats {
     pub label: String,
     pub samples: u64,
-    pub failures: u64,
+    /// Failed requests; `None` where the file does not say (a k6 summary without a
+    /// `http_req_failed{…}` sub-metric for the label, an HdrHistogram log): unknown, never 0.
+    pub failures: Option<u64>,
     pub p50_us: Option<u64>,
     pub p99_us: u64,
     pub p999_us: u64,
@@ -158,6 +190,10 @@ pub struct Extracted {
     /// The tool and version when the file says, e.g. `"JMeter 5.6"`.
     pub tool: Option<String>,
     pub labels: Vec<LabelStats>,
+    /// What a reader of the run should know about these numbers, in plain words (failures that
+    /// are unknown, latencies corrected for coordinated omission, …): kept as the run's evidence.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Why an upload could not be read: where, and what is wrong.

@@ -90,7 +90,7 @@ pub fn to_upload(
         .map(|(s, stats)| SegmentUpload {
             id: s.id.clone(),
             samples: stats.samples,
-            failures: Some(stats.failures),
+            failures: stats.failures,
             p50_ms: stats.p50_us.map(budget_core::us_to_ms),
             p99_ms: budget_core::us_to_ms(stats.p99_us),
             p999_ms: budget_core::us_to_ms(stats.p999_us),

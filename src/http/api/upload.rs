@@ -135,6 +135,8 @@ fn finish(file: FileReader) -> ApiResult<(Extracted, RunSource)> {
         format: source.format.as_str().into(),
         sha256: source.sha256,
         size: source.size as i64,
+        percentiles: Some(source.format.percentile_method().into()),
+        notes: extracted.notes.clone(),
     };
     Ok((extracted, source))
 }

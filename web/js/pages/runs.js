@@ -65,7 +65,7 @@ export async function runs(root, [chain]) {
 
 function percentileTable(segments) {
   return ui.table([{ label: 'Segment' }, { label: 'Samples', num: true }, { label: 'Failures', num: true }, { label: 'p50', num: true }, { label: 'p99', num: true }, { label: 'p999', num: true }],
-    segments.map((x) => [h('span', { class: 'mono' }, x.id), fmt.num(x.samples), fmt.num(x.failures), fmt.ms(x.p50_ms), fmt.ms(x.p99_ms), fmt.ms(x.p999_ms)]),
+    segments.map((x) => [h('span', { class: 'mono' }, x.id), fmt.num(x.samples), fmt.failures(x.failures), fmt.ms(x.p50_ms), fmt.ms(x.p99_ms), fmt.ms(x.p999_ms)]),
     { label: 'Percentiles', rowHeader: true, class: 'compact' });
 }
 

@@ -32,8 +32,9 @@
 //! the trend's own `count` stat (`--summary-trend-stats` with `count`); `passes + fails` of
 //! `http_req_failed` with the same tags. None of them → IngestError naming the three ways.
 //! **Failures**: `passes` of `http_req_failed` with the same tags — for that rate metric a "pass" is
-//! a non-zero sample, i.e. a *failed* request (k6's text summary shows it as `✓`); 0 when the file
-//! has no such (sub-)metric. A label with 0 samples is left out (nothing was measured); a file
+//! a non-zero sample, i.e. a *failed* request (k6's text summary shows it as `✓`). k6 writes a
+//! per-endpoint `http_req_failed{name:…}` only when a threshold names it: without one the label's
+//! failures are **unknown** (`None`, never 0) and the extracted notes say so. A label with 0 samples is left out (nothing was measured); a file
 //! where every label has 0 is an error.
 //!
 //! **Tool.** The summary carries no k6 version: `tool` is `"k6"`. [`Options`] are not used.

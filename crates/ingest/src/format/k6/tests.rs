@@ -21,7 +21,7 @@ fn read(input: &[u8], chunk: usize) -> Result<Extracted, IngestError> {
 fn stats(
     label: &str,
     samples: u64,
-    failures: u64,
+    failures: Option<u64>,
     p50: Option<u64>,
     p99: u64,
     p999: u64,
@@ -66,8 +66,8 @@ fn handle_summary_shape_with_sub_metrics() {
     assert_eq!(
         e.labels,
         vec![
-            stats("inventory", 600, 0, Some(4250), 30_100, 80_000),
-            stats("payment", 600, 12, Some(16_000), 61_000, 151_000),
+            stats("inventory", 600, Some(0), Some(4250), 30_100, 80_000),
+            stats("payment", 600, Some(12), Some(16_000), 61_000, 151_000),
         ]
     );
 }
@@ -89,7 +89,7 @@ fn summary_export_shape() {
         vec![stats(
             "http_req_duration",
             2000,
-            20,
+            Some(20),
             Some(4900),
             33_330,
             99_999
@@ -169,7 +169,12 @@ fn label_rules() {
         64,
     )
     .unwrap();
-    assert_eq!(e.labels, vec![stats("x", 7, 0, None, 5000, 6000)]);
+    assert_eq!(e.labels, vec![stats("x", 7, None, None, 5000, 6000)]);
+    assert!(
+        e.notes[0].starts_with("failures: unknown for x — "),
+        "{:?}",
+        e.notes
+    );
 }
 
 #[test]
@@ -182,10 +187,11 @@ fn sample_sources_in_order() {
     let failed = r#""http_req_failed{name:a}": {"values": {"passes": 3, "fails": 67}}"#;
     let no_count = trend("http_req_duration{name:a}", r#""p(99)": 1, "p(99.9)": 2"#);
     for (metrics, samples, failures) in [
-        (vec![t.as_str(), reqs, failed], 60, 3),
-        (vec![t.as_str(), failed], 50, 3),
-        (vec![no_count.as_str(), failed], 70, 3),
-        (vec![t.as_str()], 50, 0),
+        (vec![t.as_str(), reqs, failed], 60, Some(3)),
+        (vec![t.as_str(), failed], 50, Some(3)),
+        (vec![no_count.as_str(), failed], 70, Some(3)),
+        // No http_req_failed{name:a}: failures unknown, not 0.
+        (vec![t.as_str()], 50, None),
     ] {
         let e = read(hs(&metrics.join(",")).as_bytes(), 64).unwrap();
         assert_eq!(
@@ -278,7 +284,7 @@ fn metrics_at_the_top_level() {
     let d = r#"{"http_req_duration": {"med": 1, "p(99)": 2, "p(99.9)": 3}, "http_reqs": {"count": 10}}"#;
     assert_eq!(
         read(d.as_bytes(), 3).unwrap().labels,
-        vec![stats("http_req_duration", 10, 0, Some(1000), 2000, 3000)]
+        vec![stats("http_req_duration", 10, None, Some(1000), 2000, 3000)]
     );
 }
 
@@ -417,7 +423,7 @@ fn repeated_members_and_key_order() {
         r#""p(99)": 5, "p(99.9)": 6, "count": 3, "count": 7"#,
     );
     let e = read(hs(&format!("{t},{t2}")).as_bytes(), 64).unwrap();
-    assert_eq!(e.labels, vec![stats("a", 7, 0, None, 5000, 6000)]);
+    assert_eq!(e.labels, vec![stats("a", 7, None, None, 5000, 6000)]);
     let d = format!(r#"{{"metrics": {{"x": 1}}, {}"#, &hs(&t)[1..]);
     assert_eq!(read(d.as_bytes(), 64).unwrap().labels[0].p99_us, 1000);
     // `med` comes before `p(50)` in key order, wherever it is written.
@@ -505,9 +511,9 @@ fn sniff_is_unambiguous() {
 #[test]
 fn fixtures_give_the_numbers_they_hold() {
     let want = vec![
-        stats("inventory", 600, 0, Some(4_712), 30_934, 81_021),
-        stats("payment", 600, 13, Some(16_204), 61_377, 150_864),
-        stats("user", 600, 6, Some(2_583), 4_106, 601_893),
+        stats("inventory", 600, Some(0), Some(4_712), 30_934, 81_021),
+        stats("payment", 600, Some(13), Some(16_204), 61_377, 150_864),
+        stats("user", 600, Some(6), Some(2_583), 4_106, 601_893),
     ];
     let a = read(HANDLE_SUMMARY, 4096).unwrap();
     let b = read(SUMMARY_EXPORT, 4096).unwrap();
