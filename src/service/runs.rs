@@ -70,12 +70,7 @@ pub async fn upload_tool_run(
     let topo = state.store.get_topology(chain, None).await?;
     let format = files.first().map_or(Format::Native, |f| f.format);
     let (upload, mapping) = budget_ingest::mapping::to_upload(&files, &topo.topology, map)
-        .map_err(|errs| {
-            violations_of(
-                format!("the labels of the upload do not map onto the segments of {chain:?}"),
-                errs,
-            )
-        })?;
+        .map_err(|failure| mapping_error(chain, &failure))?;
     let run = Upload {
         upload,
         format,
@@ -83,6 +78,27 @@ pub async fn upload_tool_run(
         mapping: Some(label_mapping(mapping)),
     };
     record_run(state, principal, chain, topo, run).await
+}
+
+/// A 422 naming the segments without data, every label found, mapped and unmapped, and the
+/// fix (`details`: `violations`, `labels {found, mapped, unmapped, ignored}`, `missing`,
+/// `suggested_map`, `fix`).
+fn mapping_error(chain: &str, failure: &budget_ingest::mapping::MappingFailure) -> ApiError {
+    ApiError::validation(
+        failure.message(chain),
+        json!({
+            "violations": failure.errors,
+            "labels": {
+                "found": failure.found,
+                "mapped": failure.mapping.mapped,
+                "unmapped": failure.mapping.unmapped,
+                "ignored": failure.mapping.ignored,
+            },
+            "missing": failure.missing,
+            "suggested_map": failure.suggested_map,
+            "fix": failure.fix,
+        }),
+    )
 }
 
 /// A run made from production data (`from: production`): `upload` holds the merged

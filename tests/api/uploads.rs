@@ -126,4 +126,140 @@ async fn unknown_failures_are_null_and_said_so(app: &TestApp) {
     );
 }
 
-crate::on_both_backends!(unknown_failures_are_null_and_said_so);
+/// Every mapping error lists the labels found, mapped and unmapped, the segments without data
+/// and the fix with a copy-pasteable example, whatever the format.
+async fn mapping_errors_list_the_labels_and_the_fix(app: &TestApp) {
+    let p = app.people().await;
+    let bare: Value = serde_json::from_str(budget_core::example::CHECKOUT_TOPOLOGY).unwrap();
+    chain(app, &p.uploader, "checkout", bare).await;
+    let wrk2 = |names: [&'static str; 3]| Upload::Parts {
+        query: "?format=wrk2",
+        parts: names
+            .iter()
+            .map(|n| (*n, fixture(&format!("wrk2/{n}.txt"))))
+            .collect(),
+    };
+    let k6_plain = br#"{"metrics": {"http_req_duration": {"med": 1, "p(99)": 2, "p(99.9)": 3},
+        "http_reqs": {"count": 10}, "http_req_failed": {"passes": 0, "fails": 10}}}"#;
+    let cases: Vec<(&str, Upload, &[&str], &str)> = vec![
+        (
+            "locust",
+            raw("", fixture("locust/shop_stats.csv")),
+            &["inventory", "payment", "user", "Aggregated"],
+            "--map 'inventory=order->inventory'",
+        ),
+        (
+            "wrk2 stems",
+            wrk2(["checkout", "search-errors", "health-us"]),
+            &["checkout", "search-errors", "health-us"],
+            "'order->inventory=FILE'",
+        ),
+        (
+            "k6 without sub-metrics",
+            raw("", k6_plain.to_vec()),
+            &["http_req_duration"],
+            "thresholds",
+        ),
+        (
+            "jmeter",
+            raw("", fixture("jmeter/shop_header.jtl")),
+            &["inventory", "payment", "user"],
+            "--map 'inventory=order->inventory'",
+        ),
+    ];
+    for (name, upload, found, hint) in cases {
+        let r = send(app, &p.uploader, "checkout", &upload)
+            .await
+            .expect(422);
+        let body = r.json();
+        let e = &body["error"];
+        let message = e["message"].as_str().unwrap();
+        let details = &e["details"];
+        let mut got: Vec<&str> = details["labels"]["found"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap())
+            .collect();
+        let mut want = found.to_vec();
+        got.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(got, want, "{name}: {details}");
+        assert!(
+            message.contains("no data for order->inventory, order->payment, order->user"),
+            "{name}: {message}"
+        );
+        assert!(message.contains("labels found: "), "{name}: {message}");
+        assert!(message.contains("mapped: none"), "{name}: {message}");
+        assert!(message.contains("fix: "), "{name}: {message}");
+        assert!(message.contains(hint), "{name}: {message}");
+        assert_eq!(
+            details["missing"],
+            json!(["order->inventory", "order->payment", "order->user"]),
+            "{name}"
+        );
+        assert!(
+            details["violations"].as_array().unwrap().len() >= 3,
+            "{name}"
+        );
+    }
+
+    // The suggested map is the fix: sent back as the upload's map, the same file is accepted.
+    let r = send(
+        app,
+        &p.uploader,
+        "checkout",
+        &raw("", fixture("locust/shop_stats.csv")),
+    )
+    .await
+    .expect(422)
+    .json();
+    let suggested = r["error"]["details"]["suggested_map"].to_string();
+    assert_eq!(
+        suggested,
+        r#"{"inventory":"order->inventory","payment":"order->payment","user":"order->user"}"#
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("shop_stats.csv");
+    std::fs::write(&csv, fixture("locust/shop_stats.csv")).unwrap();
+    let csv = csv.to_str().unwrap();
+    // budgetctl, as the message says: `--map LABEL=SEGMENT` for each suggested pair.
+    let refused = budgetctl(
+        app,
+        &p.uploader,
+        &["run", "upload", "--chain", "checkout", csv],
+    )
+    .await;
+    assert_ne!(refused.code, 0);
+    assert!(
+        refused
+            .stderr
+            .contains("labels found: inventory, payment, user, Aggregated"),
+        "{refused:?}"
+    );
+    let ok = budgetctl(
+        app,
+        &p.uploader,
+        &[
+            "--json",
+            "run",
+            "upload",
+            "--chain",
+            "checkout",
+            csv,
+            "--map",
+            "inventory=order->inventory",
+            "--map",
+            "payment=order->payment",
+            "--map",
+            "user=order->user",
+        ],
+    )
+    .await
+    .expect(0);
+    assert_eq!(ok.json()["mapping"]["mapped"]["user"], "order->user");
+}
+crate::on_both_backends!(
+    unknown_failures_are_null_and_said_so,
+    mapping_errors_list_the_labels_and_the_fix,
+);
