@@ -49,7 +49,16 @@ pub async fn upload_run(
 ) -> ApiResult<RunOutcome> {
     check_chain_name(chain)?;
     let topo = state.store.get_topology(chain, None).await?;
-    let upload: RunUpload = parse_with_schema(Schema::Run, body)?;
+    let upload: RunUpload = parse_with_schema(Schema::Run, body).map_err(|mut e| {
+        // A load tool's JSON sent as native: say what it looks like.
+        if let Some(hint) = budget_ingest::looks_like_a_tool(raw) {
+            e.message = format!("{}; {hint}", e.message);
+            if let Some(details) = e.details.as_object_mut() {
+                details.insert("hint".into(), hint.into());
+            }
+        }
+        e
+    })?;
     let run = Upload::one_body(upload, None, Format::Native.as_str(), raw)
         .percentiles(Format::Native.percentile_method());
     record_run(state, principal, chain, topo, run).await

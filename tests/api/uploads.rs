@@ -259,7 +259,98 @@ async fn mapping_errors_list_the_labels_and_the_fix(app: &TestApp) {
     .expect(0);
     assert_eq!(ok.json()["mapping"]["mapped"]["user"], "order->user");
 }
+/// A JSON body is read as the tool it is, whatever its Content-Type; a tool's document sent as
+/// native says what it looks like.
+async fn json_bodies_are_detected_from_the_content(app: &TestApp) {
+    let p = app.people().await;
+    chain(app, &p.uploader, "checkout", labelled_topology()).await;
+    let post = |query: &'static str, body: Vec<u8>| {
+        app.http
+            .post(app.url(&format!("/api/v1/chains/checkout/runs{query}")))
+            .bearer_auth(&p.uploader)
+            .header("content-type", "application/json")
+            .body(body)
+    };
+    // `curl -H 'Content-Type: application/json' --data-binary @summary.json`: a k6 summary.
+    let r = app
+        .raw(post("", fixture("k6/handle-summary.json")))
+        .await
+        .expect(201)
+        .json();
+    assert_eq!(r["format"], "k6", "{r}");
+    // oha JSON (one endpoint): read as oha, so the answer is about its label, not the schema.
+    let r = app
+        .raw(post("?label=inventory", fixture("oha/inventory.json")))
+        .await
+        .expect(422)
+        .json();
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(message.contains("labels found: inventory"), "{message}");
+    assert!(!message.contains("schema"), "{message}");
+    // Named native, a k6 summary fails the native schema, and the answer says what it is.
+    let r = app
+        .raw(post("?format=native", fixture("k6/handle-summary.json")))
+        .await
+        .expect(422)
+        .json();
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(message.contains("run schema"), "{message}");
+    assert!(
+        message.contains(
+            "this looks like a k6 summary (--summary-export or handleSummary JSON) \
+                          (format k6), not a native run"
+        ),
+        "{message}"
+    );
+    assert!(r["error"]["details"]["hint"].is_string(), "{r}");
+    // A native run is still native.
+    app.upload(
+        &p.uploader,
+        "checkout",
+        serde_json::from_str(budget_core::example::CHECKOUT_RUN_A).unwrap(),
+    )
+    .await
+    .expect(201);
+}
+
+/// Files budgetd does not read are named, with what to upload instead; `.hgrm` is no hlog.
+async fn unsupported_files_say_what_they_are(app: &TestApp) {
+    let p = app.people().await;
+    chain(app, &p.uploader, "checkout", labelled_topology()).await;
+    let hgrm = b"       Value     Percentile TotalCount 1/(1-Percentile)\n\n       0.016 0.000000000000          1           1.00\n       4.211 0.500000000000        301           2.00\n#[Mean    =        5.102, StdDeviation   =        4.012]\n".to_vec();
+    let history = b"Timestamp,User Count,Type,Name,Requests/s,Failures/s,50%,66%,75%,80%,90%,95%,98%,99%,99.9%,99.99%,100%,Total Request Count,Total Failure Count\n1718100000,10,,Aggregated,0.000000,0.000000,0,0,0,0,0,0,0,0,0,0,0,0,0\n".to_vec();
+    let cases: Vec<(&str, Upload, &str, &str)> = vec![
+        (".hgrm named hdrhistogram, no unit", raw("?format=hdrhistogram", hgrm.clone()), "HistogramLogProcessor's percentile distribution (.hgrm), not an interval log", "upload the .hlog"),
+        (".hgrm detected", raw("", hgrm), "HistogramLogProcessor", ".hlog"),
+        ("locust history", raw("", history), "Locust's stats history", "*_stats.csv"),
+        ("oha text", raw("", fixture("oha/inventory.txt")), "oha's text output", "--output-format json"),
+        ("zip", raw("", b"PK\x03\x04\x14\x00\x00\x00".to_vec()), "a zip archive", "unpack it"),
+        ("k6 text", raw("", b"     http_req_duration..............: avg=4.71ms min=1.2ms med=4ms max=81ms p(90)=7ms p(95)=9ms\n".to_vec()), "k6's end-of-test text summary", "--summary-export"),
+        ("wrk", raw("", fixture("wrk2/wrk-plain.txt")), "this is wrk output, not wrk2", "wrk2"),
+    ];
+    for (name, upload, what, instead) in cases {
+        let r = send(app, &p.uploader, "checkout", &upload)
+            .await
+            .expect(422)
+            .json();
+        let message = r["error"]["message"].as_str().unwrap();
+        assert!(message.contains(what), "{name}: {message}");
+        assert!(message.contains(instead), "{name}: {message}");
+        assert!(!message.contains("cannot tell"), "{name}: {message}");
+        assert!(!message.contains("do not record the unit"), "{name}: {message}");
+    }
+    // Nothing was stored.
+    let runs = app
+        .get("/api/v1/chains/checkout/runs", &p.uploader)
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(runs["runs"], json!([]));
+}
+
 crate::on_both_backends!(
     unknown_failures_are_null_and_said_so,
     mapping_errors_list_the_labels_and_the_fix,
+    json_bodies_are_detected_from_the_content,
+    unsupported_files_say_what_they_are,
 );

@@ -117,6 +117,19 @@ impl Format {
         }
     }
 
+    /// The file the format reads, in words: "a k6 summary (--summary-export or handleSummary)".
+    pub fn file_kind(self) -> &'static str {
+        match self {
+            Self::Native => "a native budgetd run (schemas/run.json)",
+            Self::Locust => "a Locust stats CSV (*_stats.csv)",
+            Self::Oha => "oha JSON output",
+            Self::K6 => "a k6 summary (--summary-export or handleSummary JSON)",
+            Self::Jmeter => "a JMeter JTL CSV",
+            Self::Hdrhistogram => "an HdrHistogram interval log",
+            Self::Wrk2 => "wrk2 --latency output",
+        }
+    }
+
     /// Whether the format holds one endpoint per file (several files make one run).
     pub fn single_endpoint(self) -> bool {
         matches!(self, Self::Oha | Self::Wrk2)
@@ -263,6 +276,25 @@ pub fn parser(format: Format, options: &Options) -> Result<Box<dyn Ingest>, Inge
         Format::Hdrhistogram => format::hlog::parser(options),
         Format::Wrk2 => format::wrk2::parser(options),
     }
+}
+
+/// What a document that is not a valid native run looks like, when it is a load tool's output:
+/// the hint added to the native schema's error (a k6 summary sent as `application/json` with
+/// `?format=native`, Locust's `--json` output, …).
+pub fn looks_like_a_tool(document: &[u8]) -> Option<String> {
+    if let Some(f) = detect(document) {
+        return Some(format!(
+            "this looks like {} (format {f}), not a native run: upload it without \
+             ?format=native and it is read as {f} (or name it: ?format={f}, budgetctl --format {f})",
+            f.file_kind()
+        ));
+    }
+    format::unsupported::recognise(document).map(|u| {
+        format!(
+            "this looks like {}, which budgetd does not read: {}",
+            u.what, u.instead
+        )
+    })
 }
 
 /// The format of an input from its first bytes, when exactly one load-tool format matches.

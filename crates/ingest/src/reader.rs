@@ -1,16 +1,25 @@
 //! Reading one uploaded file whatever the transport: the bytes arrive in chunks
-//! ([`FileReader::push`]), the format is detected from the first [`SNIFF_BYTES`] when the
-//! caller does not name it, the parser is fed as the chunks come, and the file's SHA-256 and size
-//! are taken on the way. [`FileReader::finish`] returns what the parser extracted and the
+//! ([`FileReader::push`]), the first [`SNIFF_BYTES`] are collected, the format is detected from
+//! them when the caller does not name it (a file budgetd can name but does not read — another
+//! output of a supported tool, an archive — is refused saying what it is and what to upload
+//! instead, [`ReadError::Unsupported`]), the parser is fed as the chunks come, and the file's
+//! SHA-256 and size are taken on the way. [`FileReader::finish`] returns what the parser extracted and the
 //! [`Source`] that identifies the file. The HTTP server drives it from a raw body or from each
 //! multipart part; nothing here knows about either.
 
 use sha2::{Digest, Sha256};
 
+use crate::format::unsupported::{recognise, Unsupported};
 use crate::{detect, parser, Extracted, Format, Ingest, IngestError, Options};
 
 /// Bytes collected before the format is detected from them (when it is not given).
 pub const SNIFF_BYTES: usize = 4096;
+
+/// Whether the first bytes of an upload are a load tool's file (a format is detected from
+/// them) rather than a native run.
+pub fn is_load_tool_file(head: &[u8]) -> bool {
+    detect(head).is_some()
+}
 
 /// Where the extracted statistics came from: one uploaded file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +38,10 @@ pub enum ReadError {
     /// No format was given and the first bytes match none (or several) of the load-tool formats.
     #[error("cannot tell the load-test format from the content")]
     Undetected,
+    /// The file is one budgetd can name but does not read (Locust's history CSV, oha's text
+    /// output, HistogramLogProcessor's `.hgrm`, a zip archive, …).
+    #[error("this is {}, which budgetd does not read: {}", .0.what, .0.instead)]
+    Unsupported(Unsupported),
     /// [`Format::Native`] is a JSON document, not a load-tool file.
     #[error("native runs are not load-tool files")]
     Native,
@@ -97,7 +110,7 @@ impl FileReader {
             Some(p) => Ok(p.push(chunk)?),
             None => {
                 self.head.extend_from_slice(chunk);
-                if self.head.len() >= SNIFF_BYTES || self.format.is_some() {
+                if self.head.len() >= SNIFF_BYTES {
                     self.start()?;
                 }
                 Ok(())
@@ -125,11 +138,21 @@ impl FileReader {
     }
 
     /// Chooses the parser (detecting the format from the head when not given) and feeds it the
-    /// head.
+    /// head. A head recognised as a file budgetd does not read is refused as such, also when a
+    /// format is given (a `.hgrm` named `hdrhistogram` is no interval log).
     fn start(&mut self) -> Result<(), ReadError> {
+        let detected = detect(&self.head);
+        if self
+            .format
+            .map_or(detected.is_none(), |f| detected != Some(f))
+        {
+            if let Some(what) = recognise(&self.head) {
+                return Err(ReadError::Unsupported(what));
+            }
+        }
         let format = match self.format {
             Some(f) => f,
-            None => detect(&self.head).ok_or(ReadError::Undetected)?,
+            None => detected.ok_or(ReadError::Undetected)?,
         };
         if format == Format::Native {
             return Err(ReadError::Native);

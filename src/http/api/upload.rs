@@ -110,6 +110,10 @@ fn read_error(name: Option<&str>, e: ReadError) -> ApiError {
             ),
             json!({"file": name}),
         ),
+        ReadError::Unsupported(u) => ApiError::validation(
+            format!("{prefix}{}", ReadError::Unsupported(u.clone())),
+            json!({"file": name, "recognised": u.what, "instead": u.instead}),
+        ),
         ReadError::Native => ApiError::bad_request(
             "native runs are uploaded as one application/json body, not as a load-tool file",
         ),
@@ -247,6 +251,26 @@ pub async fn read_multipart(
         }
     }
     Ok((files, sources, map))
+}
+
+/// Whether a body is a load tool's file, from its first [`SNIFF_BYTES`](budget_ingest::reader::SNIFF_BYTES)
+/// bytes (whatever its Content-Type), and the request with its body whole again.
+pub async fn peek_tool(req: Request) -> ApiResult<(Request, bool)> {
+    let (parts, body) = req.into_parts();
+    let mut stream = body.into_data_stream();
+    let mut head = bytes::BytesMut::new();
+    while head.len() < budget_ingest::reader::SNIFF_BYTES {
+        match stream.next().await {
+            Some(chunk) => head.extend_from_slice(
+                &chunk.map_err(|e| body_error(e, usize::MAX, "max_upload_bytes"))?,
+            ),
+            None => break,
+        }
+    }
+    let tool = budget_ingest::reader::is_load_tool_file(&head);
+    let first = futures_util::stream::once(std::future::ready(Ok::<_, axum::Error>(head.freeze())));
+    let body = Body::from_stream(first.chain(stream));
+    Ok((Request::from_parts(parts, body), tool))
 }
 
 pub fn is_multipart(req: &Request<Body>) -> bool {
