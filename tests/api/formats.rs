@@ -135,6 +135,39 @@ fn uploads() -> Vec<(&'static str, Upload)> {
                 ],
             },
         ),
+        (
+            // Labelled by URL path: mapped in the upload.
+            "artillery",
+            Upload::Raw {
+                query: "?map=%7B%22%2Finventory%22%3A%22order-%3Einventory%22%2C%22%2Fpayment%22%3A%22order-%3Epayment%22%2C%22%2Fuser%22%3A%22order-%3Euser%22%7D",
+                body: fixture("artillery/report.json"),
+            },
+        ),
+        (
+            "autocannon",
+            Upload::Parts {
+                query: "",
+                parts: vec![
+                    ("inventory", fixture("autocannon/inventory.json")),
+                    ("payment", fixture("autocannon/payment.json")),
+                    ("user", fixture("autocannon/user.json")),
+                ],
+            },
+        ),
+        (
+            "k6-points-json-gz",
+            Upload::Raw {
+                query: "",
+                body: fixture("k6/points.json.gz"),
+            },
+        ),
+        (
+            "k6-points-csv-gz",
+            Upload::Raw {
+                query: "?format=k6_points",
+                body: fixture("k6/points.csv.gz"),
+            },
+        ),
     ]
 }
 

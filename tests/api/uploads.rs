@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 
 use crate::formats::{fixture, labelled_topology, send, Upload};
-use crate::helpers::TestApp;
+use crate::helpers::{settings_for, spawn_app_on, Backend, TestApp, TestDb};
 use crate::releases::budgetctl;
 
 async fn chain(app: &TestApp, token: &str, name: &str, topology: Value) {
@@ -337,7 +337,10 @@ async fn unsupported_files_say_what_they_are(app: &TestApp) {
         assert!(message.contains(what), "{name}: {message}");
         assert!(message.contains(instead), "{name}: {message}");
         assert!(!message.contains("cannot tell"), "{name}: {message}");
-        assert!(!message.contains("do not record the unit"), "{name}: {message}");
+        assert!(
+            !message.contains("do not record the unit"),
+            "{name}: {message}"
+        );
     }
     // Nothing was stored.
     let runs = app
@@ -348,9 +351,226 @@ async fn unsupported_files_say_what_they_are(app: &TestApp) {
     assert_eq!(runs["runs"], json!([]));
 }
 
+/// gzip uploads: `Content-Encoding: gzip` and `.gz` files are read as their plain bytes,
+/// streamed; a bomb is refused at the upload limit; other encodings are refused.
+async fn gzip_uploads_stream_within_the_limit(app: &TestApp) {
+    let p = app.people().await;
+    chain(app, &p.uploader, "checkout", labelled_topology()).await;
+    let post = |encoding: Option<&str>, body: Vec<u8>| {
+        let mut r = app
+            .http
+            .post(app.url("/api/v1/chains/checkout/runs"))
+            .bearer_auth(&p.uploader)
+            .header("content-type", "text/csv");
+        if let Some(e) = encoding {
+            r = r.header("content-encoding", e);
+        }
+        r.body(body)
+    };
+    let csv = fixture("locust/shop_stats.csv");
+    let plain = app.raw(post(None, csv.clone())).await.expect(201).json();
+    let gz = gzip(&csv);
+    let r = app
+        .raw(post(Some("gzip"), gz.clone()))
+        .await
+        .expect(201)
+        .json();
+    assert_eq!(r["segments"], plain["segments"]);
+    assert_eq!(r["format"], "locust");
+    let note = format!(
+        "gzip-compressed: {} bytes uploaded, {} bytes decompressed",
+        gz.len(),
+        csv.len()
+    );
+    assert_eq!(r["sources"][0]["notes"], json!([note]), "{}", r["sources"]);
+    assert_eq!(r["sources"][0]["size"], gz.len());
+    // A JSON body that is gzip: read as the tool file it holds.
+    let k6 = gzip(&fixture("k6/handle-summary.json"));
+    let r = app
+        .raw(
+            app.http
+                .post(app.url("/api/v1/chains/checkout/runs"))
+                .bearer_auth(&p.uploader)
+                .header("content-type", "application/json")
+                .header("content-encoding", "gzip")
+                .body(k6),
+        )
+        .await
+        .expect(201)
+        .json();
+    assert_eq!(r["format"], "k6");
+    // Said to be gzip, and is not; another encoding.
+    let r = app
+        .raw(post(Some("gzip"), csv.clone()))
+        .await
+        .expect(422)
+        .json();
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not a gzip stream"),
+        "{r}"
+    );
+    app.raw(post(Some("br"), csv.clone())).await.expect(415);
+    // Cut off.
+    let r = app
+        .raw(post(None, gz[..gz.len() - 9].to_vec()))
+        .await
+        .expect(422)
+        .json();
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("gzip"),
+        "{r}"
+    );
+}
+
+/// The new formats through the real binary: Artillery, autocannon (a fixed-rate run says
+/// its latencies are corrected for coordinated omission) and k6's raw points.
+async fn new_formats_keep_their_evidence(app: &TestApp) {
+    let p = app.people().await;
+    chain(app, &p.uploader, "checkout", labelled_topology()).await;
+    let parts = |payment: &'static str| Upload::Parts {
+        query: "",
+        parts: vec![
+            ("inventory", fixture("autocannon/inventory.json")),
+            ("payment", fixture(payment)),
+            ("user", fixture("autocannon/user.json")),
+        ],
+    };
+    let r = send(
+        app,
+        &p.uploader,
+        "checkout",
+        &parts("autocannon/payment-rate.json"),
+    )
+    .await
+    .expect(201)
+    .json();
+    assert_eq!(r["format"], "autocannon");
+    let payment = r["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "payment")
+        .unwrap();
+    assert!(
+        payment["notes"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("latencies corrected for coordinated omission"),
+        "{payment}"
+    );
+    let inventory = &r["sources"][0];
+    assert!(
+        inventory["notes"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("latencies of every response"),
+        "{inventory}"
+    );
+    assert!(
+        inventory["percentiles"]
+            .as_str()
+            .unwrap()
+            .contains("hdr-histogram-js"),
+        "{inventory}"
+    );
+    // k6 raw points: per request, so failures are known per name.
+    let r = send(
+        app,
+        &p.uploader,
+        "checkout",
+        &raw("", fixture("k6/points.csv.gz")),
+    )
+    .await
+    .expect(201)
+    .json();
+    assert_eq!(r["format"], "k6_points");
+    let by_id = |id: &str| {
+        r["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        (
+            by_id("order->payment")["samples"].clone(),
+            by_id("order->payment")["failures"].clone()
+        ),
+        (json!(110), json!(2))
+    );
+    assert_eq!(by_id("order->user")["failures"], 1);
+    assert!(r["sources"][0]["percentiles"]
+        .as_str()
+        .unwrap()
+        .starts_with("nearest-rank"));
+}
+
 crate::on_both_backends!(
     unknown_failures_are_null_and_said_so,
     mapping_errors_list_the_labels_and_the_fix,
     json_bodies_are_detected_from_the_content,
     unsupported_files_say_what_they_are,
+    gzip_uploads_stream_within_the_limit,
+    new_formats_keep_their_evidence,
 );
+
+fn gzip(plain: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(plain).unwrap();
+    e.finish().unwrap()
+}
+
+/// A decompression bomb counts against the upload limit as it inflates: a raw body, and
+/// multipart parts whose plain bytes add up past it, are refused with 413.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gzip_bombs_are_refused_at_the_upload_limit() {
+    const LIMIT: u64 = 1 << 20;
+    let Some(db) = TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    let app = spawn_app_on(db, |url| budgetd::Settings {
+        max_upload_bytes: LIMIT,
+        ..settings_for(url)
+    })
+    .await;
+    let p = app.people().await;
+    chain(&app, &p.uploader, "checkout", labelled_topology()).await;
+    let csv = fixture("locust/shop_stats.csv");
+    let mut big = csv.clone();
+    big.resize(LIMIT as usize + 1, b'\n');
+    let bomb = gzip(&big);
+    assert!((bomb.len() as u64) < LIMIT / 100, "{}", bomb.len());
+    let r = send(&app, &p.uploader, "checkout", &raw("", bomb))
+        .await
+        .expect(413)
+        .json();
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_upload_bytes"),
+        "{r}"
+    );
+    assert_eq!(r["error"]["details"]["limit_bytes"], LIMIT);
+    // Two parts of 600 KiB each, plain: neither alone, both together past the limit.
+    let mut half = csv.clone();
+    half.resize(600 << 10, b'\n');
+    let parts = Upload::Parts {
+        query: "",
+        parts: vec![("a", gzip(&half)), ("b", gzip(&half))],
+    };
+    send(&app, &p.uploader, "checkout", &parts)
+        .await
+        .expect(413);
+    // One of them is fine (and a file of the right size is read).
+    send(&app, &p.uploader, "checkout", &raw("", gzip(&half)))
+        .await
+        .expect(201);
+    app.stop().await;
+}

@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct UploadQuery {
-    /// `native`, `locust`, `oha`, `k6`, `jmeter`, `hdrhistogram` or `wrk2`; absent: `native`
-    /// for a JSON body, otherwise detected from the content.
+    /// `native`, `locust`, `oha`, `k6`, `k6_points`, `artillery`, `autocannon`, `jmeter`,
+    /// `hdrhistogram` or `wrk2`; absent: detected from the content (a JSON body that is no load
+    /// tool's document is `native`).
     pub format: Option<String>,
     /// The unit of HdrHistogram values: `ns`, `us`, `ms` or `s`.
     pub unit: Option<String>,

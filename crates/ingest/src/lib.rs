@@ -58,10 +58,16 @@ pub enum Format {
     Hdrhistogram,
     /// wrk2 `--latency` text output (one endpoint per file).
     Wrk2,
+    /// Artillery's JSON report (`artillery run --output report.json`).
+    Artillery,
+    /// autocannon JSON output (`autocannon -j`, one endpoint per file).
+    Autocannon,
+    /// k6's raw points: `k6 run --out json=…` (NDJSON) or `--out csv=…`.
+    K6Points,
 }
 
 impl Format {
-    pub const ALL: [Format; 7] = [
+    pub const ALL: [Format; 10] = [
         Format::Native,
         Format::Locust,
         Format::Oha,
@@ -69,6 +75,9 @@ impl Format {
         Format::Jmeter,
         Format::Hdrhistogram,
         Format::Wrk2,
+        Format::Artillery,
+        Format::Autocannon,
+        Format::K6Points,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -80,6 +89,9 @@ impl Format {
             Self::Jmeter => "jmeter",
             Self::Hdrhistogram => "hdrhistogram",
             Self::Wrk2 => "wrk2",
+            Self::Artillery => "artillery",
+            Self::Autocannon => "autocannon",
+            Self::K6Points => "k6_points",
         }
     }
 
@@ -114,6 +126,17 @@ impl Format {
                 "wrk2's own: nearest-rank on its HdrHistogram of latencies corrected for \
                  coordinated omission"
             }
+            Self::Artillery => {
+                "Artillery's own: a DDSketch of 1 % relative accuracy, rounded to 0.1 ms"
+            }
+            Self::Autocannon => {
+                "autocannon's own: nearest-rank on its HdrHistogram (hdr-histogram-js) of \
+                 whole-ms latencies"
+            }
+            Self::K6Points => {
+                "nearest-rank over every request's http_req_duration (HDR histogram, 3 \
+                 significant digits)"
+            }
         }
     }
 
@@ -127,12 +150,15 @@ impl Format {
             Self::Jmeter => "a JMeter JTL CSV",
             Self::Hdrhistogram => "an HdrHistogram interval log",
             Self::Wrk2 => "wrk2 --latency output",
+            Self::Artillery => "an Artillery report (artillery run --output report.json)",
+            Self::Autocannon => "autocannon JSON output (autocannon -j)",
+            Self::K6Points => "k6 raw points (k6 run --out json or --out csv)",
         }
     }
 
     /// Whether the format holds one endpoint per file (several files make one run).
     pub fn single_endpoint(self) -> bool {
-        matches!(self, Self::Oha | Self::Wrk2)
+        matches!(self, Self::Oha | Self::Wrk2 | Self::Autocannon)
     }
 }
 
@@ -275,6 +301,9 @@ pub fn parser(format: Format, options: &Options) -> Result<Box<dyn Ingest>, Inge
         Format::Jmeter => format::jmeter::parser(options),
         Format::Hdrhistogram => format::hlog::parser(options),
         Format::Wrk2 => format::wrk2::parser(options),
+        Format::Artillery => format::artillery::parser(options),
+        Format::Autocannon => format::autocannon::parser(options),
+        Format::K6Points => format::k6::points::parser(options),
     }
 }
 
@@ -299,7 +328,7 @@ pub fn looks_like_a_tool(document: &[u8]) -> Option<String> {
 
 /// The format of an input from its first bytes, when exactly one load-tool format matches.
 pub fn detect(head: &[u8]) -> Option<Format> {
-    use format::{hlog, jmeter, k6, locust, oha, wrk2};
+    use format::{artillery, autocannon, hlog, jmeter, k6, locust, oha, wrk2};
     let candidates: Vec<Format> = [
         (Format::Locust, locust::sniff as fn(&[u8]) -> bool),
         (Format::Oha, oha::sniff),
@@ -307,6 +336,9 @@ pub fn detect(head: &[u8]) -> Option<Format> {
         (Format::Jmeter, jmeter::sniff),
         (Format::Hdrhistogram, hlog::sniff),
         (Format::Wrk2, wrk2::sniff),
+        (Format::Artillery, artillery::sniff),
+        (Format::Autocannon, autocannon::sniff),
+        (Format::K6Points, k6::points::sniff),
     ]
     .into_iter()
     .filter(|(_, sniff)| sniff(head))

@@ -2,6 +2,8 @@
 //! start of an input look like this tool's output?) and a `parser` constructor; [`unsupported`]
 //! names the files budgetd does not read.
 
+pub mod artillery;
+pub mod autocannon;
 pub mod hlog;
 pub mod jmeter;
 pub mod k6;

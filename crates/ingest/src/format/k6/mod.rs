@@ -51,6 +51,7 @@
 //! `/metrics/http_req_duration{name:inventory}/values/p(99.9)`) and the line of that key.
 
 mod extract;
+pub mod points;
 
 use std::collections::BTreeMap;
 
@@ -80,9 +81,12 @@ const TREND_STATS_HINT: &str = "k6 exports only the trend stats configured by \
     `avg,min,med,max,p(90),p(95)`: run k6 with e.g. `--summary-trend-stats=\"med,p(99),p(99.9),count\"`";
 
 /// Whether the start of an input looks like this format: a JSON object with k6's metric names or
-/// its `root_group`, and not oha's `latencyPercentiles`.
+/// its `root_group`, and neither oha's `latencyPercentiles` nor a line of k6's raw points.
 pub fn sniff(head: &[u8]) -> bool {
-    if json_object_start(head).is_none() || contains(head, b"\"latencyPercentiles\"") {
+    if json_object_start(head).is_none()
+        || contains(head, b"\"latencyPercentiles\"")
+        || points::sniff(head)
+    {
         return false;
     }
     contains(head, b"\"http_req_duration")
