@@ -251,6 +251,22 @@ async fn every_format_equals_native(app: &TestApp) {
             "{name}: the run keeps its evidence"
         );
         assert_eq!(run["sources"][0]["sha256"].as_str().unwrap().len(), 64);
+        // Each file says how its percentiles were computed (SPEC: nearest-rank for raw samples
+        // and HDR histograms; k6's summary interpolates).
+        let method = run["sources"][0]["percentiles"]
+            .as_str()
+            .unwrap_or_default();
+        let want = match name {
+            "jmeter" | "jmeter-header" | "hdrhistogram" | "k6-points-json-gz"
+            | "k6-points-csv-gz" => "nearest-rank",
+            "k6" | "k6-export" => "linear interpolation",
+            "artillery" => "DDSketch",
+            _ => "",
+        };
+        assert!(
+            method.contains(want) && !method.is_empty(),
+            "{name}: {method}"
+        );
 
         // Approve both; the same upload again: same (empty) drift report, no draft either way.
         // (A draft with an error finding — this fixture's latencies inverted — cannot be.)
