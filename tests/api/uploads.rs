@@ -510,15 +510,6 @@ async fn new_formats_keep_their_evidence(app: &TestApp) {
         .starts_with("nearest-rank"));
 }
 
-crate::on_both_backends!(
-    unknown_failures_are_null_and_said_so,
-    mapping_errors_list_the_labels_and_the_fix,
-    json_bodies_are_detected_from_the_content,
-    unsupported_files_say_what_they_are,
-    gzip_uploads_stream_within_the_limit,
-    new_formats_keep_their_evidence,
-);
-
 fn gzip(plain: &[u8]) -> Vec<u8> {
     use std::io::Write;
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
@@ -574,3 +565,172 @@ async fn gzip_bombs_are_refused_at_the_upload_limit() {
         .expect(201);
     app.stop().await;
 }
+
+fn findings_named<'a>(doc: &'a Value, check: &str) -> Vec<&'a Value> {
+    doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["check"] == check)
+        .collect()
+}
+
+/// Data-quality warnings on the draft (item 6 and 8): too few samples for the percentile the
+/// timeout comes from, a failure rate above 1 %, a p999 no call has (units); samples and
+/// failures per segment in `budgetctl baseline show`.
+async fn data_quality_findings_on_the_draft(app: &TestApp) {
+    let p = app.people().await;
+    // k6 raw points: 110 requests per name. payment (volatile, p999 × 1.3) needs 1 000,
+    // inventory and user (stable, p99 × 1.1) 100: only payment is flagged. payment failed
+    // 2 of 110 (1.8 %) and user 1 of 110 (0.9 %): only payment is over 1 %.
+    chain(app, &p.uploader, "points", labelled_topology()).await;
+    let r = send(
+        app,
+        &p.uploader,
+        "points",
+        &raw("", fixture("k6/points.json.gz")),
+    )
+    .await
+    .expect(201)
+    .json();
+    let doc = app.baseline(r["baseline_id"].as_str().unwrap()).await;
+    let small = findings_named(&doc, "sample_size");
+    assert_eq!(small.len(), 1, "{}", doc["findings"]);
+    assert_eq!(small[0]["segment"], "order->payment");
+    assert_eq!(small[0]["severity"], "warning");
+    assert_eq!(
+        (small[0]["samples"].clone(), small[0]["min_samples"].clone()),
+        (json!(110), json!(1000))
+    );
+    assert!(
+        small[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the timeout comes from the p999 of 110 samples, fewer than 1000"),
+        "{}",
+        small[0]
+    );
+    let failing = findings_named(&doc, "failure_rate");
+    assert_eq!(failing.len(), 1, "{}", doc["findings"]);
+    assert_eq!(failing[0]["segment"], "order->payment");
+    assert_eq!(failing[0]["failures"], 2);
+    assert_eq!(failing[0]["threshold"], 0.01);
+    // The draft shows samples and failures per segment; warnings do not block approval.
+    let payment = doc["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "order->payment")
+        .unwrap();
+    assert_eq!(
+        (payment["samples"].clone(), payment["failures"].clone()),
+        (json!(110), json!(2))
+    );
+    let id = doc["id"].as_str().unwrap().to_owned();
+    let shown = budgetctl(app, &p.uploader, &["baseline", "show", &id])
+        .await
+        .expect(0);
+    let header = shown
+        .stdout
+        .lines()
+        .find(|l| l.contains("segment"))
+        .unwrap();
+    assert!(
+        header.contains("samples") && header.contains("failures"),
+        "{header}"
+    );
+    let row = shown
+        .stdout
+        .lines()
+        .find(|l| l.contains("order->payment") && l.contains("110"))
+        .unwrap();
+    assert!(row.contains(" 2 "), "{row}");
+    assert!(shown.stdout.contains("sample_size"), "{}", shown.stdout);
+    app.approve(&p.approver, &id).await.expect(200);
+
+    // Unknown failures (a k6 summary without per-name failures) are shown as such.
+    chain(app, &p.uploader, "summary", labelled_topology()).await;
+    let r = send(
+        app,
+        &p.uploader,
+        "summary",
+        &raw("", fixture("k6/summary-export-no-failed.json")),
+    )
+    .await
+    .expect(201)
+    .json();
+    let id = r["baseline_id"].as_str().unwrap().to_owned();
+    let doc = app.baseline(&id).await;
+    assert!(
+        findings_named(&doc, "failure_rate").is_empty(),
+        "unknown is not 0 and not a rate"
+    );
+    let shown = budgetctl(app, &p.uploader, &["baseline", "show", &id])
+        .await
+        .expect(0);
+    let row = shown
+        .stdout
+        .lines()
+        .find(|l| l.contains("order->payment"))
+        .unwrap();
+    assert!(row.contains("1200") && row.contains("unknown"), "{row}");
+
+    // A histogram in ns uploaded as µs: every p999 is 1000 × too slow, over 10 × the entry
+    // budget (8 000 ms), and said so.
+    chain(app, &p.uploader, "units", labelled_topology()).await;
+    let r = send(
+        app,
+        &p.uploader,
+        "units",
+        &raw(
+            "?format=hdrhistogram&unit=us",
+            fixture("hdrhistogram/tagged.hlog"),
+        ),
+    )
+    .await
+    .expect(201)
+    .json();
+    let doc = app.baseline(r["baseline_id"].as_str().unwrap()).await;
+    let implausible = findings_named(&doc, "implausible_latency");
+    assert_eq!(implausible.len(), 3, "{}", doc["findings"]);
+    for f in implausible {
+        assert_eq!(f["limit_ms"], 8000);
+        assert!(
+            f["message"]
+                .as_str()
+                .unwrap()
+                .contains("are the units right?"),
+            "{f}"
+        );
+    }
+    // The same log with its real unit: none.
+    chain(app, &p.uploader, "units-ok", labelled_topology()).await;
+    let r = send(
+        app,
+        &p.uploader,
+        "units-ok",
+        &raw(
+            "?format=hdrhistogram&unit=ns",
+            fixture("hdrhistogram/tagged.hlog"),
+        ),
+    )
+    .await
+    .expect(201)
+    .json();
+    let doc = app.baseline(r["baseline_id"].as_str().unwrap()).await;
+    assert!(
+        findings_named(&doc, "implausible_latency").is_empty(),
+        "{}",
+        doc["findings"]
+    );
+}
+
+crate::on_both_backends!(
+    unknown_failures_are_null_and_said_so,
+    mapping_errors_list_the_labels_and_the_fix,
+    json_bodies_are_detected_from_the_content,
+    unsupported_files_say_what_they_are,
+    gzip_uploads_stream_within_the_limit,
+    new_formats_keep_their_evidence,
+    data_quality_findings_on_the_draft,
+);
