@@ -49,8 +49,18 @@ pub async fn upload_run(
 ) -> ApiResult<RunOutcome> {
     check_chain_name(chain)?;
     let topo = state.store.get_topology(chain, None).await?;
-    let upload: RunUpload = parse_with_schema(Schema::Run, body)?;
-    let run = Upload::one_body(upload, None, Format::Native.as_str(), raw);
+    let upload: RunUpload = parse_with_schema(Schema::Run, body).map_err(|mut e| {
+        // A load tool's JSON sent as native: say what it looks like.
+        if let Some(hint) = budget_ingest::looks_like_a_tool(raw) {
+            e.message = format!("{}; {hint}", e.message);
+            if let Some(details) = e.details.as_object_mut() {
+                details.insert("hint".into(), hint.into());
+            }
+        }
+        e
+    })?;
+    let run = Upload::one_body(upload, None, Format::Native.as_str(), raw)
+        .percentiles(Format::Native.percentile_method());
     record_run(state, principal, chain, topo, run).await
 }
 
@@ -69,12 +79,7 @@ pub async fn upload_tool_run(
     let topo = state.store.get_topology(chain, None).await?;
     let format = files.first().map_or(Format::Native, |f| f.format);
     let (upload, mapping) = budget_ingest::mapping::to_upload(&files, &topo.topology, map)
-        .map_err(|errs| {
-            violations_of(
-                format!("the labels of the upload do not map onto the segments of {chain:?}"),
-                errs,
-            )
-        })?;
+        .map_err(|failure| mapping_error(chain, &failure))?;
     let run = Upload {
         upload,
         format,
@@ -82,6 +87,27 @@ pub async fn upload_tool_run(
         mapping: Some(label_mapping(mapping)),
     };
     record_run(state, principal, chain, topo, run).await
+}
+
+/// A 422 naming the segments without data, every label found, mapped and unmapped, and the
+/// fix (`details`: `violations`, `labels {found, mapped, unmapped, ignored}`, `missing`,
+/// `suggested_map`, `fix`).
+fn mapping_error(chain: &str, failure: &budget_ingest::mapping::MappingFailure) -> ApiError {
+    ApiError::validation(
+        failure.message(chain),
+        json!({
+            "violations": failure.errors,
+            "labels": {
+                "found": failure.found,
+                "mapped": failure.mapping.mapped,
+                "unmapped": failure.mapping.unmapped,
+                "ignored": failure.mapping.ignored,
+            },
+            "missing": failure.missing,
+            "suggested_map": failure.suggested_map,
+            "fix": failure.fix,
+        }),
+    )
 }
 
 /// A run made from production data (`from: production`): `upload` holds the merged
@@ -95,7 +121,8 @@ pub async fn upload_production_run(
 ) -> ApiResult<RunOutcome> {
     let topo = state.store.get_topology(chain, None).await?;
     let bytes = serde_json::to_vec(&upload).map_err(|e| ApiError::internal(e.into()))?;
-    let run = Upload::one_body(upload, Some(source), "production", &bytes);
+    let run = Upload::one_body(upload, Some(source), "production", &bytes)
+        .percentiles("nearest-rank on the agents' merged HDR histograms (3 significant digits)");
     record_run(state, principal, chain, topo, run).await
 }
 
@@ -124,9 +151,19 @@ impl Upload {
                 format: source_format.into(),
                 sha256: hex::encode(sha2::Sha256::digest(bytes)),
                 size: bytes.len() as i64,
+                percentiles: None,
+                notes: Vec::new(),
             }],
             mapping: None,
         }
+    }
+
+    /// Records how the body's percentiles were computed.
+    fn percentiles(mut self, method: &str) -> Self {
+        for s in &mut self.sources {
+            s.percentiles = Some(method.to_owned());
+        }
+        self
     }
 }
 
@@ -250,6 +287,7 @@ async fn record_run(
                     tool,
                     segments,
                     mapping,
+                    sources,
                 });
             }
             Err(StoreError::Conflict(_)) => continue,

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use crate::helpers::TestApp;
 
-fn fixture(path: &str) -> Vec<u8> {
+pub(crate) fn fixture(path: &str) -> Vec<u8> {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(path);
@@ -14,7 +14,7 @@ fn fixture(path: &str) -> Vec<u8> {
 }
 
 /// The checkout topology with the tools' labels on its three children.
-fn labelled_topology() -> Value {
+pub(crate) fn labelled_topology() -> Value {
     let mut t: Value = serde_json::from_str(CHECKOUT_TOPOLOGY).unwrap();
     for (i, label) in [(1, "inventory"), (2, "payment"), (3, "user")] {
         t["segments"][i]["labels"] = json!([label]);
@@ -22,7 +22,7 @@ fn labelled_topology() -> Value {
     t
 }
 
-enum Upload {
+pub(crate) enum Upload {
     Raw {
         query: &'static str,
         body: Vec<u8>,
@@ -33,7 +33,12 @@ enum Upload {
     },
 }
 
-async fn send(app: &TestApp, token: &str, chain: &str, upload: &Upload) -> crate::helpers::Answer {
+pub(crate) async fn send(
+    app: &TestApp,
+    token: &str,
+    chain: &str,
+    upload: &Upload,
+) -> crate::helpers::Answer {
     match upload {
         Upload::Raw { query, body } => {
             app.raw(
@@ -130,6 +135,39 @@ fn uploads() -> Vec<(&'static str, Upload)> {
                 ],
             },
         ),
+        (
+            // Labelled by URL path: mapped in the upload.
+            "artillery",
+            Upload::Raw {
+                query: "?map=%7B%22%2Finventory%22%3A%22order-%3Einventory%22%2C%22%2Fpayment%22%3A%22order-%3Epayment%22%2C%22%2Fuser%22%3A%22order-%3Euser%22%7D",
+                body: fixture("artillery/report.json"),
+            },
+        ),
+        (
+            "autocannon",
+            Upload::Parts {
+                query: "",
+                parts: vec![
+                    ("inventory", fixture("autocannon/inventory.json")),
+                    ("payment", fixture("autocannon/payment.json")),
+                    ("user", fixture("autocannon/user.json")),
+                ],
+            },
+        ),
+        (
+            "k6-points-json-gz",
+            Upload::Raw {
+                query: "",
+                body: fixture("k6/points.json.gz"),
+            },
+        ),
+        (
+            "k6-points-csv-gz",
+            Upload::Raw {
+                query: "?format=k6_points",
+                body: fixture("k6/points.csv.gz"),
+            },
+        ),
     ]
 }
 
@@ -213,6 +251,22 @@ async fn every_format_equals_native(app: &TestApp) {
             "{name}: the run keeps its evidence"
         );
         assert_eq!(run["sources"][0]["sha256"].as_str().unwrap().len(), 64);
+        // Each file says how its percentiles were computed (SPEC: nearest-rank for raw samples
+        // and HDR histograms; k6's summary interpolates).
+        let method = run["sources"][0]["percentiles"]
+            .as_str()
+            .unwrap_or_default();
+        let want = match name {
+            "jmeter" | "jmeter-header" | "hdrhistogram" | "k6-points-json-gz"
+            | "k6-points-csv-gz" => "nearest-rank",
+            "k6" | "k6-export" => "linear interpolation",
+            "artillery" => "DDSketch",
+            _ => "",
+        };
+        assert!(
+            method.contains(want) && !method.is_empty(),
+            "{name}: {method}"
+        );
 
         // Approve both; the same upload again: same (empty) drift report, no draft either way.
         // (A draft with an error finding — this fixture's latencies inverted — cannot be.)

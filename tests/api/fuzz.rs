@@ -1,7 +1,7 @@
 //! Robustness harness (issue 10): a fixed-seed stream of malformed and mutated requests to every
 //! HTTP endpoint (the OpenAPI document's paths, the console, unknown routes) and every upload
-//! format (`?format=locust|oha|k6|jmeter|hdrhistogram|wrk2`, mutating the real fixtures under
-//! `tests/fixtures/`: truncated, flipped bytes, huge numbers, NaN, deep nesting, wrong content
+//! format (`?format=locust|oha|k6|jmeter|hdrhistogram|wrk2|artillery|autocannon|k6_points`,
+//! mutating the real fixtures under `tests/fixtures/`: truncated, flipped bytes, huge numbers, NaN, deep nesting, wrong content
 //! types, random methods, long and many headers, broken multipart). Whatever arrives, budgetd
 //! answers: never a 5xx, never a dropped connection (a panicking handler drops it), every error
 //! as `{"error":{"code","message","details"}}` (SPEC §5), every answer with the security
@@ -41,7 +41,17 @@ fn env_u64(name: &str) -> Option<u64> {
     }
 }
 
-const FORMATS: [&str; 6] = ["locust", "oha", "k6", "jmeter", "hdrhistogram", "wrk2"];
+const FORMATS: [&str; 9] = [
+    "locust",
+    "oha",
+    "k6",
+    "jmeter",
+    "hdrhistogram",
+    "wrk2",
+    "artillery",
+    "autocannon",
+    "k6_points",
+];
 
 /// Real outputs of every load tool, by format.
 fn fixtures(format: &str) -> Vec<Vec<u8>> {
@@ -60,6 +70,13 @@ fn fixtures(format: &str) -> Vec<Vec<u8>> {
             "wrk2/health-us.txt",
             "wrk2/search-errors.txt",
             "wrk2/wrk-plain.txt",
+        ],
+        "artillery" => &["artillery/report.json"],
+        "autocannon" => &["autocannon/inventory.json", "autocannon/payment-rate.json"],
+        "k6_points" => &[
+            "k6/points-small.csv",
+            "k6/points.json.gz",
+            "k6/points.csv.gz",
         ],
         _ => return vec![CHECKOUT_RUN_A.as_bytes().to_vec()],
     };
@@ -640,6 +657,9 @@ fn upload_case(rng: &mut StdRng, ctx: &Ctx) -> Case {
             "jmeter",
             "hdrhistogram",
             "wrk2",
+            "artillery",
+            "autocannon",
+            "k6_points",
             "native",
         ],
     );

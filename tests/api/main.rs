@@ -28,3 +28,4 @@ mod replicas;
 mod s3;
 mod store_contract;
 mod tls;
+mod uploads;

@@ -278,6 +278,9 @@ describe('budgetd console', { timeout: 10 * 60_000 }, () => {
     const inventory = await page.locator('#segments-table tr[data-segment="order->inventory"]').innerText();
     assert.match(inventory, /44 ms/);
     assert.match(inventory, /208 ms/);
+    // samples and failures per segment (run A gives no failures: unknown, never 0)
+    assert.match(inventory, /100,000/);
+    assert.match(inventory, /unknown/);
     assert.match(await page.locator('svg.tree').textContent(), /need 607 of 800 ms available/);
     // an uploader may not approve: nothing is offered
     assert.equal(await page.locator('#approve').count(), 0);

@@ -9,6 +9,10 @@ export const fmt = {
   num(v) {
     return v === null || v === undefined ? '—' : Number(v).toLocaleString('en-US');
   },
+  /** A failure count: null is "unknown" (the file does not say), never 0. */
+  failures(v) {
+    return v === null || v === undefined ? 'unknown' : Number(v).toLocaleString('en-US');
+  },
   pct(v) {
     if (v === null || v === undefined) return '—';
     const n = Number(v);

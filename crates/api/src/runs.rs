@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct UploadQuery {
-    /// `native`, `locust`, `oha`, `k6`, `jmeter`, `hdrhistogram` or `wrk2`; absent: `native`
-    /// for a JSON body, otherwise detected from the content.
+    /// `native`, `locust`, `oha`, `k6`, `k6_points`, `artillery`, `autocannon`, `jmeter`,
+    /// `hdrhistogram` or `wrk2`; absent: detected from the content (a JSON body that is no load
+    /// tool's document is `native`).
     pub format: Option<String>,
     /// The unit of HdrHistogram values: `ns`, `us`, `ms` or `s`.
     pub unit: Option<String>,
@@ -50,6 +51,8 @@ pub struct RunUploadResult {
     /// How load-tool labels were mapped (absent for native uploads).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mapping: Option<LabelMapping>,
+    /// The run's evidence: every file read, how its percentiles were computed, notes.
+    pub sources: Vec<RunSource>,
 }
 
 /// How the labels of a load-tool upload were used.
@@ -73,6 +76,12 @@ pub struct RunSource {
     pub format: String,
     pub sha256: String,
     pub size: i64,
+    /// How the file's percentiles were computed (nearest-rank, the tool's interpolation, …);
+    /// `null` for runs stored before it was recorded.
+    pub percentiles: Option<String>,
+    /// What a reader of the run should know about the file's numbers, in plain words (failures
+    /// that are unknown, latencies corrected for coordinated omission, a gzip stream, …).
+    pub notes: Vec<String>,
 }
 
 /// One segment of a stored run, in milliseconds (`null` where the run has no value).

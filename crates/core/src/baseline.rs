@@ -22,6 +22,9 @@ pub struct BaselineSegment {
     pub class: SegmentClass,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<u64>,
+    /// Failed requests of the run; absent when the run does not say (unknown, not 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failures: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p99_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -80,6 +83,7 @@ pub fn compute(topology: &Topology, run: &RunData) -> Result<Computation, Vec<Co
             stage: seg.stage,
             class: seg.class,
             samples: stats.map(|s| s.samples),
+            failures: stats.and_then(|s| s.failures),
             p99_ms: stats.map(|s| us_to_ms(s.p99_us)),
             p999_ms: stats.map(|s| us_to_ms(s.p999_us)),
             rule,

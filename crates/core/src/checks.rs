@@ -56,6 +56,27 @@ pub enum FindingKind {
     EntryHeadroom { p999_ms: f64, entry_budget_ms: u64 },
     /// A received config is not a valid call tree (agents only).
     Structure { pointer: String },
+    /// The timeout's percentile comes from too few samples (`quality`).
+    SampleSize {
+        samples: u64,
+        min_samples: u64,
+        /// `p999` (volatile) or `p99` (stable): the percentile the timeout comes from.
+        percentile: String,
+    },
+    /// Too many of the segment's requests failed for its percentiles to be trusted (`quality`).
+    FailureRate {
+        failures: u64,
+        samples: u64,
+        /// failures ÷ samples, rounded to 6 decimals.
+        rate: f64,
+        threshold: f64,
+    },
+    /// A p999 no real call has: over the entry budget × 10, a unit mix-up (`quality`).
+    ImplausibleLatency {
+        p999_ms: f64,
+        limit_ms: u64,
+        entry_budget_ms: u64,
+    },
 }
 
 impl FindingKind {
@@ -66,6 +87,9 @@ impl FindingKind {
             Self::IdempotencyTtl { .. } => "idempotency_ttl",
             Self::EntryHeadroom { .. } => "entry_headroom",
             Self::Structure { .. } => "structure",
+            Self::SampleSize { .. } => "sample_size",
+            Self::FailureRate { .. } => "failure_rate",
+            Self::ImplausibleLatency { .. } => "implausible_latency",
         }
     }
 }
@@ -160,6 +184,8 @@ pub fn check_budgets(topology: &Topology, segments: &[BaselineSegment]) -> Vec<F
     findings
 }
 
+/// Every check of a draft: [`check_budgets`], `entry_headroom`, and the data-quality checks of
+/// the run ([`crate::quality`]: sample size, failure rate, implausible latency).
 pub fn run_checks(
     topology: &Topology,
     segments: &[BaselineSegment],
@@ -167,6 +193,7 @@ pub fn run_checks(
 ) -> Vec<Finding> {
     let mut findings = check_budgets(topology, segments);
     findings.extend(entry_headroom(topology, run));
+    findings.extend(crate::quality::quality_checks(topology, segments, run));
     findings
 }
 

@@ -9,7 +9,9 @@
 //! - [`rules`]: R-margin, R-retry and R-budget, as a baseline derives them;
 //! - [`retry`]: R-retry and R-budget as an agent applies them to a call (decisions, jitter,
 //!   attempt timeout, deadline), and [`outcome`]: how the call ended (SPEC §8);
-//! - [`checks`]: the findings (`inversion`, `breaker_window`, `idempotency_ttl`, `entry_headroom`);
+//! - [`checks`]: the findings (`inversion`, `breaker_window`, `idempotency_ttl`, `entry_headroom`),
+//!   and [`quality`]: the run's data-quality warnings (`sample_size`, `failure_rate`,
+//!   `implausible_latency`);
 //! - [`baseline`]: computing a baseline document from a topology and a run;
 //! - [`drift`]: R-drift, comparing a run with an approved baseline;
 //! - [`intake`]: whether a run opens a draft (first run, no approved baseline, drift), and the draft;
@@ -33,6 +35,7 @@ pub mod intake;
 pub mod lifecycle;
 pub mod live;
 pub mod outcome;
+pub mod quality;
 pub mod retry;
 pub mod rules;
 pub mod run;

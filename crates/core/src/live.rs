@@ -212,6 +212,7 @@ impl LiveChain {
                 stage: s.stage,
                 class: s.class,
                 samples: None,
+                failures: None,
                 p99_ms: None,
                 p999_ms: None,
                 rule: TimeoutRule::Pinned,

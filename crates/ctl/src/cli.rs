@@ -53,8 +53,9 @@ Schema violations and call-tree errors are listed with their JSON pointers (exit
 
 const RUN_UPLOAD_ABOUT: &str = "\
 Upload a load-test run: budgetd's native JSON (schema: /schemas/run.json), or the files a load
-tool wrote — Locust *_stats.csv, oha JSON, k6 summary JSON, JMeter JTL, HdrHistogram .hlog
-(with --unit), wrk2 --latency text. The format is detected when unambiguous; --format
+tool wrote — Locust *_stats.csv, oha JSON, k6 summary JSON or raw points (--out json/csv),
+Artillery JSON report, autocannon JSON (-j), JMeter JTL, HdrHistogram .hlog (with --unit), wrk2
+--latency text — gzip-compressed or not (.gz). The format is detected when unambiguous; --format
 names it. Several files make one run (e.g. one oha file per endpoint: inventory=inv.json …).
 Tool labels map to segments through the topology's `labels`, or --map LABEL=SEGMENT. Large
 files are streamed, with a progress bar on a terminal.
@@ -318,11 +319,12 @@ pub enum RunCommand {
         #[arg(long)]
         chain: String,
         /// The run: a native JSON document (`-` reads stdin), or load-tool output files.
-        /// `LABEL=PATH` names a single-endpoint file's label (oha, wrk2), e.g.
+        /// `LABEL=PATH` names a single-endpoint file's label (oha, wrk2, autocannon), e.g.
         /// `inventory=oha-inventory.json`; without it the file name's stem is the label.
         #[arg(required = true, value_name = "FILE")]
         files: Vec<String>,
-        /// native, locust, oha, k6, jmeter, hdrhistogram or wrk2 [default: detected]
+        /// native, locust, oha, k6, k6_points, artillery, autocannon, jmeter, hdrhistogram or
+        /// wrk2 [default: detected]
         #[arg(long)]
         format: Option<String>,
         /// Unit of HdrHistogram values (ns, us, ms, s): the .hlog format does not record it

@@ -167,7 +167,7 @@ impl Report {
                 "  {:<24} samples {:>10}  failures {:>8}  p50 {:>8} µs  p99 {:>8} µs  p99.9 {:>8} µs",
                 l.label,
                 l.samples,
-                l.failures,
+                l.failures.map_or("unknown".to_owned(), |f| f.to_string()),
                 l.p50_us.unwrap_or(0),
                 l.p99_us,
                 l.p999_us

@@ -60,7 +60,7 @@ impl Recorder {
         (self.samples() > 0).then(|| crate::LabelStats {
             label: label.to_owned(),
             samples: self.samples(),
-            failures: self.failures,
+            failures: Some(self.failures),
             p50_us: Some(self.quantile_us(0.50)),
             p99_us: self.quantile_us(0.99),
             p999_us: self.quantile_us(0.999),

@@ -58,10 +58,16 @@ pub enum Format {
     Hdrhistogram,
     /// wrk2 `--latency` text output (one endpoint per file).
     Wrk2,
+    /// Artillery's JSON report (`artillery run --output report.json`).
+    Artillery,
+    /// autocannon JSON output (`autocannon -j`, one endpoint per file).
+    Autocannon,
+    /// k6's raw points: `k6 run --out json=…` (NDJSON) or `--out csv=…`.
+    K6Points,
 }
 
 impl Format {
-    pub const ALL: [Format; 7] = [
+    pub const ALL: [Format; 10] = [
         Format::Native,
         Format::Locust,
         Format::Oha,
@@ -69,6 +75,9 @@ impl Format {
         Format::Jmeter,
         Format::Hdrhistogram,
         Format::Wrk2,
+        Format::Artillery,
+        Format::Autocannon,
+        Format::K6Points,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -80,6 +89,9 @@ impl Format {
             Self::Jmeter => "jmeter",
             Self::Hdrhistogram => "hdrhistogram",
             Self::Wrk2 => "wrk2",
+            Self::Artillery => "artillery",
+            Self::Autocannon => "autocannon",
+            Self::K6Points => "k6_points",
         }
     }
 
@@ -87,9 +99,66 @@ impl Format {
         Self::ALL.into_iter().find(|f| f.as_str() == s)
     }
 
+    /// How the format's percentiles are computed, in plain words: kept as the run's evidence
+    /// (nearest-rank for raw samples and HDR histograms; k6's summary interpolates).
+    pub fn percentile_method(self) -> &'static str {
+        match self {
+            Self::Native => "as uploaded: the native document's own percentiles",
+            Self::Locust => {
+                "Locust's own: nearest-rank over response times it rounds (whole ms below 100 ms, \
+                 then 2 significant digits)"
+            }
+            Self::Oha => {
+                "oha's own: exact, the sorted latencies of every response at index ⌊p × n⌋"
+            }
+            Self::K6 => {
+                "k6's own: linear interpolation between the two nearest samples (k6's trend \
+                 summary)"
+            }
+            Self::Jmeter => {
+                "nearest-rank over every sample (HDR histogram, 3 significant digits; JTL times \
+                 are whole ms)"
+            }
+            Self::Hdrhistogram => {
+                "nearest-rank on the merged histograms (HdrHistogram's highest equivalent value)"
+            }
+            Self::Wrk2 => {
+                "wrk2's own: nearest-rank on its HdrHistogram of latencies corrected for \
+                 coordinated omission"
+            }
+            Self::Artillery => {
+                "Artillery's own: a DDSketch of 1 % relative accuracy, rounded to 0.1 ms"
+            }
+            Self::Autocannon => {
+                "autocannon's own: nearest-rank on its HdrHistogram (hdr-histogram-js) of \
+                 whole-ms latencies"
+            }
+            Self::K6Points => {
+                "nearest-rank over every request's http_req_duration (HDR histogram, 3 \
+                 significant digits)"
+            }
+        }
+    }
+
+    /// The file the format reads, in words: "a k6 summary (--summary-export or handleSummary)".
+    pub fn file_kind(self) -> &'static str {
+        match self {
+            Self::Native => "a native budgetd run (schemas/run.json)",
+            Self::Locust => "a Locust stats CSV (*_stats.csv)",
+            Self::Oha => "oha JSON output",
+            Self::K6 => "a k6 summary (--summary-export or handleSummary JSON)",
+            Self::Jmeter => "a JMeter JTL CSV",
+            Self::Hdrhistogram => "an HdrHistogram interval log",
+            Self::Wrk2 => "wrk2 --latency output",
+            Self::Artillery => "an Artillery report (artillery run --output report.json)",
+            Self::Autocannon => "autocannon JSON output (autocannon -j)",
+            Self::K6Points => "k6 raw points (k6 run --out json or --out csv)",
+        }
+    }
+
     /// Whether the format holds one endpoint per file (several files make one run).
     pub fn single_endpoint(self) -> bool {
-        matches!(self, Self::Oha | Self::Wrk2)
+        matches!(self, Self::Oha | Self::Wrk2 | Self::Autocannon)
     }
 }
 
@@ -145,7 +214,9 @@ pub struct Options {
 pub struct LabelStats {
     pub label: String,
     pub samples: u64,
-    pub failures: u64,
+    /// Failed requests; `None` where the file does not say (a k6 summary without a
+    /// `http_req_failed{…}` sub-metric for the label, an HdrHistogram log): unknown, never 0.
+    pub failures: Option<u64>,
     pub p50_us: Option<u64>,
     pub p99_us: u64,
     pub p999_us: u64,
@@ -158,6 +229,10 @@ pub struct Extracted {
     /// The tool and version when the file says, e.g. `"JMeter 5.6"`.
     pub tool: Option<String>,
     pub labels: Vec<LabelStats>,
+    /// What a reader of the run should know about these numbers, in plain words (failures that
+    /// are unknown, latencies corrected for coordinated omission, …): kept as the run's evidence.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Why an upload could not be read: where, and what is wrong.
@@ -226,12 +301,34 @@ pub fn parser(format: Format, options: &Options) -> Result<Box<dyn Ingest>, Inge
         Format::Jmeter => format::jmeter::parser(options),
         Format::Hdrhistogram => format::hlog::parser(options),
         Format::Wrk2 => format::wrk2::parser(options),
+        Format::Artillery => format::artillery::parser(options),
+        Format::Autocannon => format::autocannon::parser(options),
+        Format::K6Points => format::k6::points::parser(options),
     }
+}
+
+/// What a document that is not a valid native run looks like, when it is a load tool's output:
+/// the hint added to the native schema's error (a k6 summary sent as `application/json` with
+/// `?format=native`, Locust's `--json` output, …).
+pub fn looks_like_a_tool(document: &[u8]) -> Option<String> {
+    if let Some(f) = detect(document) {
+        return Some(format!(
+            "this looks like {} (format {f}), not a native run: upload it without \
+             ?format=native and it is read as {f} (or name it: ?format={f}, budgetctl --format {f})",
+            f.file_kind()
+        ));
+    }
+    format::unsupported::recognise(document).map(|u| {
+        format!(
+            "this looks like {}, which budgetd does not read: {}",
+            u.what, u.instead
+        )
+    })
 }
 
 /// The format of an input from its first bytes, when exactly one load-tool format matches.
 pub fn detect(head: &[u8]) -> Option<Format> {
-    use format::{hlog, jmeter, k6, locust, oha, wrk2};
+    use format::{artillery, autocannon, hlog, jmeter, k6, locust, oha, wrk2};
     let candidates: Vec<Format> = [
         (Format::Locust, locust::sniff as fn(&[u8]) -> bool),
         (Format::Oha, oha::sniff),
@@ -239,6 +336,9 @@ pub fn detect(head: &[u8]) -> Option<Format> {
         (Format::Jmeter, jmeter::sniff),
         (Format::Hdrhistogram, hlog::sniff),
         (Format::Wrk2, wrk2::sniff),
+        (Format::Artillery, artillery::sniff),
+        (Format::Autocannon, autocannon::sniff),
+        (Format::K6Points, k6::points::sniff),
     ]
     .into_iter()
     .filter(|(_, sniff)| sniff(head))

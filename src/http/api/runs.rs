@@ -36,8 +36,14 @@ async fn upload(
 ) -> ApiResult<(StatusCode, Json<RunUploadResult>)> {
     service::check_chain_name(&chain)?;
     let q = UploadOptions::parse(query)?;
-    let native =
-        matches!(q.format, Some(Format::Native)) || (q.format.is_none() && upload::is_json(&req));
+    let mut req = req;
+    let mut native = matches!(q.format, Some(Format::Native));
+    if q.format.is_none() && upload::is_json(&req) {
+        // A JSON body is native unless its content is a load tool's (k6, oha, … sent as JSON).
+        let (whole, tool) = upload::peek_tool(req).await?;
+        req = whole;
+        native = !tool;
+    }
     let outcome = if upload::is_multipart(&req) {
         // An unknown chain is refused before its files are read.
         service::chains::require(&state, &chain).await?;

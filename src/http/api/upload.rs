@@ -106,10 +106,18 @@ fn read_error(name: Option<&str>, e: ReadError) -> ApiError {
     match e {
         ReadError::Undetected => ApiError::validation(
             format!(
-                "{prefix}cannot tell the load-test format from the content; pass ?format=locust|oha|k6|jmeter|hdrhistogram|wrk2"
+                "{prefix}cannot tell the load-test format from the content; pass ?format=locust|oha|k6|k6_points|artillery|autocannon|jmeter|hdrhistogram|wrk2"
             ),
             json!({"file": name}),
         ),
+        ReadError::Unsupported(u) => ApiError::validation(
+            format!("{prefix}{}", ReadError::Unsupported(u.clone())),
+            json!({"file": name, "recognised": u.what, "instead": u.instead}),
+        ),
+        ReadError::Gzip(why) => {
+            ApiError::validation(format!("{prefix}{why}"), json!({"file": name}))
+        }
+        ReadError::TooLarge { limit } => too_large(limit),
         ReadError::Native => ApiError::bad_request(
             "native runs are uploaded as one application/json body, not as a load-tool file",
         ),
@@ -135,6 +143,8 @@ fn finish(file: FileReader) -> ApiResult<(Extracted, RunSource)> {
         format: source.format.as_str().into(),
         sha256: source.sha256,
         size: source.size as i64,
+        percentiles: Some(source.format.percentile_method().into()),
+        notes: extracted.notes.clone(),
     };
     Ok((extracted, source))
 }
@@ -150,7 +160,12 @@ pub async fn read_raw(
         unit: q.unit,
         label: q.label.clone(),
     };
-    let mut file = FileReader::new(q.label.clone(), q.format, options);
+    // A gzip body (`Content-Encoding: gzip`, or a `.gz` file) is inflated as it streams; its
+    // plain bytes count against the same limit.
+    let mut file = FileReader::new(q.label.clone(), q.format, options).with_limit(limit);
+    if content_encoding_gzip(req.headers())? {
+        file = file.gzip_required();
+    }
     let mut stream = req.into_body().into_data_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| body_error(e, limit as usize, "max_upload_bytes"))?;
@@ -177,6 +192,9 @@ pub async fn read_multipart(
     let mut sources = Vec::new();
     let mut map = q.map.clone();
     let mut total = 0u64;
+    // Plain (decompressed) bytes of the files so far: gzip parts count against the limit as
+    // they inflate.
+    let mut plain = 0u64;
     while let Some(mut field) = multipart
         .next_field()
         .await
@@ -215,7 +233,8 @@ pub async fn read_multipart(
             unit: q.unit,
             label: label.clone(),
         };
-        let mut file = FileReader::new(label, q.format, options);
+        let mut file =
+            FileReader::new(label, q.format, options).with_limit(limit.saturating_sub(plain));
         while let Some(chunk) = field
             .chunk()
             .await
@@ -227,6 +246,7 @@ pub async fn read_multipart(
             }
             push(&mut file, &chunk)?;
         }
+        plain += file.plain_size();
         let (extracted, source) = finish(file)?;
         files.push(extracted);
         sources.push(source);
@@ -245,6 +265,42 @@ pub async fn read_multipart(
         }
     }
     Ok((files, sources, map))
+}
+
+/// Whether a body is a load tool's file, from its first [`SNIFF_BYTES`](budget_ingest::reader::SNIFF_BYTES)
+/// bytes (whatever its Content-Type), and the request with its body whole again.
+pub async fn peek_tool(req: Request) -> ApiResult<(Request, bool)> {
+    let (parts, body) = req.into_parts();
+    let mut stream = body.into_data_stream();
+    let mut head = bytes::BytesMut::new();
+    while head.len() < budget_ingest::reader::SNIFF_BYTES {
+        match stream.next().await {
+            Some(chunk) => head.extend_from_slice(
+                &chunk.map_err(|e| body_error(e, usize::MAX, "max_upload_bytes"))?,
+            ),
+            None => break,
+        }
+    }
+    let tool = budget_ingest::reader::is_load_tool_file(&head);
+    let first = futures_util::stream::once(std::future::ready(Ok::<_, axum::Error>(head.freeze())));
+    let body = Body::from_stream(first.chain(stream));
+    Ok((Request::from_parts(parts, body), tool))
+}
+
+/// Whether the body is `Content-Encoding: gzip`; any other encoding is refused (415).
+fn content_encoding_gzip(headers: &axum::http::HeaderMap) -> ApiResult<bool> {
+    let Some(v) = headers.get(axum::http::header::CONTENT_ENCODING) else {
+        return Ok(false);
+    };
+    let v = v.to_str().unwrap_or("").trim().to_ascii_lowercase();
+    match v.as_str() {
+        "" | "identity" => Ok(false),
+        "gzip" | "x-gzip" => Ok(true),
+        other => Err(ApiError::new(
+            Code::UnsupportedMediaType,
+            format!("Content-Encoding {other:?} is not supported: send the file as it is, or gzip-compressed (Content-Encoding: gzip)"),
+        )),
+    }
 }
 
 pub fn is_multipart(req: &Request<Body>) -> bool {

@@ -78,6 +78,8 @@ export async function baseline(root, [id], ctx) {
       cells: [
         h('span', { class: 'mono' }, seg.id),
         seg.class,
+        fmt.num(seg.samples),
+        seg.samples === undefined || seg.samples === null ? '—' : fmt.failures(seg.failures),
         fmt.ms(seg.p99_ms),
         fmt.ms(seg.p999_ms),
         fmt.rule(seg.rule),
@@ -90,7 +92,7 @@ export async function baseline(root, [id], ctx) {
   grid.appendChild(h('div', { class: 'area-segments' }, ui.section('Segments',
     ui.note(diffNote),
     ui.table([
-      { label: 'Segment' }, { label: 'Class' }, { label: 'p99', num: true }, { label: 'p999', num: true }, { label: 'Rule' },
+      { label: 'Segment' }, { label: 'Class' }, { label: 'Samples', num: true }, { label: 'Failures', num: true }, { label: 'p99', num: true }, { label: 'p999', num: true }, { label: 'Rule' },
       { label: 'Timeout', num: true }, { label: 'Budget', num: true }, { label: 'Change vs live' },
     ], segRows, { id: 'segments-table', label: 'Segments', rowHeader: true }))));
 

@@ -13,6 +13,9 @@ const FORMATS = [
   ['locust', 'Locust *_stats.csv'],
   ['oha', 'oha JSON'],
   ['k6', 'k6 summary JSON'],
+  ['k6_points', 'k6 raw points (--out json / --out csv)'],
+  ['artillery', 'Artillery JSON report'],
+  ['autocannon', 'autocannon JSON (-j)'],
   ['jmeter', 'JMeter JTL CSV'],
   ['hdrhistogram', 'HdrHistogram interval log (.hlog)'],
   ['wrk2', 'wrk2 --latency output'],
@@ -65,7 +68,7 @@ export async function runs(root, [chain]) {
 
 function percentileTable(segments) {
   return ui.table([{ label: 'Segment' }, { label: 'Samples', num: true }, { label: 'Failures', num: true }, { label: 'p50', num: true }, { label: 'p99', num: true }, { label: 'p999', num: true }],
-    segments.map((x) => [h('span', { class: 'mono' }, x.id), fmt.num(x.samples), fmt.num(x.failures), fmt.ms(x.p50_ms), fmt.ms(x.p99_ms), fmt.ms(x.p999_ms)]),
+    segments.map((x) => [h('span', { class: 'mono' }, x.id), fmt.num(x.samples), fmt.failures(x.failures), fmt.ms(x.p50_ms), fmt.ms(x.p99_ms), fmt.ms(x.p999_ms)]),
     { label: 'Percentiles', rowHeader: true, class: 'compact' });
 }
 

@@ -164,7 +164,7 @@ async fn upload(
     }
     let bar = progress(total, json);
     bar.set_message("uploading");
-    let single_endpoint = matches!(format, Some("oha") | Some("wrk2"));
+    let single_endpoint = matches!(format, Some("oha") | Some("wrk2") | Some("autocannon"));
     let result = if parsed.len() == 1 && !single_endpoint && parsed[0].0.is_none() {
         let (body, _) = streamed(&parsed[0].1, &bar).await?;
         client

@@ -83,15 +83,21 @@ pub fn baseline(v: &BaselineDocument) -> String {
     }
     let mut t = table(
         &[
-            "segment", "class", "rule", "p99", "p999", "timeout", "budget",
+            "segment", "class", "rule", "samples", "failures", "p99", "p999", "timeout", "budget",
         ],
-        &[3, 4, 5, 6],
+        &[3, 4, 5, 6, 7, 8],
     );
     for seg in &v.segments {
         t.add_row(vec![
             text(&seg.id),
             wire(&seg.class),
             wire(&seg.rule),
+            opt(&seg.samples),
+            match (seg.samples, seg.failures) {
+                (None, _) => "-".to_owned(),
+                (Some(_), None) => "unknown".to_owned(),
+                (Some(_), Some(f)) => f.to_string(),
+            },
             ms(seg.p99_ms),
             ms(seg.p999_ms),
             ms_u(seg.timeout_ms),

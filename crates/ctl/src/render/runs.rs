@@ -1,7 +1,7 @@
 //! Runs: the outcome of an upload (run id, percentiles, label mapping, drift, draft), one run,
 //! a chain's runs.
 
-use budget_api::runs::{LabelMapping, Run, RunList, RunSegment, RunUploadResult};
+use budget_api::runs::{LabelMapping, Run, RunList, RunSegment, RunSource, RunUploadResult};
 
 use super::checks::{drift_table, findings};
 use super::{fields, ms, opt, table, text, wire};
@@ -36,6 +36,7 @@ pub fn run_outcome(v: &RunUploadResult) -> String {
             .collect();
         out.push(percentiles(&segments));
     }
+    out.extend(notes(&v.sources));
     out.extend(v.mapping.as_ref().map(mapping));
     if !v.comparison.is_empty() {
         out.push(drift_table(&v.comparison));
@@ -88,6 +89,7 @@ pub fn run(v: &Run) -> String {
         }
         out.push(format!("evidence:\n{t}"));
     }
+    out.extend(notes(&v.sources));
     out.extend(v.mapping.as_ref().map(mapping));
     out.join("\n")
 }
@@ -102,13 +104,43 @@ pub fn percentiles(segments: &[RunSegment]) -> String {
         t.add_row(vec![
             text(&seg.id),
             seg.samples.to_string(),
-            opt(&seg.failures),
+            seg.failures
+                .map_or_else(|| "unknown".to_owned(), |f| f.to_string()),
             ms(seg.p50_ms),
             ms(Some(seg.p99_ms)),
             ms(Some(seg.p999_ms)),
         ]);
     }
     t.to_string()
+}
+
+/// What the files say about their numbers: how each computed its percentiles, and its notes
+/// (failures that are unknown, latencies corrected for coordinated omission, …).
+fn notes(sources: &[RunSource]) -> Option<String> {
+    let many = sources.len() > 1;
+    let one_method = sources
+        .windows(2)
+        .all(|w| w[0].percentiles == w[1].percentiles);
+    let mut lines = Vec::new();
+    if let (true, Some(method)) = (
+        one_method,
+        sources.first().and_then(|s| s.percentiles.as_ref()),
+    ) {
+        lines.push(format!("  percentiles: {}", text(method)));
+    }
+    for s in sources {
+        let prefix = match (&s.name, many) {
+            (Some(name), true) => format!("{}: ", text(name)),
+            _ => String::new(),
+        };
+        if let (false, Some(method)) = (one_method, &s.percentiles) {
+            lines.push(format!("  {prefix}percentiles: {}", text(method)));
+        }
+        for note in &s.notes {
+            lines.push(format!("  {prefix}{}", text(note)));
+        }
+    }
+    (!lines.is_empty()).then(|| format!("notes:\n{}", lines.join("\n")))
 }
 
 /// How load-tool labels were mapped: `label → segment`, and the labels left unmapped.

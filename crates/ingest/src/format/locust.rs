@@ -146,7 +146,7 @@ impl Body {
             Some(LabelStats {
                 label: String::new(),
                 samples,
-                failures,
+                failures: Some(failures),
                 p50_us: Some(p50?),
                 p99_us: p99?,
                 p999_us: p999?,
@@ -204,6 +204,7 @@ impl Body {
             format: Format::Locust,
             tool: Some("locust".to_owned()),
             labels,
+            notes: Vec::new(),
         })
     }
 }
@@ -290,7 +291,7 @@ mod tests {
                     .map(|&(label, samples, failures, p50, p99, p999)| LabelStats {
                         label: label.to_owned(),
                         samples,
-                        failures,
+                        failures: Some(failures),
                         p50_us: Some(p50),
                         p99_us: p99,
                         p999_us: p999,
@@ -512,7 +513,13 @@ mod tests {
                     stats.p99_us,
                     stats.p999_us
                 ),
-                (samples, failures, Some(ms(n - 12)), ms(n - 5), ms(n - 4)),
+                (
+                    samples,
+                    Some(failures),
+                    Some(ms(n - 12)),
+                    ms(n - 5),
+                    ms(n - 4)
+                ),
                 "{}",
                 stats.label
             );

@@ -39,7 +39,7 @@
 //! counts only: the crate's deserializer would allocate and zero the whole counts array of every
 //! interval histogram (260 KB for a 1 h range in ns) and the merge would walk it again; and a
 //! forged header cannot make anything allocate beyond the caps nor reach an overflow. The format
-//! has no failures: `failures` is 0.
+//! has no failures: `failures` is unknown (`None`), and the run's evidence says so.
 //!
 //! **Threads** (`lanes.rs`). The calling thread reads the lines in order and checks their fields
 //! and tags; where `std::thread::available_parallelism()` is more than 1, the histograms are
@@ -242,6 +242,9 @@ impl HlogParser {
             format: Format::Hdrhistogram,
             tool: Some("HdrHistogram".to_owned()),
             labels,
+            notes: vec![
+                "failures: unknown — an HdrHistogram log records latencies only".to_owned(),
+            ],
         })
     }
 }
@@ -390,7 +393,7 @@ fn stats(label: &str, h: &Histogram<u64>, unit: TimeUnit) -> LabelStats {
     LabelStats {
         label: label.to_owned(),
         samples: h.len(),
-        failures: 0,
+        failures: None,
         p50_us: Some(at(0.50)),
         p99_us: at(0.99),
         p999_us: at(0.999),

@@ -243,6 +243,7 @@ impl Body {
             format: Format::Jmeter,
             tool: Some("JMeter".to_owned()),
             labels,
+            notes: Vec::new(),
         })
     }
 }

@@ -50,7 +50,7 @@ fn check(input: &[u8], expect: Result<&[Row], &str>) {
                 .map(|&(label, samples, failures, p50, p99, p999)| LabelStats {
                     label: label.to_owned(),
                     samples,
-                    failures,
+                    failures: Some(failures),
                     p50_us: Some(p50 * 1000),
                     p99_us: p99 * 1000,
                     p999_us: p999 * 1000,
@@ -305,7 +305,7 @@ fn fixtures_match_jmeter_and_exact_percentiles() {
             "{name}"
         );
         assert_eq!(
-            got.labels.iter().map(|l| l.failures).sum::<u64>(),
+            got.labels.iter().map(|l| l.failures.unwrap()).sum::<u64>(),
             errors,
             "{name}"
         );
@@ -339,7 +339,7 @@ fn fixtures_match_jmeter_and_exact_percentiles() {
             );
             assert_eq!(
                 (stats.samples, stats.failures),
-                (j[0], j[1]),
+                (j[0], Some(j[1])),
                 "{name} {jl}: JMeter's count and errors"
             );
             let ours = [stats.p50_us.unwrap(), stats.p99_us, stats.p999_us];

@@ -280,8 +280,8 @@ pub(super) fn extract(doc: &K6Doc) -> Result<Extracted, IngestError> {
                 }
             },
         };
-        let failures = fail_counts.map_or(0, |(passes, _)| passes);
-        if failures > samples {
+        let failures = fail_counts.map(|(passes, _)| passes);
+        if let Some(failures) = failures.filter(|&f| f > samples) {
             let f = failed.expect("failures come from http_req_failed");
             return Err(f.err(
                 "passes",
@@ -305,12 +305,31 @@ pub(super) fn extract(doc: &K6Doc) -> Result<Extracted, IngestError> {
             "the k6 summary has no request in any http_req_duration label",
         ));
     }
+    let unknown: Vec<&str> = labels
+        .iter()
+        .filter(|l| l.failures.is_none())
+        .map(|l| l.label.as_str())
+        .collect();
+    let notes = if unknown.is_empty() {
+        Vec::new()
+    } else {
+        vec![format!(
+            "failures: unknown for {} — {UNKNOWN_FAILURES}",
+            unknown.join(", ")
+        )]
+    };
     Ok(Extracted {
         format: Format::K6,
         tool: Some("k6".to_owned()),
         labels,
+        notes,
     })
 }
+
+/// Why a k6 summary's failures may be unknown, and how to get them.
+pub(crate) const UNKNOWN_FAILURES: &str = "k6 reports them per endpoint only with a threshold on \
+    http_req_failed{name:…} (e.g. 'http_req_failed{name:inventory}': ['rate<1']), or upload k6's \
+    raw points (--out json) instead";
 
 fn selector(tags: &Option<Tags>) -> String {
     match tags {

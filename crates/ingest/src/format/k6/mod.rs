@@ -32,8 +32,9 @@
 //! the trend's own `count` stat (`--summary-trend-stats` with `count`); `passes + fails` of
 //! `http_req_failed` with the same tags. None of them → IngestError naming the three ways.
 //! **Failures**: `passes` of `http_req_failed` with the same tags — for that rate metric a "pass" is
-//! a non-zero sample, i.e. a *failed* request (k6's text summary shows it as `✓`); 0 when the file
-//! has no such (sub-)metric. A label with 0 samples is left out (nothing was measured); a file
+//! a non-zero sample, i.e. a *failed* request (k6's text summary shows it as `✓`). k6 writes a
+//! per-endpoint `http_req_failed{name:…}` only when a threshold names it: without one the label's
+//! failures are **unknown** (`None`, never 0) and the extracted notes say so. A label with 0 samples is left out (nothing was measured); a file
 //! where every label has 0 is an error.
 //!
 //! **Tool.** The summary carries no k6 version: `tool` is `"k6"`. [`Options`] are not used.
@@ -50,6 +51,7 @@
 //! `/metrics/http_req_duration{name:inventory}/values/p(99.9)`) and the line of that key.
 
 mod extract;
+pub mod points;
 
 use std::collections::BTreeMap;
 
@@ -79,9 +81,12 @@ const TREND_STATS_HINT: &str = "k6 exports only the trend stats configured by \
     `avg,min,med,max,p(90),p(95)`: run k6 with e.g. `--summary-trend-stats=\"med,p(99),p(99.9),count\"`";
 
 /// Whether the start of an input looks like this format: a JSON object with k6's metric names or
-/// its `root_group`, and not oha's `latencyPercentiles`.
+/// its `root_group`, and neither oha's `latencyPercentiles` nor a line of k6's raw points.
 pub fn sniff(head: &[u8]) -> bool {
-    if json_object_start(head).is_none() || contains(head, b"\"latencyPercentiles\"") {
+    if json_object_start(head).is_none()
+        || contains(head, b"\"latencyPercentiles\"")
+        || points::sniff(head)
+    {
         return false;
     }
     contains(head, b"\"http_req_duration")

@@ -328,11 +328,12 @@ fn extract(doc: OhaDoc, label: Option<String>) -> Result<Extracted, IngestError>
         labels: vec![LabelStats {
             label,
             samples,
-            failures: errors + non_2xx,
+            failures: Some(errors + non_2xx),
             p50_us,
             p99_us,
             p999_us,
         }],
+        notes: Vec::new(),
     })
 }
 

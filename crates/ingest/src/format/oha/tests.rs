@@ -74,7 +74,7 @@ fn reads_percentiles_in_seconds_and_counts() {
         LabelStats {
             label: "x".into(),
             samples: 1002,
-            failures: 12,
+            failures: Some(12),
             p50_us: Some(5000),
             p99_us: 50_000,
             p999_us: 100_000
@@ -120,7 +120,7 @@ fn deadline_aborts_are_not_requests() {
         r#""aborted due to deadline": 9, "timeout": 1"#,
     );
     let s = one(d.as_bytes());
-    assert_eq!((s.samples, s.failures), (101, 1));
+    assert_eq!((s.samples, s.failures), (101, Some(1)));
 }
 
 #[test]
@@ -134,7 +134,7 @@ fn missing_error_distribution_is_empty() {
     );
     assert!(!d.contains("errorDistribution"));
     let s = one(d.as_bytes());
-    assert_eq!((s.samples, s.failures), (1000, 10));
+    assert_eq!((s.samples, s.failures), (1000, Some(10)));
 }
 
 /// (input, expected field, part of the message) → error.
@@ -392,7 +392,7 @@ fn repeated_members_and_key_order() {
     );
     assert_eq!(
         (one(d.as_bytes()).samples, one(d.as_bytes()).failures),
-        (1002, 12)
+        (1002, Some(12))
     );
     let d = ok_doc().replacen(r#""p99": 0.05,"#, r#""p99": 7, "p99": 0.05,"#, 1);
     assert_eq!(one(d.as_bytes()).p99_us, 50_000);
@@ -548,7 +548,7 @@ fn fixtures_agree_with_oha_text_summary_of_the_twin_run() {
         let (all, bad) = text_counts(text);
         assert_eq!(
             (got.samples, got.failures),
-            (all, bad),
+            (all, Some(bad)),
             "{label}: counts of the text run"
         );
         for (pct, us) in [
@@ -567,7 +567,7 @@ fn stats(label: &str, samples: u64, failures: u64, p50: u64, p99: u64, p999: u64
     LabelStats {
         label: label.to_owned(),
         samples,
-        failures,
+        failures: Some(failures),
         p50_us: Some(p50),
         p99_us: p99,
         p999_us: p999,

@@ -356,11 +356,12 @@ impl Output {
             labels: vec![LabelStats {
                 label: self.label.clone(),
                 samples,
-                failures: self.socket_errors.saturating_add(self.status_errors),
+                failures: Some(self.socket_errors.saturating_add(self.status_errors)),
                 p50_us: self.p50,
                 p99_us: p99,
                 p999_us: p999,
             }],
+            notes: Vec::new(),
         })
     }
 }

@@ -68,7 +68,12 @@ fn fixtures_reproduce_the_recorded_values() {
             panic!("one label")
         };
         assert_eq!(stats.label, "endpoint");
-        assert_eq!((stats.samples, stats.failures), (n[0], n[1]), "{}", row[0]);
+        assert_eq!(
+            (stats.samples, stats.failures),
+            (n[0], Some(n[1])),
+            "{}",
+            row[0]
+        );
         for (ours, exact) in [
             (stats.p50_us.unwrap(), n[2]),
             (stats.p99_us, n[3]),
@@ -105,7 +110,7 @@ fn values_as_printed() {
             [LabelStats {
                 label: "default".into(),
                 samples,
-                failures,
+                failures: Some(failures),
                 p50_us: Some(p50),
                 p99_us: p99,
                 p999_us: p999,

@@ -101,7 +101,7 @@ fn check_fixture(got: &Extracted, rows: &[Row], unit: TimeUnit, untagged: &str) 
         let label = if row.tag == "-" { untagged } else { &row.tag };
         assert_eq!(stats.label, label);
         assert_eq!(stats.samples, row.samples, "{label}");
-        assert_eq!(stats.failures, 0);
+        assert_eq!(stats.failures, None);
         let ours = [stats.p50_us.unwrap(), stats.p99_us, stats.p999_us];
         for (i, q) in [0.5, 0.99, 0.999].into_iter().enumerate() {
             let what = format!("{label} q{q}");

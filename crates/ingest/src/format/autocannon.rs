@@ -1,0 +1,339 @@
+//! autocannon JSON output (`autocannon -j URL`, checked against autocannon 9.0.0): one endpoint
+//! per file.
+//!
+//! ```text
+//! {"url":"http://127.0.0.1:18080/inventory","connections":10,…,"errors":0,"timeouts":0,
+//!  "non2xx":0,"1xx":0,"2xx":2000,"3xx":0,"4xx":0,"5xx":0,"statusCodeStats":{"200":{"count":2000}},
+//!  "latency":{"average":6.85,…,"p50":5,…,"p99":32,"p99_9":81,…,"totalCount":2000},"requests":{…}}
+//! ```
+//!
+//! * `latency.p50`, `p99`, `p99_9`: milliseconds, as autocannon reads them off its HdrHistogram
+//!   (hdr-histogram-js) of whole-ms latencies; `p99` and `p99_9` are required. autocannon
+//!   records the latency of every response (of the 2xx ones only with `--excludeErrorStats`),
+//!   none for a request without a response.
+//! * **Samples** = every request with an outcome: `1xx` + `2xx` + `3xx` + `4xx` + `5xx` +
+//!   `errors` (no response; `timeouts` are among them). **Failures** = `non2xx` + `errors`.
+//! * **Coordinated omission.** With a rate (`-R`/`--overallRate`, `--connectionRate`) autocannon
+//!   records each latency with the expected interval between requests, adding the requests a
+//!   stalled connection could not send (HdrHistogram's `recordValueWithExpectedInterval`), so
+//!   `latency.totalCount` exceeds the responses. The file does not name the flags: a
+//!   `totalCount` above the responses is how such a run is told, and the evidence then says that
+//!   its latencies are corrected for coordinated omission.
+//! * **Label**: [`Options::label`] (the upload part's name), else the file's `url`.
+//! * Size and memory as every JSON summary ([`MAX_JSON_SUMMARY_BYTES`](crate::MAX_JSON_SUMMARY_BYTES)).
+
+use serde::de::MapAccess;
+
+use crate::framing::json::{
+    contains, count, field_error, json_object_start, skip, Fold, JsonBuffer, Obj, Scalar,
+};
+use crate::{Extracted, Format, Ingest, IngestError, LabelStats, Options};
+
+/// Longest plausible latency: one hour, in milliseconds.
+const MAX_LATENCY_MS: f64 = 3_600_000.0;
+
+/// Whether the start of an input looks like autocannon's JSON: an object with its `latency`,
+/// `requests` and `throughput` histograms, or its `"2xx"` and `"non2xx"` counts.
+pub fn sniff(head: &[u8]) -> bool {
+    json_object_start(head).is_some()
+        && ((contains(head, b"\"non2xx\"") && contains(head, b"\"2xx\""))
+            || (contains(head, b"\"latency\"")
+                && contains(head, b"\"throughput\"")
+                && contains(head, b"\"p99_9\"")))
+}
+
+pub fn parser(options: &Options) -> Result<Box<dyn Ingest>, IngestError> {
+    Ok(Box::new(Parser {
+        buf: JsonBuffer::new("autocannon"),
+        label: options
+            .label
+            .as_deref()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned),
+    }))
+}
+
+struct Parser {
+    buf: JsonBuffer,
+    label: Option<String>,
+}
+
+impl Ingest for Parser {
+    fn push(&mut self, chunk: &[u8]) -> Result<(), IngestError> {
+        self.buf.push(chunk)
+    }
+
+    fn finish(self: Box<Self>) -> Result<Extracted, IngestError> {
+        let doc = self.buf.parse::<Doc>()?;
+        extract(doc, self.label).map_err(|e| self.buf.locate(e))
+    }
+}
+
+/// The counts read at the top level, by key.
+const COUNTS: [&str; 7] = ["1xx", "2xx", "3xx", "4xx", "5xx", "non2xx", "errors"];
+
+#[derive(Debug, Default)]
+struct Doc {
+    url: Option<Scalar>,
+    latency: Option<Obj<Latency>>,
+    counts: [Option<Scalar>; 7],
+}
+
+impl Fold for Doc {
+    fn member<'de, A: MapAccess<'de>>(&mut self, key: String, map: &mut A) -> Result<(), A::Error> {
+        if let Some(i) = COUNTS.iter().position(|c| *c == key) {
+            self.counts[i] = Some(map.next_value()?);
+            return Ok(());
+        }
+        match key.as_str() {
+            "url" => self.url = Some(map.next_value()?),
+            "latency" => self.latency = Some(map.next_value()?),
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+}
+
+/// `latency`: the percentiles read and `totalCount`.
+#[derive(Debug, Default)]
+struct Latency {
+    p50: Option<Scalar>,
+    p99: Option<Scalar>,
+    p999: Option<Scalar>,
+    total: Option<Scalar>,
+}
+
+impl Fold for Latency {
+    fn member<'de, A: MapAccess<'de>>(&mut self, key: String, map: &mut A) -> Result<(), A::Error> {
+        let slot = match key.as_str() {
+            "p50" => &mut self.p50,
+            "p99" => &mut self.p99,
+            "p99_9" => &mut self.p999,
+            "totalCount" => &mut self.total,
+            _ => return skip(map),
+        };
+        *slot = Some(map.next_value()?);
+        Ok(())
+    }
+}
+
+fn micros(key: &str, v: &Scalar) -> Result<u64, IngestError> {
+    let path = ["latency", key];
+    let ms = match v {
+        Scalar::Number(n) => n
+            .as_f64()
+            .ok_or_else(|| field_error(&path, "is not a number"))?,
+        Scalar::Null => {
+            return Err(field_error(
+                &path,
+                "is null: autocannon recorded no 2xx response",
+            ))
+        }
+        _ => return Err(field_error(&path, "must be a number of milliseconds")),
+    };
+    if !ms.is_finite() || ms < 0.0 {
+        return Err(field_error(&path, format!("{ms} is not a latency")));
+    }
+    if ms > MAX_LATENCY_MS {
+        return Err(field_error(
+            &path,
+            format!("{ms} ms is over one hour: autocannon writes milliseconds"),
+        ));
+    }
+    Ok((ms * 1000.0).round() as u64)
+}
+
+fn need<'a>(v: &'a Option<Scalar>, key: &str) -> Result<&'a Scalar, IngestError> {
+    v.as_ref().ok_or_else(|| {
+        field_error(
+            &["latency", key],
+            "missing: autocannon -j writes p50…p99_999 in `latency`; was the file edited?",
+        )
+    })
+}
+
+fn extract(doc: Doc, label: Option<String>) -> Result<Extracted, IngestError> {
+    let latency = match doc.latency {
+        Some(Obj::Object(l)) => l,
+        Some(_) => return Err(field_error(&["latency"], "must be an object")),
+        None => {
+            return Err(field_error(
+                &["latency"],
+                "missing: this is not autocannon --json (-j) output",
+            ))
+        }
+    };
+    let label = match label {
+        Some(l) => l,
+        None => match &doc.url {
+            Some(Scalar::Str(u)) if !u.trim().is_empty() => u.trim().to_owned(),
+            _ => {
+                return Err(IngestError::new(
+                    "autocannon output names no endpoint: give this file a label (the upload \
+                     part's name)",
+                ))
+            }
+        },
+    };
+    let p50_us = latency.p50.as_ref().map(|v| micros("p50", v)).transpose()?;
+    let p99_us = micros("p99", need(&latency.p99, "p99")?)?;
+    let p999_us = micros("p99_9", need(&latency.p999, "p99_9")?)?;
+    if p50_us.is_some_and(|p| p > p99_us) || p99_us > p999_us {
+        return Err(field_error(
+            &["latency"],
+            "percentiles are not increasing (p50 ≤ p99 ≤ p99_9)",
+        ));
+    }
+    let mut counts = [0u64; 7];
+    for (i, key) in COUNTS.iter().enumerate() {
+        counts[i] =
+            match &doc.counts[i] {
+                Some(v) => count(v, &[*key])?,
+                None => return Err(field_error(
+                    &[*key],
+                    "missing: autocannon -j writes the responses per status class and the errors",
+                )),
+            };
+    }
+    let [c1, c2, c3, c4, c5, non2xx, errors] = counts;
+    let samples = [c1, c2, c3, c4, c5, errors]
+        .iter()
+        .try_fold(0u64, |a, &b| a.checked_add(b))
+        .ok_or_else(|| IngestError::new("request counts overflow"))?;
+    if c2 == 0 {
+        return Err(field_error(
+            &["2xx"],
+            "no 2xx response, so autocannon recorded no latency",
+        ));
+    }
+    let failures = non2xx
+        .checked_add(errors)
+        .filter(|&f| f <= samples)
+        .ok_or_else(|| field_error(&["non2xx"], "more failures than requests"))?;
+    let recorded = match &latency.total {
+        Some(v) => Some(count(v, &["latency", "totalCount"])?),
+        None => None,
+    };
+    let responses = samples - errors;
+    let note = match recorded {
+        Some(n) if n > responses => format!(
+            "latencies corrected for coordinated omission: autocannon ran at a fixed rate (-R) \
+             and recorded {n} latencies for {responses} responses, counting the requests a \
+             stalled connection could not send"
+        ),
+        Some(n) if n == c2 && c2 < responses => {
+            "latencies of the 2xx responses only (autocannon --excludeErrorStats)".to_owned()
+        }
+        _ => "latencies of every response (autocannon records none for a request without one)"
+            .to_owned(),
+    };
+    Ok(Extracted {
+        format: Format::Autocannon,
+        tool: Some("autocannon".to_owned()),
+        labels: vec![LabelStats {
+            label,
+            samples,
+            failures: Some(failures),
+            p50_us,
+            p99_us,
+            p999_us,
+        }],
+        notes: vec![note],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{self, kit_tests};
+
+    const INVENTORY: &[u8] = include_bytes!("../../../../tests/fixtures/autocannon/inventory.json");
+    const PAYMENT_RATE: &[u8] =
+        include_bytes!("../../../../tests/fixtures/autocannon/payment-rate.json");
+
+    fn read(input: &[u8]) -> Result<Extracted, IngestError> {
+        testkit::read_in_every_chunking(Format::Autocannon, &Options::default(), input)
+    }
+
+    /// The fixtures give the p50/p99/p99.9 autocannon printed in them, and its counts.
+    #[test]
+    fn fixtures_give_what_autocannon_wrote() {
+        let e = read(INVENTORY).unwrap();
+        let l = &e.labels[0];
+        assert_eq!(l.label, "http://127.0.0.1:18080/inventory");
+        assert_eq!(
+            (l.samples, l.failures, l.p50_us, l.p99_us, l.p999_us),
+            (2000, Some(0), Some(5_000), 32_000, 82_000)
+        );
+        assert!(
+            e.notes[0].starts_with("latencies of every response"),
+            "{:?}",
+            e.notes
+        );
+        let e = read(PAYMENT_RATE).unwrap();
+        let l = &e.labels[0];
+        assert_eq!(
+            (l.samples, l.failures, l.p99_us, l.p999_us),
+            (1000, Some(23), 58_000, 134_000)
+        );
+        assert!(
+            e.notes[0].starts_with("latencies corrected for coordinated omission"),
+            "{:?}",
+            e.notes
+        );
+        assert!(sniff(INVENTORY) && sniff(PAYMENT_RATE));
+        assert_eq!(crate::detect(INVENTORY), Some(Format::Autocannon));
+    }
+
+    #[test]
+    fn bad_input_names_the_field() {
+        let text = std::str::from_utf8(INVENTORY).unwrap();
+        let cases = [
+            (
+                text.replace("\"p99_9\":82,", ""),
+                "/latency/p99_9",
+                "missing",
+            ),
+            (
+                text.replace("\"p99\":32,", "\"p99\":\"32\","),
+                "/latency/p99",
+                "number",
+            ),
+            (
+                text.replace("\"p99_9\":82,", "\"p99_9\":4000000,"),
+                "/latency/p99_9",
+                "one hour",
+            ),
+            (
+                text.replace("\"p99\":32,", "\"p99\":90,"),
+                "/latency",
+                "increasing",
+            ),
+            (
+                text.replace("\"2xx\":2000,", "\"2xx\":0,"),
+                "/2xx",
+                "no 2xx",
+            ),
+            (
+                text.replace("\"errors\":0,", "\"errors\":-1,"),
+                "/errors",
+                "whole number",
+            ),
+            (
+                text.replace("\"non2xx\":0,", "\"non2xx\":9999,"),
+                "/non2xx",
+                "more failures",
+            ),
+        ];
+        for (input, field, msg) in cases {
+            let err = read(input.as_bytes()).unwrap_err();
+            assert_eq!(err.field.as_deref(), Some(field), "{err}");
+            assert!(err.message.contains(msg), "{err}");
+        }
+        let err = read(b"{\"latency\": {}}").unwrap_err();
+        assert!(err.message.contains("names no endpoint"), "{err}");
+    }
+
+    kit_tests!(Format::Autocannon);
+}
