@@ -8,6 +8,7 @@ mod auth;
 mod bad_input;
 mod crash;
 mod deploy;
+mod drafts;
 mod examples;
 mod export;
 mod feedback;

@@ -345,6 +345,8 @@ fn openapi_schemas_match_the_typed_api() {
         created_at: String::new(),
         created_by: String::new(),
         updated_at: String::new(),
+        superseded_by: some("bl-20261130-002"),
+        approved_at: some("2026-11-30T10:00:00Z"),
     };
     let change = baselines::Change {
         from: Some(1.0),

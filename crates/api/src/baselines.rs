@@ -22,6 +22,13 @@ pub struct BaselineSummary {
     pub created_at: String,
     pub created_by: String,
     pub updated_at: String,
+    /// While `superseded`: the baseline that replaced it (a newer draft, or the baseline
+    /// approved after it); `null` otherwise, and for baselines superseded before it was kept.
+    #[serde(default)]
+    pub superseded_by: Option<String>,
+    /// When it was approved (`null` if it never was: a superseded draft never was).
+    #[serde(default)]
+    pub approved_at: Option<String>,
 }
 
 /// A page of a chain's baselines, newest first.

@@ -51,6 +51,8 @@ pub(super) fn baseline_summary_from_row(r: &AnyRow) -> StoreResult<BaselineSumma
         created_at: r.try_get("created_at")?,
         created_by: r.try_get("created_by")?,
         updated_at: r.try_get("updated_at")?,
+        superseded_by: r.try_get("superseded_by")?,
+        approved_at: r.try_get("approved_at")?,
     })
 }
 

@@ -62,25 +62,23 @@ impl Runs for SqlStore {
         .fetch_one(&mut *tx)
         .await?;
         let stored = run_from_row(&row)?;
-        let baseline = match draft {
+        let (baseline, superseded) = match draft {
             Some(mut doc) => {
                 doc.run_id = id.clone();
-                Some(
-                    insert_baseline_tx(
-                        &mut tx,
-                        &self.archive_prefix,
-                        doc,
-                        (run.uploaded_by, run.uploaded_by_owner),
-                    )
-                    .await?,
-                )
+                let uploader = (run.uploaded_by, run.uploaded_by_owner);
+                let (baseline, superseded) =
+                    insert_baseline_tx(&mut tx, &self.archive_prefix, doc, uploader).await?;
+                (Some(baseline), superseded)
             }
-            None => None,
+            None => (None, Vec::new()),
         };
         let mut audit = audit;
         audit.subject = Some(id.clone());
         if let Some(b) = &baseline {
             audit.detail["baseline_id"] = b.doc.id.clone().into();
+        }
+        if !superseded.is_empty() {
+            audit.detail["superseded_drafts"] = superseded.into();
         }
         write_audit(&mut tx, &audit).await?;
         commit(tx, (stored, baseline)).await

@@ -21,11 +21,14 @@ export async function history(root, [chain], ctx) {
   const msg = h('div', { id: 'rollback-msg', 'aria-live': 'polite' });
   const rows = list.baselines.map((b) => {
     let action = '—';
-    if (b.state === 'superseded' && c.approve) action = rollbackControl(chain, b, msg, ctx);
+    // only a baseline that was approved can go live again (a draft a newer one replaced never was)
+    if (b.state === 'superseded' && b.approved_at && c.approve) action = rollbackControl(chain, b, msg, ctx);
     else if (b.state === 'draft') action = h('a', { href: '#/baselines/' + enc(b.id) }, 'review');
     return {
       data: { baseline: b.id, state: b.state },
-      cells: [ui.baselineLink(b.id), ui.state(b.state), fmt.reason(b.reason), h('span', { class: 'mono' }, b.run_id), 'v' + b.topology_version,
+      cells: [ui.baselineLink(b.id),
+        [ui.state(b.state), b.superseded_by ? h('span', { class: 'sub superseded-by' }, ' by ', ui.baselineLink(b.superseded_by)) : null],
+        fmt.reason(b.reason), h('span', { class: 'mono' }, b.run_id), 'v' + b.topology_version,
         b.has_errors ? h('span', { class: 'badge badge-error' }, 'errors') : 'clean',
         [ui.when(b.created_at), h('span', { class: 'sub' }, ' by ' + b.created_by)], ui.when(b.updated_at), action],
     };

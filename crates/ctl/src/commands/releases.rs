@@ -114,7 +114,17 @@ fn release_verdict(
         v["message"] = json!(message);
         v
     };
+    // A draft a newer draft replaced is superseded too, but was never approved.
+    let never_approved = state == "superseded" && doc["decision"].is_null();
     match state {
+        "superseded" if never_approved => Err(CtlError::conflict(
+            "not_approved",
+            format!(
+                "baseline {id} is a draft that a newer draft ({}) replaced, never approved: {current_is}",
+                doc["superseded_by"].as_str().unwrap_or("-")
+            ),
+            details,
+        )),
         "approved" => Ok(ok(format!(
             "{id} is the approved, current baseline of {own_chain}"
         ))),
@@ -152,7 +162,9 @@ mod tests {
     use crate::Exit;
 
     fn doc(state: &str) -> Value {
-        json!({"id": "bl-20261130-001", "chain": "checkout", "state": state})
+        let decided = state != "draft";
+        let decision = decided.then(|| json!({"by": "abe", "at": "2026-11-30T10:00:00Z"}));
+        json!({"id": "bl-20261130-001", "chain": "checkout", "state": state, "decision": decision})
     }
 
     fn refused(r: Result<Value, CtlError>) -> (String, String) {
@@ -202,6 +214,16 @@ mod tests {
         assert_eq!(code, "not_approved");
         assert!(message.contains("is a draft"), "{message}");
         assert!(message.contains("bl-20261130-002"), "{message}");
+        // a draft replaced by a newer draft: superseded, never approved, whatever the flag
+        let replaced = json!({"id": "bl-20261130-001", "chain": "checkout", "state": "superseded",
+            "superseded_by": "bl-20261130-003"});
+        let (code, message) = refused(release_verdict(&replaced, None, None, true));
+        assert_eq!(code, "not_approved");
+        assert_eq!(
+            message,
+            "baseline bl-20261130-001 is a draft that a newer draft (bl-20261130-003) replaced, \
+             never approved: checkout has no approved baseline"
+        );
         let (_, message) = refused(release_verdict(&doc("rejected"), None, None, true));
         assert_eq!(
             message,

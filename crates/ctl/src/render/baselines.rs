@@ -28,9 +28,13 @@ pub fn baselines(v: &BaselineList) -> String {
         &[4],
     );
     for b in &v.baselines {
+        let state = match &b.superseded_by {
+            Some(by) => format!("{} by {by}", wire(&b.state)),
+            None => wire(&b.state),
+        };
         t.add_row(vec![
             text(&b.id),
-            wire(&b.state),
+            state,
             text(&b.reason),
             text(&b.run_id),
             b.topology_version.to_string(),
@@ -65,6 +69,14 @@ pub fn baseline(v: &BaselineDocument) -> String {
             ),
         ),
     ];
+    if let Some(by) = &v.superseded_by {
+        let what = if v.was_approved() {
+            "the baseline approved after it"
+        } else {
+            "a newer draft, before any decision: it can no longer be approved"
+        };
+        head.push(("superseded by", format!("{by} ({what})")));
+    }
     if let Some(d) = &v.decision {
         let comment = d
             .comment
