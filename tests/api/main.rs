@@ -4,6 +4,7 @@
 mod helpers;
 
 mod agent;
+mod aliases;
 mod auth;
 mod bad_input;
 mod crash;

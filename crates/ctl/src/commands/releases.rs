@@ -4,6 +4,7 @@
 use budget_api::releases::ReleaseRequest;
 use serde_json::{json, Value};
 
+use super::resolve::{self, CURRENT, LATEST_DRAFT};
 use super::{body_of, get_and_show, post_and_show, with_query};
 use crate::cli::ReleaseCommand;
 use crate::output::show;
@@ -19,8 +20,10 @@ pub(super) async fn run(
             service,
             release_version,
             baseline_id,
+            chain,
             ticket,
         } => {
+            let baseline_id = resolve::baseline_id(client, &baseline_id, chain.as_deref()).await?;
             let req = body_of(&ReleaseRequest {
                 service,
                 version: release_version,
@@ -32,9 +35,14 @@ pub(super) async fn run(
         }
         ReleaseCommand::List {
             baseline_id,
+            chain,
             service,
             limit,
         } => {
+            let baseline_id = match baseline_id {
+                Some(id) => Some(resolve::baseline_id(client, &id, chain.as_deref()).await?),
+                None => None,
+            };
             let url = with_query(
                 client.url(&["releases"]),
                 &[
@@ -50,6 +58,12 @@ pub(super) async fn run(
             chain,
             allow_superseded,
         } => {
+            // An alias is resolved on --chain (which the check then applies as well).
+            let baseline_id = if [CURRENT, LATEST_DRAFT].contains(&baseline_id.as_str()) {
+                resolve::baseline_id(client, &baseline_id, chain.as_deref()).await?
+            } else {
+                baseline_id
+            };
             // 404 → exit 3 (unknown baseline).
             let doc = client.get(client.url(&["baselines", &baseline_id])).await?;
             let own_chain = doc["chain"].as_str().unwrap_or_default();

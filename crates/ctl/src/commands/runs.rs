@@ -3,13 +3,15 @@
 
 use std::path::{Path, PathBuf};
 
+use budget_api::runs::RunUploadResult;
 use futures_util::StreamExt;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Deserialize as _;
 use serde_json::Value;
 
 use super::{get_and_show, read_input, with_query};
 use crate::cli::RunCommand;
-use crate::output::show;
+use crate::output::{print, show};
 use crate::{render, Client, CtlError};
 
 pub(super) async fn run(command: RunCommand, client: &Client, json: bool) -> Result<(), CtlError> {
@@ -20,6 +22,7 @@ pub(super) async fn run(command: RunCommand, client: &Client, json: bool) -> Res
             format,
             unit,
             map,
+            quiet,
         } => {
             let v = upload(
                 client,
@@ -28,9 +31,18 @@ pub(super) async fn run(command: RunCommand, client: &Client, json: bool) -> Res
                 format.as_deref(),
                 unit.as_deref(),
                 &map,
-                json,
+                json || quiet,
             )
             .await?;
+            if quiet {
+                // The draft id alone on stdout, for `DRAFT=$(budgetctl run upload --quiet …)`.
+                let outcome = RunUploadResult::deserialize(&v).unwrap_or_default();
+                match outcome.baseline_id {
+                    Some(id) => print(&id),
+                    None => eprintln!("no draft: run {} opened none", outcome.run_id),
+                }
+                return Ok(());
+            }
             show(json, &v, render::run_outcome);
             Ok(())
         }

@@ -46,13 +46,20 @@ pub fn run_outcome(v: &RunUploadResult) -> String {
             format!("drift: {drifted} percentile(s) moved more than 20 %")
         });
     }
+    // The draft id alone after its label, for eyes and for `grep '^draft:'`.
     match &v.baseline_id {
         Some(id) => {
-            let reason = v.reason.as_ref().map_or_else(|| "-".into(), wire);
-            out.push(format!("draft: {id} (reason: {reason})"));
+            out.push(format!("draft: {id}"));
+            out.push(format!(
+                "reason: {}",
+                v.reason.as_ref().map_or_else(|| "-".into(), wire)
+            ));
             out.push(findings(&v.findings));
         }
-        None => out.push("no draft".into()),
+        None => out.push(match &v.compared_to {
+            Some(live) => format!("draft: none (no drift from {live})"),
+            None => "draft: none".into(),
+        }),
     }
     out.join("\n")
 }
@@ -165,6 +172,13 @@ mod tests {
 
     #[test]
     fn run_outcome_names_the_draft_or_says_there_is_none() {
+        let compared = json!({"run_id": "run-2", "chain": "c", "topology_version": 1,
+            "compared_to": "bl-20261130-001", "comparison": [], "drift": [], "baseline_id": null});
+        let text = run_outcome(&serde_json::from_value(compared).unwrap());
+        assert!(
+            text.ends_with("\ndraft: none (no drift from bl-20261130-001)"),
+            "{text}"
+        );
         let with_draft = json!({
             "run_id": "run-20261130-002", "chain": "checkout", "topology_version": 1,
             "compared_to": "bl-20261130-001",
@@ -186,7 +200,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("draft: bl-20261130-002 (reason: drift)\nfindings: none"),
+            text.contains("\ndraft: bl-20261130-002\nreason: drift\nfindings: none"),
             "{text}"
         );
 
@@ -197,7 +211,7 @@ mod tests {
             text.contains("compared with: nothing (the chain has no approved baseline)"),
             "{text}"
         );
-        assert!(text.ends_with("\nno draft"), "{text}");
+        assert!(text.ends_with("\ndraft: none"), "{text}");
         assert!(!text.contains('┌'), "no comparison, no table: {text}");
     }
 }
