@@ -38,7 +38,8 @@ fn label_mapping(m: Mapping) -> LabelMapping {
     }
 }
 
-/// A native JSON run (`raw` is the body as received, for its checksum).
+/// A native JSON run (`raw` is the body as received, for its checksum). A `dry_run` stores
+/// nothing (see [`record_run`]).
 #[tracing::instrument(skip_all, fields(chain = ?chain))]
 pub async fn upload_run(
     state: &AppState,
@@ -46,12 +47,13 @@ pub async fn upload_run(
     chain: &str,
     body: serde_json::Value,
     raw: &[u8],
+    dry_run: bool,
 ) -> ApiResult<RunOutcome> {
     check_chain_name(chain)?;
     let topo = state.store.get_topology(chain, None).await?;
     let upload: RunUpload = parse_with_schema(Schema::Run, body)?;
     let run = Upload::one_body(upload, None, Format::Native.as_str(), raw);
-    record_run(state, principal, chain, topo, run).await
+    record_run(state, principal, chain, topo, run, dry_run).await
 }
 
 /// A run read from load-tool files: labels mapped to segments (`map` first, then the
@@ -64,6 +66,7 @@ pub async fn upload_tool_run(
     files: Vec<Extracted>,
     sources: Vec<RunSource>,
     map: &BTreeMap<String, String>,
+    dry_run: bool,
 ) -> ApiResult<RunOutcome> {
     check_chain_name(chain)?;
     let topo = state.store.get_topology(chain, None).await?;
@@ -81,7 +84,7 @@ pub async fn upload_tool_run(
         sources,
         mapping: Some(label_mapping(mapping)),
     };
-    record_run(state, principal, chain, topo, run).await
+    record_run(state, principal, chain, topo, run, dry_run).await
 }
 
 /// A run made from production data (`from: production`): `upload` holds the merged
@@ -96,7 +99,7 @@ pub async fn upload_production_run(
     let topo = state.store.get_topology(chain, None).await?;
     let bytes = serde_json::to_vec(&upload).map_err(|e| ApiError::internal(e.into()))?;
     let run = Upload::one_body(upload, Some(source), "production", &bytes);
-    record_run(state, principal, chain, topo, run).await
+    record_run(state, principal, chain, topo, run, false).await
 }
 
 /// A run as received, before it is checked against the topology.
@@ -148,12 +151,18 @@ fn source_checksum(sources: &[RunSource]) -> (String, i64) {
     }
 }
 
+/// Checks the run against the topology, decides whether it opens a draft (core's `intake`)
+/// and stores both in one transaction. A `dry_run` goes as far as the decision and the draft
+/// document, answers them with the baseline the run computes to (`preview`), and stores
+/// nothing: no run, no draft, no archive item, no audit entry, and no `Idempotency-Key` record
+/// (the store's commit never runs).
 async fn record_run(
     state: &AppState,
     principal: &Principal,
     chain: &str,
     topo: TopologyVersion,
     received: Upload,
+    dry_run: bool,
 ) -> ApiResult<RunOutcome> {
     let Upload {
         upload,
@@ -185,23 +194,57 @@ async fn record_run(
         };
         let assessment = intake::assess(&topo.topology, &run, before);
         let created_at = now();
-        let draft = assessment
-            .draft(&DraftOf {
-                chain,
-                topology_version: topo.version,
-                topology: &topo.topology,
-                run_id: "",
-                run: &run,
-                created_by: &principal.name,
-                created_at: &created_at,
-            })
-            .map_err(|errs| {
-                violations_of(
-                    format!("the run does not cover the topology of {chain:?}"),
-                    errs,
-                )
-            })?;
+        let of = DraftOf {
+            chain,
+            topology_version: topo.version,
+            topology: &topo.topology,
+            run_id: "",
+            run: &run,
+            created_by: &principal.name,
+            created_at: &created_at,
+        };
+        let draft = assessment.draft(&of).map_err(|errs| {
+            violations_of(
+                format!("the run does not cover the topology of {chain:?}"),
+                errs,
+            )
+        })?;
         let drift = assessment.drift();
+        if dry_run {
+            // The draft it would open, or what a recompute of it would give.
+            let preview = match draft {
+                Some(doc) => doc,
+                None => intake::recompute(&of).map_err(|errs| {
+                    violations_of(
+                        format!("the run does not cover the topology of {chain:?}"),
+                        errs,
+                    )
+                })?,
+            };
+            let reason = assessment.reason;
+            return Ok(RunOutcome {
+                run_id: String::new(),
+                chain: chain.to_owned(),
+                topology_version: topo.version,
+                drift,
+                comparison: assessment.comparison,
+                compared_to: assessment.compared_to,
+                drift_threshold_pct: drift::DRIFT_THRESHOLD_PCT,
+                baseline_id: None,
+                reason,
+                findings: if reason.is_some() {
+                    preview.findings.clone()
+                } else {
+                    Vec::new()
+                },
+                format: format.as_str().into(),
+                tool,
+                segments,
+                mapping,
+                dry_run: true,
+                preview: Some(preview),
+            });
+        }
         let new_run = NewRun {
             chain: chain.to_owned(),
             topology_version: topo.version,
@@ -250,6 +293,8 @@ async fn record_run(
                     tool,
                     segments,
                     mapping,
+                    dry_run: false,
+                    preview: None,
                 });
             }
             Err(StoreError::Conflict(_)) => continue,

@@ -10,6 +10,7 @@ mod bad_input;
 mod crash;
 mod deploy;
 mod drafts;
+mod dry_run;
 mod examples;
 mod export;
 mod feedback;

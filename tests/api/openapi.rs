@@ -332,6 +332,8 @@ fn openapi_schemas_match_the_typed_api() {
         reason: Some(budget_core::baseline::BaselineReason::Drift),
         tool: some("k6"),
         mapping: Some(mapping.clone()),
+        dry_run: true,
+        preview: Some(document.clone()),
         ..Default::default()
     };
     let summary = baselines::BaselineSummary {

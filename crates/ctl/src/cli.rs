@@ -188,6 +188,10 @@ pub enum RunCommand {
         /// scripts: DRAFT=$(budgetctl run upload --quiet …)
         #[arg(long, short, conflicts_with = "json")]
         quiet: bool,
+        /// Read, map and compute the run and show what the upload would give (labels, segments,
+        /// drift, the draft's budgets and findings), storing nothing
+        #[arg(long, conflicts_with = "quiet")]
+        dry_run: bool,
     },
     /// Show one run's percentiles
     Show {

@@ -60,7 +60,11 @@ opens one. Prints the run id, the comparison table and the draft id (`draft: bl-
 \"draft: none\"; with --quiet only the draft id, so scripts can capture it:
 
   DRAFT=$(budgetctl run upload --quiet --chain checkout run.json)
-  budgetctl baseline show \"$DRAFT\"        # or: baseline show latest-draft --chain checkout";
+  budgetctl baseline show \"$DRAFT\"        # or: baseline show latest-draft --chain checkout
+
+--dry-run reads, maps and computes the run exactly as an upload would and shows the label
+mapping, the segments, the comparison, whether a draft would open and the budgets and findings
+it would hold — and stores nothing (no run, no draft, no archive item).";
 
 pub(super) const APPROVE_ABOUT: &str = "\
 Approve a draft baseline: it becomes the chain's live config, published to every agent under a

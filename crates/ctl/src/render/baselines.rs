@@ -4,7 +4,7 @@
 use budget_api::baselines::{
     ApproveResult, BaselineDiff, BaselineList, Change, RejectResult, Rollout,
 };
-use budget_core::baseline::BaselineDocument;
+use budget_core::baseline::{BaselineDocument, BaselineSegment};
 
 use super::checks::{drift_table, findings};
 use super::{fields, flag, ms, ms_u, opt, pct, table, text, wire};
@@ -93,13 +93,27 @@ pub fn baseline(v: &BaselineDocument) -> String {
             ),
         ));
     }
+    let mut out = vec![
+        fields(&head),
+        segment_table(&v.segments),
+        findings(&v.findings),
+    ];
+    if !v.drift.is_empty() {
+        out.push(format!("drift from {}:", opt(&v.drift_baseline_id)));
+        out.push(drift_table(&v.drift));
+    }
+    out.join("\n")
+}
+
+/// A baseline's segments: the measured percentiles, the rule applied, timeout and budget.
+pub(super) fn segment_table(segments: &[BaselineSegment]) -> String {
     let mut t = table(
         &[
             "segment", "class", "rule", "p99", "p999", "timeout", "budget",
         ],
         &[3, 4, 5, 6],
     );
-    for seg in &v.segments {
+    for seg in segments {
         t.add_row(vec![
             text(&seg.id),
             wire(&seg.class),
@@ -110,12 +124,7 @@ pub fn baseline(v: &BaselineDocument) -> String {
             ms_u(seg.budget_ms),
         ]);
     }
-    let mut out = vec![fields(&head), t.to_string(), findings(&v.findings)];
-    if !v.drift.is_empty() {
-        out.push(format!("drift from {}:", opt(&v.drift_baseline_id)));
-        out.push(drift_table(&v.drift));
-    }
-    out.join("\n")
+    t.to_string()
 }
 
 /// One `{from, to, change_pct}` of a diff: `390 → 507 (+30.0 %)`, or `44` when unchanged.

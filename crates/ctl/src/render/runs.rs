@@ -3,13 +3,20 @@
 
 use budget_api::runs::{LabelMapping, Run, RunList, RunSegment, RunUploadResult};
 
+use super::baselines::segment_table;
 use super::checks::{drift_table, findings};
 use super::{fields, ms, opt, table, text, wire};
 
-/// `POST /chains/{chain}/runs`: run id, drift table, draft.
+/// `POST /chains/{chain}/runs`: run id, drift table, draft; for a dry run, what the upload
+/// would give.
 pub fn run_outcome(v: &RunUploadResult) -> String {
+    let run = if v.dry_run {
+        ("dry run", "nothing stored (no run, no draft)".to_owned())
+    } else {
+        ("run", text(&v.run_id))
+    };
     let mut out = vec![fields(&[
-        ("run", text(&v.run_id)),
+        run,
         ("chain", text(&v.chain)),
         ("topology", format!("v{}", v.topology_version)),
         ("format", format!("{} ({})", text(&v.format), opt(&v.tool))),
@@ -45,6 +52,18 @@ pub fn run_outcome(v: &RunUploadResult) -> String {
         } else {
             format!("drift: {drifted} percentile(s) moved more than 20 %")
         });
+    }
+    if let (true, Some(preview)) = (v.dry_run, &v.preview) {
+        out.push(match (&v.reason, &v.compared_to) {
+            (Some(reason), _) => format!("would open a draft (reason: {}) holding:", wire(reason)),
+            (None, Some(live)) => {
+                format!("would open no draft (no drift from {live}); a recompute would give:")
+            }
+            (None, None) => "would open no draft; a recompute would give:".to_owned(),
+        });
+        out.push(segment_table(&preview.segments));
+        out.push(findings(&preview.findings));
+        return out.join("\n");
     }
     // The draft id alone after its label, for eyes and for `grep '^draft:'`.
     match &v.baseline_id {
@@ -212,6 +231,33 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("\ndraft: none"), "{text}");
+
         assert!(!text.contains('┌'), "no comparison, no table: {text}");
+
+        let dry = json!({"run_id": "", "chain": "c", "topology_version": 1, "compared_to": null,
+            "comparison": [], "drift": [], "baseline_id": null, "reason": "first_run",
+            "findings": [], "dry_run": true, "preview": {
+                "id": "", "chain": "c", "state": "draft", "reason": "first_run", "run_id": "",
+                "topology_version": 1, "created_at": "2026-11-30T10:00:00Z", "created_by": "uma",
+                "entry_budget_ms": 800, "breaker_window_ms": 5000, "max_recovery": "18h",
+                "findings": [], "segments": [{"id": "order->user", "caller": "order",
+                    "callee": "user", "parent": "gateway->order", "class": "stable",
+                    "p99_ms": 8.0, "p999_ms": 20.0, "rule": "p99_plus10", "timeout_ms": 9,
+                    "budget_ms": 9, "retry": {"idempotent": false}}]}});
+        let dry_text = run_outcome(&serde_json::from_value(dry).unwrap());
+        assert!(
+            dry_text.starts_with("dry run:       nothing stored (no run, no draft)\n"),
+            "{dry_text}"
+        );
+        assert!(
+            dry_text.contains("would open a draft (reason: first_run) holding:\n"),
+            "{dry_text}"
+        );
+        assert!(
+            dry_text
+                .contains("│ order->user ┆ stable ┆ p99_plus10 ┆   8 ┆   20 ┆       9 ┆      9 │"),
+            "{dry_text}"
+        );
+        assert!(!dry_text.contains("draft: "), "{dry_text}");
     }
 }
