@@ -11,7 +11,7 @@ use budget_core::intake::{self, DraftOf};
 use budget_core::lifecycle::{self, ApproveError, Policy, PublishError, RejectError, Uploader};
 use serde_json::json;
 
-use super::{audit, check_chain_name, now, republish, violations_of};
+use super::{audit, now, republish, violations_of};
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -60,9 +60,12 @@ pub async fn recompute(
     run_id: &str,
     topology_version: Option<i64>,
 ) -> ApiResult<StoredBaseline> {
-    check_chain_name(chain)?;
+    let latest = super::chains::known(state, chain).await?;
     let run = state.store.get_run(chain, run_id).await?;
-    let topo = state.store.get_topology(chain, topology_version).await?;
+    let topo = match topology_version {
+        Some(v) if v != latest.version => state.store.get_topology(chain, Some(v)).await?,
+        _ => latest,
+    };
     let doc = intake::recompute(&DraftOf {
         chain,
         topology_version: topo.version,
@@ -105,8 +108,7 @@ pub async fn list(
     before: Option<&BaselineCursor>,
     limit: i64,
 ) -> ApiResult<Vec<BaselineSummary>> {
-    check_chain_name(chain)?;
-    state.store.get_topology(chain, None).await?;
+    super::chains::known(state, chain).await?;
     Ok(state
         .store
         .list_baselines(chain, filter, before, limit)
@@ -216,7 +218,7 @@ pub async fn rollback(
     chain: &str,
     id: &str,
 ) -> ApiResult<Published> {
-    check_chain_name(chain)?;
+    super::chains::known(state, chain).await?;
     let target = state.store.get_baseline(id).await?;
     lifecycle::publish(&target.doc, chain)?;
     let audit = audit(

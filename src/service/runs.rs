@@ -14,7 +14,7 @@ use budget_ingest::{Extracted, Format};
 use serde_json::json;
 use sha2::Digest;
 
-use super::{audit, check_chain_name, now, parse_with_schema, violations_of};
+use super::{audit, now, parse_with_schema, violations_of};
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::schemas::Schema;
@@ -49,8 +49,7 @@ pub async fn upload_run(
     raw: &[u8],
     dry_run: bool,
 ) -> ApiResult<RunOutcome> {
-    check_chain_name(chain)?;
-    let topo = state.store.get_topology(chain, None).await?;
+    let topo = super::chains::known(state, chain).await?;
     let upload: RunUpload = parse_with_schema(Schema::Run, body)?;
     let run = Upload::one_body(upload, None, Format::Native.as_str(), raw);
     record_run(state, principal, chain, topo, run, dry_run).await
@@ -68,8 +67,7 @@ pub async fn upload_tool_run(
     map: &BTreeMap<String, String>,
     dry_run: bool,
 ) -> ApiResult<RunOutcome> {
-    check_chain_name(chain)?;
-    let topo = state.store.get_topology(chain, None).await?;
+    let topo = super::chains::known(state, chain).await?;
     let format = files.first().map_or(Format::Native, |f| f.format);
     let (upload, mapping) = budget_ingest::mapping::to_upload(&files, &topo.topology, map)
         .map_err(|errs| {
@@ -369,7 +367,7 @@ async fn views(state: &AppState, chain: &str, runs: Vec<StoredRun>) -> ApiResult
 /// One run of a chain.
 #[tracing::instrument(skip_all, fields(chain = ?chain, run = ?run_id))]
 pub async fn get(state: &AppState, chain: &str, run_id: &str) -> ApiResult<RunView> {
-    check_chain_name(chain)?;
+    super::chains::known(state, chain).await?;
     let run = state.store.get_run(chain, run_id).await?;
     let mut views = views(state, chain, vec![run]).await?;
     views
@@ -380,8 +378,7 @@ pub async fn get(state: &AppState, chain: &str, run_id: &str) -> ApiResult<RunVi
 /// The newest `limit` runs of a chain, newest first.
 #[tracing::instrument(skip_all, fields(chain = ?chain))]
 pub async fn list(state: &AppState, chain: &str, limit: i64) -> ApiResult<Vec<RunView>> {
-    check_chain_name(chain)?;
-    state.store.get_topology(chain, None).await?;
+    super::chains::known(state, chain).await?;
     let runs = state.store.list_runs(chain, limit).await?;
     views(state, chain, runs).await
 }

@@ -8,6 +8,7 @@ mod aliases;
 mod auth;
 mod bad_input;
 mod crash;
+mod ctl_errors;
 mod deploy;
 mod drafts;
 mod dry_run;
