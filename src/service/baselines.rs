@@ -3,7 +3,7 @@
 //! is still a draft (or superseded, for a rollback) is decided by the store inside the
 //! transaction that moves it, so a repeat of a committed request finds its result.
 
-use budget_api::baselines::BaselineSummary;
+use budget_api::baselines::{ApprovalBlocker, ApprovalCheck, BaselineSummary};
 use budget_core::baseline::BaselineState;
 use budget_core::capacity;
 use budget_core::diff::BaselineDiff;
@@ -152,6 +152,46 @@ pub async fn tree(state: &AppState, id: &str) -> ApiResult<Tree> {
     Ok(Tree {
         capacity: capacity::capacity(&topo.topology, &doc.segments),
         baseline_id: doc.id,
+    })
+}
+
+/// Whether `principal` may approve baseline `id` now, with every reason they may not
+/// (`lifecycle::approval_blockers`, on what the store holds now; the approval itself checks
+/// again in its transaction).
+#[tracing::instrument(skip_all, fields(baseline = ?id))]
+pub async fn approval(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+) -> ApiResult<ApprovalCheck> {
+    let stored = state.store.get_baseline(id).await?;
+    let newest = state.store.newest_baseline(&stored.doc.chain).await?;
+    let uploader = Uploader {
+        token: &stored.run_uploaded_by,
+        owner: &stored.run_uploaded_by_owner,
+    };
+    let policy = Policy {
+        require_distinct_approver: state.settings.approval.require_distinct_approver,
+    };
+    let blockers: Vec<ApprovalBlocker> = lifecycle::approval_blockers(
+        &stored.doc,
+        uploader,
+        &principal.owner,
+        policy,
+        newest.as_deref(),
+    )
+    .iter()
+    .map(|b| ApprovalBlocker {
+        code: b.code().into(),
+        message: b.to_string(),
+    })
+    .collect();
+    Ok(ApprovalCheck {
+        baseline_id: stored.doc.id,
+        chain: stored.doc.chain,
+        may_approve: blockers.is_empty(),
+        blockers,
+        newest_baseline: newest,
     })
 }
 

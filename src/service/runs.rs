@@ -4,7 +4,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 
-use budget_core::baseline::BaselineReason;
+use budget_core::baseline::{BaselineReason, BaselineState};
 use budget_core::drift;
 use budget_core::intake::{self, ChainBefore, DraftOf};
 use budget_core::run::RunUpload;
@@ -359,6 +359,11 @@ async fn views(state: &AppState, chain: &str, runs: Vec<StoredRun>) -> ApiResult
             mapping: run.mapping,
             segments,
             vs_live,
+            draft_state: run
+                .opened_draft
+                .as_ref()
+                .and_then(|(_, state)| BaselineState::parse(state)),
+            draft_id: run.opened_draft.map(|(id, _)| id),
         });
     }
     Ok(out)

@@ -29,6 +29,7 @@ mod owners;
 mod processes;
 mod releases;
 mod replicas;
+mod review;
 mod s3;
 mod store_contract;
 mod tls;

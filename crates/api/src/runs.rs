@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use budget_core::baseline::{BaselineDocument, BaselineReason};
+use budget_core::baseline::{BaselineDocument, BaselineReason, BaselineState};
 use budget_core::checks::Finding;
 use budget_core::drift::DriftEntry;
 use budget_core::run::SegmentUpload;
@@ -134,6 +134,10 @@ pub struct Run {
     pub segments: Vec<RunSegment>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vs_live: Option<LiveComparison>,
+    /// The draft this run's upload opened (`null` when it opened none; drafts recomputed from
+    /// the run later are not it), and that draft's state now.
+    pub draft_id: Option<String>,
+    pub draft_state: Option<BaselineState>,
 }
 
 /// `GET /chains/{chain}/runs`: the newest runs first.

@@ -9,6 +9,8 @@
 //! - error findings block approval and publication ([`approve`], [`publish`]);
 //! - four eyes, by owner: whoever owns the token that uploaded the run may not approve a
 //!   baseline computed from it, whichever token they use ([`approve`]);
+//! - a reviewer can be told every reason they may not approve, before trying
+//!   ([`approval_blockers`]);
 //! - a rejection says why ([`rejection_comment`]);
 //! - only a baseline that was approved and replaced since can be rolled back to
 //!   ([`roll_back_to`]), and only a baseline that was approved can be cited ([`citable`]).
@@ -180,6 +182,62 @@ pub fn approve(
         });
     }
     Ok(())
+}
+
+/// One reason a person may not approve a baseline now (see [`approval_blockers`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Blocker {
+    /// Not a pending draft, superseded by a newer draft, or not the chain's newest baseline.
+    #[error(transparent)]
+    Decision(NotDecidable),
+    /// Error findings, or the person owns the run's upload (four eyes).
+    #[error(transparent)]
+    Approval(ApproveError),
+}
+
+impl Blocker {
+    /// A stable name for clients: `not_draft`, `superseded`, `not_newest`, `error_findings`
+    /// or `four_eyes`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Decision(NotDecidable::NotDraft { .. }) => "not_draft",
+            Self::Decision(NotDecidable::SupersededDraft { .. }) => "superseded",
+            Self::Decision(NotDecidable::NotNewest { .. }) => "not_newest",
+            Self::Approval(ApproveError::ErrorFindings { .. }) => "error_findings",
+            Self::Approval(ApproveError::FourEyes { .. }) => "four_eyes",
+        }
+    }
+}
+
+/// Every reason `approver_owner` may not approve `doc` now — what [`decide`] and [`approve`]
+/// would refuse, all of them rather than the first — so a reviewer is told before trying. Empty:
+/// they may. `newest` is the chain's newest baseline, as for [`decide`].
+pub fn approval_blockers(
+    doc: &BaselineDocument,
+    uploader: Uploader<'_>,
+    approver_owner: &str,
+    policy: Policy,
+    newest: Option<&str>,
+) -> Vec<Blocker> {
+    let mut blockers = Vec::new();
+    if let Err(e) = decide(doc, Verdict::Approve, newest) {
+        blockers.push(Blocker::Decision(e));
+    }
+    let errors = errors_of(doc);
+    if !errors.is_empty() {
+        blockers.push(Blocker::Approval(ApproveError::ErrorFindings {
+            id: doc.id.clone(),
+            errors,
+        }));
+    }
+    if policy.require_distinct_approver && uploader.owner == approver_owner {
+        blockers.push(Blocker::Approval(ApproveError::FourEyes {
+            owner: approver_owner.to_owned(),
+            token: uploader.token.to_owned(),
+            run_id: doc.run_id.clone(),
+        }));
+    }
+    blockers
 }
 
 /// The comment of a rejection, which must say something (blank is not a reason).

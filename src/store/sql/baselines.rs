@@ -205,16 +205,17 @@ async fn supersede_current(
     Ok(Some(old))
 }
 
-/// The chain's newest baseline, in commit order (read after the chain's row is locked);
-/// baselines from before `chain_seq` come first, by creation time.
+/// The chain's newest baseline, in commit order; baselines from before `chain_seq` come first,
+/// by creation time.
+const NEWEST_BASELINE: &str = "SELECT id FROM baselines WHERE chain = $1 \
+     ORDER BY COALESCE(chain_seq, 0) DESC, created_at DESC, id DESC LIMIT 1";
+
+/// [`NEWEST_BASELINE`], read after the chain's row is locked.
 async fn newest_baseline(tx: &mut Tx, chain: &str) -> StoreResult<Option<String>> {
-    Ok(sqlx::query_scalar(
-        "SELECT id FROM baselines WHERE chain = $1 \
-         ORDER BY COALESCE(chain_seq, 0) DESC, created_at DESC, id DESC LIMIT 1",
-    )
-    .bind(chain)
-    .fetch_optional(&mut **tx)
-    .await?)
+    Ok(sqlx::query_scalar(NEWEST_BASELINE)
+        .bind(chain)
+        .fetch_optional(&mut **tx)
+        .await?)
 }
 
 #[async_trait]
@@ -283,6 +284,13 @@ impl Baselines for SqlStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(baseline_summary_from_row).collect()
+    }
+
+    async fn newest_baseline(&self, chain: &str) -> StoreResult<Option<String>> {
+        Ok(sqlx::query_scalar(NEWEST_BASELINE)
+            .bind(chain)
+            .fetch_optional(&self.pool)
+            .await?)
     }
 
     async fn current_baseline(&self, chain: &str) -> StoreResult<Option<StoredBaseline>> {

@@ -5,7 +5,7 @@ use budget_core::baseline::BaselineDocument;
 use sqlx::Row;
 
 use super::baselines::{current_id, insert_baseline_tx};
-use super::rows::{run_from_row, RUN_COLUMNS};
+use super::rows::{run_from_row, RUN_COLUMNS, RUN_READ_COLUMNS};
 use super::tx::{commit, lock_chain, next_counter, replayed, write_audit};
 use super::{compact_date, internal, SqlStore};
 use crate::store::{Audit, NewRun, Runs, StoreError, StoreResult, StoredBaseline, StoredRun};
@@ -61,7 +61,7 @@ impl Runs for SqlStore {
         .bind(&run.uploaded_by_owner)
         .fetch_one(&mut *tx)
         .await?;
-        let stored = run_from_row(&row)?;
+        let mut stored = run_from_row(&row)?;
         let (baseline, superseded) = match draft {
             Some(mut doc) => {
                 doc.run_id = id.clone();
@@ -72,6 +72,9 @@ impl Runs for SqlStore {
             }
             None => (None, Vec::new()),
         };
+        stored.opened_draft = baseline
+            .as_ref()
+            .map(|b| (b.doc.id.clone(), b.doc.state.as_str().to_owned()));
         let mut audit = audit;
         audit.subject = Some(id.clone());
         if let Some(b) = &baseline {
@@ -86,7 +89,7 @@ impl Runs for SqlStore {
 
     async fn get_run(&self, chain: &str, id: &str) -> StoreResult<StoredRun> {
         let row = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE id = $1 AND chain = $2"
+            "SELECT {RUN_READ_COLUMNS} FROM runs WHERE id = $1 AND chain = $2"
         ))
         .bind(id)
         .bind(chain)
@@ -98,7 +101,7 @@ impl Runs for SqlStore {
 
     async fn list_runs(&self, chain: &str, limit: i64) -> StoreResult<Vec<StoredRun>> {
         let rows = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE chain = $1 ORDER BY created_at DESC, id DESC LIMIT $2"
+            "SELECT {RUN_READ_COLUMNS} FROM runs WHERE chain = $1 ORDER BY created_at DESC, id DESC LIMIT $2"
         ))
         .bind(chain)
         .bind(limit)

@@ -14,8 +14,13 @@ export async function history(root, [chain], ctx) {
     api.getAll('/chains/' + chainQ + '/baselines', 'baselines').then(({ items }) => ({ baselines: items })),
     api.get('/audit?chain=' + chainQ + '&limit=50'),
   ]);
+  // how the live baseline became live (on approval, or again by a rollback): its publication
+  const how = live ? await api.get('/baselines/' + enc(live.baseline_id) + '/rollout').catch(() => null) : null;
+  const since = how && how.kind === 'rollback'
+    ? [' · live again since ', ui.when(how.published_at), h('span', { class: 'rolled-back' }, ' by a rollback (' + how.published_by + ')')]
+    : [' · published ' + fmt.time(live && live.published_at)];
   root.appendChild(h('p', { id: 'live', class: 'live-box' }, live
-    ? [h('strong', null, 'Live: '), ui.baselineLink(live.baseline_id), ' · revision ' + live.revision + ' · published ' + fmt.time(live.published_at)]
+    ? [h('strong', null, 'Live: '), ui.baselineLink(live.baseline_id), ' · revision ' + live.revision, since]
     : 'Nothing published yet: approve a draft to go live.'));
 
   const msg = h('div', { id: 'rollback-msg', 'aria-live': 'polite' });

@@ -242,3 +242,43 @@ fn only_a_previously_approved_baseline_is_rolled_back_to_or_cited() {
         "baseline bl-1 is a superseded draft that was never approved; only a previously approved (superseded) baseline can be rolled back to"
     );
 }
+
+#[test]
+fn every_reason_a_reviewer_may_not_approve() {
+    use BaselineState::*;
+    // (document, approver's owner, newest) → the blockers' codes
+    let check = |d: &BaselineDocument, approver: &str, newest: Option<&str>, expect: &[&str]| {
+        let got: Vec<&str> = approval_blockers(d, UMA, approver, FOUR_EYES, newest)
+            .iter()
+            .map(Blocker::code)
+            .collect();
+        assert_eq!(got, expect, "{:?} {approver} {newest:?}", d.state);
+    };
+    let draft = in_state(Draft, false, None);
+    check(&draft, "ada", Some("bl-1"), &[]);
+    check(&draft, "uma", Some("bl-1"), &["four_eyes"]);
+    check(&draft, "uma", Some("bl-3"), &["not_newest", "four_eyes"]);
+    let mut inverted = in_state(Draft, false, None);
+    inverted.findings = vec![finding(Severity::Error)];
+    check(&inverted, "uma", None, &["error_findings", "four_eyes"]);
+    check(
+        &in_state(Superseded, false, Some("bl-3")),
+        "ada",
+        Some("bl-3"),
+        &["superseded"],
+    );
+    check(
+        &in_state(Approved, true, None),
+        "ada",
+        Some("bl-1"),
+        &["not_draft"],
+    );
+    // the policy off: the uploader may
+    assert!(approval_blockers(&draft, UMA, "uma", ONE_PAIR, None).is_empty());
+    // the messages are the refusals' own
+    let blockers = approval_blockers(&draft, UMA, "uma", FOUR_EYES, Some("bl-3"));
+    assert_eq!(
+        blockers[1].to_string(),
+        "four eyes: \"uma\" owns the token \"uma-ci\" that uploaded run run-20261130-001 and cannot approve its baseline; another person must"
+    );
+}

@@ -239,6 +239,21 @@ pub fn rollout(v: &Rollout) -> String {
         ("chain", text(&v.chain)),
         ("state", wire(&v.state)),
         ("published as revision", opt(&v.revision)),
+        (
+            "published",
+            match (&v.kind, &v.published_at) {
+                (Some(kind), Some(at)) => format!(
+                    "{} at {at} by {}",
+                    if kind == "rollback" {
+                        "by a rollback"
+                    } else {
+                        "on approval"
+                    },
+                    opt(&v.published_by)
+                ),
+                _ => "never".into(),
+            },
+        ),
         ("agents of the chain", v.agents.to_string()),
         ("connected", v.connected.to_string()),
         ("acked", v.acked.to_string()),
