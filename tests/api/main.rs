@@ -27,6 +27,7 @@ mod observe;
 mod openapi;
 mod owners;
 mod processes;
+mod readme;
 mod releases;
 mod replicas;
 mod review;
