@@ -169,10 +169,8 @@ pub fn error_details(details: &Value) -> Vec<String> {
         lines.push(if nearest.is_empty() {
             "  no known chain is named like it; `budgetctl chains` lists them".to_owned()
         } else {
-            format!(
-                "  known chains nearest to {chain:?}: {}",
-                plain(&d.other["nearest"])
-            )
+            let names: Vec<String> = nearest.iter().map(plain).collect();
+            format!("  known chains nearest to {chain:?}: {}", names.join(", "))
         });
     }
     // Keys the message or the lines above already state.
