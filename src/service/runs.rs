@@ -39,7 +39,7 @@ fn label_mapping(m: Mapping) -> LabelMapping {
 }
 
 /// A native JSON run (`raw` is the body as received, for its checksum). A `dry_run` stores
-/// nothing (see [`record_run`]).
+/// nothing: no run, no draft, no archive item, no `Idempotency-Key` record.
 #[tracing::instrument(skip_all, fields(chain = ?chain))]
 pub async fn upload_run(
     state: &AppState,
