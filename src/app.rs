@@ -405,7 +405,8 @@ async fn load_demo(state: &AppState) -> anyhow::Result<bool> {
     .await
     .map_err(err)?;
     let raw = budget_core::example::CHECKOUT_RUN_A;
-    let outcome = service::upload_run(state, &uploader, "checkout", parse(raw), raw.as_bytes())
+    let body = parse(raw);
+    let outcome = service::upload_run(state, &uploader, "checkout", body, raw.as_bytes(), false)
         .await
         .map_err(err)?;
     let id = outcome

@@ -162,8 +162,23 @@ impl<'de> de::Deserializer<'de> for ParamValue<'_> {
         visitor.visit_i64(self.int()?)
     }
 
+    /// `true` or `false` (as written by HTML forms and URLSearchParams); `1` and `0` too.
+    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FieldError> {
+        match self.param.raw.as_str() {
+            "true" | "1" => visitor.visit_bool(true),
+            "false" | "0" => visitor.visit_bool(false),
+            raw => Err(FieldError::Invalid {
+                field: self.name.to_owned(),
+                why: format!(
+                    "query parameter {}={raw:?} must be true or false",
+                    self.name
+                ),
+            }),
+        }
+    }
+
     forward_to_deserialize_any! {
-        bool i8 i16 i32 i128 u8 u16 u32 u128 f32 f64 char str string bytes byte_buf unit
+        i8 i16 i32 i128 u8 u16 u32 u128 f32 f64 char str string bytes byte_buf unit
         unit_struct newtype_struct seq tuple tuple_struct map struct enum identifier ignored_any
     }
 }
@@ -307,6 +322,7 @@ mod tests {
         chain: Option<String>,
         limit: Option<i64>,
         before: Option<i64>,
+        dry_run: Option<bool>,
     }
 
     fn query(pairs: &[(&str, &str)]) -> Result<Query, FieldError> {
@@ -327,16 +343,20 @@ mod tests {
     }
 
     #[test]
-    fn reads_a_query_with_bounded_integers() {
+    fn reads_a_query_with_bounded_integers_and_flags() {
         let q = query(&[("before", "7"), ("chain", ""), ("limit", "10"), ("x", "y")]).unwrap();
         assert_eq!(
             q,
             Query {
                 chain: Some(String::new()),
                 limit: Some(10),
-                before: Some(7)
+                before: Some(7),
+                dry_run: None,
             }
         );
+        for (raw, flag) in [("true", true), ("1", true), ("false", false), ("0", false)] {
+            assert_eq!(query(&[("dry_run", raw)]).unwrap().dry_run, Some(flag));
+        }
         assert_eq!(query(&[]).unwrap(), Query::default());
         for (pairs, message) in [
             (
@@ -346,6 +366,10 @@ mod tests {
             (
                 &[("before", "x"), ("limit", "abc")][..],
                 r#"query parameter limit="abc" must be an integer from 1 to 1000"#,
+            ),
+            (
+                &[("dry_run", "yes")][..],
+                r#"query parameter dry_run="yes" must be true or false"#,
             ),
             (
                 &[("before", "-1")][..],

@@ -3,7 +3,7 @@
 //! is still a draft (or superseded, for a rollback) is decided by the store inside the
 //! transaction that moves it, so a repeat of a committed request finds its result.
 
-use budget_api::baselines::BaselineSummary;
+use budget_api::baselines::{ApprovalBlocker, ApprovalCheck, BaselineSummary};
 use budget_core::baseline::BaselineState;
 use budget_core::capacity;
 use budget_core::diff::BaselineDiff;
@@ -11,7 +11,7 @@ use budget_core::intake::{self, DraftOf};
 use budget_core::lifecycle::{self, ApproveError, Policy, PublishError, RejectError, Uploader};
 use serde_json::json;
 
-use super::{audit, check_chain_name, now, republish, violations_of};
+use super::{audit, now, republish, violations_of};
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -60,9 +60,12 @@ pub async fn recompute(
     run_id: &str,
     topology_version: Option<i64>,
 ) -> ApiResult<StoredBaseline> {
-    check_chain_name(chain)?;
+    let latest = super::chains::known(state, chain).await?;
     let run = state.store.get_run(chain, run_id).await?;
-    let topo = state.store.get_topology(chain, topology_version).await?;
+    let topo = match topology_version {
+        Some(v) if v != latest.version => state.store.get_topology(chain, Some(v)).await?,
+        _ => latest,
+    };
     let doc = intake::recompute(&DraftOf {
         chain,
         topology_version: topo.version,
@@ -105,8 +108,7 @@ pub async fn list(
     before: Option<&BaselineCursor>,
     limit: i64,
 ) -> ApiResult<Vec<BaselineSummary>> {
-    check_chain_name(chain)?;
-    state.store.get_topology(chain, None).await?;
+    super::chains::known(state, chain).await?;
     Ok(state
         .store
         .list_baselines(chain, filter, before, limit)
@@ -150,6 +152,46 @@ pub async fn tree(state: &AppState, id: &str) -> ApiResult<Tree> {
     Ok(Tree {
         capacity: capacity::capacity(&topo.topology, &doc.segments),
         baseline_id: doc.id,
+    })
+}
+
+/// Whether `principal` may approve baseline `id` now, with every reason they may not
+/// (`lifecycle::approval_blockers`, on what the store holds now; the approval itself checks
+/// again in its transaction).
+#[tracing::instrument(skip_all, fields(baseline = ?id))]
+pub async fn approval(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+) -> ApiResult<ApprovalCheck> {
+    let stored = state.store.get_baseline(id).await?;
+    let newest = state.store.newest_baseline(&stored.doc.chain).await?;
+    let uploader = Uploader {
+        token: &stored.run_uploaded_by,
+        owner: &stored.run_uploaded_by_owner,
+    };
+    let policy = Policy {
+        require_distinct_approver: state.settings.approval.require_distinct_approver,
+    };
+    let blockers: Vec<ApprovalBlocker> = lifecycle::approval_blockers(
+        &stored.doc,
+        uploader,
+        &principal.owner,
+        policy,
+        newest.as_deref(),
+    )
+    .iter()
+    .map(|b| ApprovalBlocker {
+        code: b.code().into(),
+        message: b.to_string(),
+    })
+    .collect();
+    Ok(ApprovalCheck {
+        baseline_id: stored.doc.id,
+        chain: stored.doc.chain,
+        may_approve: blockers.is_empty(),
+        blockers,
+        newest_baseline: newest,
     })
 }
 
@@ -216,7 +258,7 @@ pub async fn rollback(
     chain: &str,
     id: &str,
 ) -> ApiResult<Published> {
-    check_chain_name(chain)?;
+    super::chains::known(state, chain).await?;
     let target = state.store.get_baseline(id).await?;
     lifecycle::publish(&target.doc, chain)?;
     let audit = audit(

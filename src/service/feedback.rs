@@ -213,7 +213,7 @@ pub async fn production(state: &AppState, chain: &str, window: &str) -> ApiResul
     check_chain_name(chain)?;
     let span = Span::parse(window)
         .ok_or_else(|| ApiError::bad_request(format!("window={window:?}: one of 1m, 5m, 1h")))?;
-    state.store.get_topology(chain, None).await?;
+    super::chains::known(state, chain).await?;
     let rollup_ms = state.reports.rollups.rollup_ms();
     let bounds = span.bounds(crate::clock::now_ms(), rollup_ms);
     let rows = state.store.read_rollups(chain, bounds.0, bounds.1).await?;
@@ -245,7 +245,7 @@ pub async fn production_draft(
     check_chain_name(chain)?;
     let span = Span::parse(window)
         .ok_or_else(|| ApiError::bad_request(format!("window={window:?}: one of 1m, 5m, 1h")))?;
-    let topo = state.store.get_topology(chain, None).await?;
+    let topo = super::chains::known(state, chain).await?;
     let rollup_ms = state.reports.rollups.rollup_ms();
     let (from, to) = span.bounds(crate::clock::now_ms(), rollup_ms);
     let rows = state.store.read_rollups(chain, from, to).await?;

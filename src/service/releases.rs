@@ -73,18 +73,18 @@ pub async fn record_release(
         }
         Err(e) => return Err(e.into()),
     };
-    if !matches!(
-        baseline.doc.state,
-        BaselineState::Approved | BaselineState::Superseded
-    ) {
+    if !budget_core::lifecycle::citable(&baseline.doc) {
+        let state = match baseline.doc.state {
+            BaselineState::Superseded => "a superseded draft (never approved)",
+            other => other.as_str(),
+        };
         return Err(violation(
             "/baseline_id",
             format!(
-                "baseline {} is {}; a release must cite an approved baseline",
+                "baseline {} is {state}; a release must cite an approved baseline",
                 release.baseline_id,
-                baseline.doc.state.as_str()
             ),
-            format!("baseline is {}", baseline.doc.state.as_str()),
+            format!("baseline is {state}"),
         ));
     }
     let audit = Audit {

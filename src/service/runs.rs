@@ -4,7 +4,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 
-use budget_core::baseline::BaselineReason;
+use budget_core::baseline::{BaselineReason, BaselineState};
 use budget_core::drift;
 use budget_core::intake::{self, ChainBefore, DraftOf};
 use budget_core::run::RunUpload;
@@ -14,7 +14,7 @@ use budget_ingest::{Extracted, Format};
 use serde_json::json;
 use sha2::Digest;
 
-use super::{audit, check_chain_name, now, parse_with_schema, violations_of};
+use super::{audit, now, parse_with_schema, violations_of};
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::schemas::Schema;
@@ -38,7 +38,8 @@ fn label_mapping(m: Mapping) -> LabelMapping {
     }
 }
 
-/// A native JSON run (`raw` is the body as received, for its checksum).
+/// A native JSON run (`raw` is the body as received, for its checksum). A `dry_run` stores
+/// nothing: no run, no draft, no archive item, no `Idempotency-Key` record.
 #[tracing::instrument(skip_all, fields(chain = ?chain))]
 pub async fn upload_run(
     state: &AppState,
@@ -46,9 +47,9 @@ pub async fn upload_run(
     chain: &str,
     body: serde_json::Value,
     raw: &[u8],
+    dry_run: bool,
 ) -> ApiResult<RunOutcome> {
-    check_chain_name(chain)?;
-    let topo = state.store.get_topology(chain, None).await?;
+    let topo = super::chains::known(state, chain).await?;
     let upload: RunUpload = parse_with_schema(Schema::Run, body).map_err(|mut e| {
         // A load tool's JSON sent as native: say what it looks like.
         if let Some(hint) = budget_ingest::looks_like_a_tool(raw) {
@@ -61,7 +62,7 @@ pub async fn upload_run(
     })?;
     let run = Upload::one_body(upload, None, Format::Native.as_str(), raw)
         .percentiles(Format::Native.percentile_method());
-    record_run(state, principal, chain, topo, run).await
+    record_run(state, principal, chain, topo, run, dry_run).await
 }
 
 /// A run read from load-tool files: labels mapped to segments (`map` first, then the
@@ -74,9 +75,9 @@ pub async fn upload_tool_run(
     files: Vec<Extracted>,
     sources: Vec<RunSource>,
     map: &BTreeMap<String, String>,
+    dry_run: bool,
 ) -> ApiResult<RunOutcome> {
-    check_chain_name(chain)?;
-    let topo = state.store.get_topology(chain, None).await?;
+    let topo = super::chains::known(state, chain).await?;
     let format = files.first().map_or(Format::Native, |f| f.format);
     let (upload, mapping) = budget_ingest::mapping::to_upload(&files, &topo.topology, map)
         .map_err(|failure| mapping_error(chain, &failure))?;
@@ -86,7 +87,7 @@ pub async fn upload_tool_run(
         sources,
         mapping: Some(label_mapping(mapping)),
     };
-    record_run(state, principal, chain, topo, run).await
+    record_run(state, principal, chain, topo, run, dry_run).await
 }
 
 /// A 422 naming the segments without data, every label found, mapped and unmapped, and the
@@ -123,7 +124,7 @@ pub async fn upload_production_run(
     let bytes = serde_json::to_vec(&upload).map_err(|e| ApiError::internal(e.into()))?;
     let run = Upload::one_body(upload, Some(source), "production", &bytes)
         .percentiles("nearest-rank on the agents' merged HDR histograms (3 significant digits)");
-    record_run(state, principal, chain, topo, run).await
+    record_run(state, principal, chain, topo, run, false).await
 }
 
 /// A run as received, before it is checked against the topology.
@@ -185,12 +186,18 @@ fn source_checksum(sources: &[RunSource]) -> (String, i64) {
     }
 }
 
+/// Checks the run against the topology, decides whether it opens a draft (core's `intake`)
+/// and stores both in one transaction. A `dry_run` goes as far as the decision and the draft
+/// document, answers them with the baseline the run computes to (`preview`), and stores
+/// nothing: no run, no draft, no archive item, no audit entry, and no `Idempotency-Key` record
+/// (the store's commit never runs).
 async fn record_run(
     state: &AppState,
     principal: &Principal,
     chain: &str,
     topo: TopologyVersion,
     received: Upload,
+    dry_run: bool,
 ) -> ApiResult<RunOutcome> {
     let Upload {
         upload,
@@ -222,23 +229,58 @@ async fn record_run(
         };
         let assessment = intake::assess(&topo.topology, &run, before);
         let created_at = now();
-        let draft = assessment
-            .draft(&DraftOf {
-                chain,
-                topology_version: topo.version,
-                topology: &topo.topology,
-                run_id: "",
-                run: &run,
-                created_by: &principal.name,
-                created_at: &created_at,
-            })
-            .map_err(|errs| {
-                violations_of(
-                    format!("the run does not cover the topology of {chain:?}"),
-                    errs,
-                )
-            })?;
+        let of = DraftOf {
+            chain,
+            topology_version: topo.version,
+            topology: &topo.topology,
+            run_id: "",
+            run: &run,
+            created_by: &principal.name,
+            created_at: &created_at,
+        };
+        let draft = assessment.draft(&of).map_err(|errs| {
+            violations_of(
+                format!("the run does not cover the topology of {chain:?}"),
+                errs,
+            )
+        })?;
         let drift = assessment.drift();
+        if dry_run {
+            // The draft it would open, or what a recompute of it would give.
+            let preview = match draft {
+                Some(doc) => doc,
+                None => intake::recompute(&of).map_err(|errs| {
+                    violations_of(
+                        format!("the run does not cover the topology of {chain:?}"),
+                        errs,
+                    )
+                })?,
+            };
+            let reason = assessment.reason;
+            return Ok(RunOutcome {
+                run_id: String::new(),
+                chain: chain.to_owned(),
+                topology_version: topo.version,
+                drift,
+                comparison: assessment.comparison,
+                compared_to: assessment.compared_to,
+                drift_threshold_pct: drift::DRIFT_THRESHOLD_PCT,
+                baseline_id: None,
+                reason,
+                findings: if reason.is_some() {
+                    preview.findings.clone()
+                } else {
+                    Vec::new()
+                },
+                format: format.as_str().into(),
+                tool,
+                segments,
+                mapping,
+                sources,
+                dry_run: true,
+                preview: Some(preview),
+            });
+        }
         let new_run = NewRun {
             chain: chain.to_owned(),
             topology_version: topo.version,
@@ -288,6 +330,8 @@ async fn record_run(
                     segments,
                     mapping,
                     sources,
+                    dry_run: false,
+                    preview: None,
                 });
             }
             Err(StoreError::Conflict(_)) => continue,
@@ -354,6 +398,11 @@ async fn views(state: &AppState, chain: &str, runs: Vec<StoredRun>) -> ApiResult
             mapping: run.mapping,
             segments,
             vs_live,
+            draft_state: run
+                .opened_draft
+                .as_ref()
+                .and_then(|(_, state)| BaselineState::parse(state)),
+            draft_id: run.opened_draft.map(|(id, _)| id),
         });
     }
     Ok(out)
@@ -362,7 +411,7 @@ async fn views(state: &AppState, chain: &str, runs: Vec<StoredRun>) -> ApiResult
 /// One run of a chain.
 #[tracing::instrument(skip_all, fields(chain = ?chain, run = ?run_id))]
 pub async fn get(state: &AppState, chain: &str, run_id: &str) -> ApiResult<RunView> {
-    check_chain_name(chain)?;
+    super::chains::known(state, chain).await?;
     let run = state.store.get_run(chain, run_id).await?;
     let mut views = views(state, chain, vec![run]).await?;
     views
@@ -373,8 +422,7 @@ pub async fn get(state: &AppState, chain: &str, run_id: &str) -> ApiResult<RunVi
 /// The newest `limit` runs of a chain, newest first.
 #[tracing::instrument(skip_all, fields(chain = ?chain))]
 pub async fn list(state: &AppState, chain: &str, limit: i64) -> ApiResult<Vec<RunView>> {
-    check_chain_name(chain)?;
-    state.store.get_topology(chain, None).await?;
+    super::chains::known(state, chain).await?;
     let runs = state.store.list_runs(chain, limit).await?;
     views(state, chain, runs).await
 }

@@ -52,6 +52,9 @@ pub trait Baselines: Send + Sync {
         before: Option<&BaselineCursor>,
         limit: i64,
     ) -> StoreResult<Vec<BaselineSummary>>;
+    /// The id of the chain's newest baseline, in the order the chain's baselines were
+    /// committed (the one an approval must be of).
+    async fn newest_baseline(&self, chain: &str) -> StoreResult<Option<String>>;
     /// The chain's approved baseline, if any.
     async fn current_baseline(&self, chain: &str) -> StoreResult<Option<StoredBaseline>>;
 

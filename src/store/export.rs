@@ -81,6 +81,8 @@ pub const EXPORT_TABLES: &[ExportTable] = {
                 ("created_at", T),
                 ("created_by", T),
                 ("updated_at", T),
+                ("superseded_by", T),
+                ("chain_seq", I),
             ],
             identity: false,
         },
@@ -195,11 +197,13 @@ pub const EXPORT_TABLES: &[ExportTable] = {
 /// Columns added after the first export format, with the schema version that added them: an
 /// export from an older schema lacks them and imports them as null (which the store reads as
 /// the old meaning: a token's owner is its name, a run's uploader owner the token name, an
-/// agent unbound).
+/// agent unbound, a superseded baseline without its link).
 pub const ADDED_COLUMNS: &[(&str, &str, i64)] = &[
     ("runs", "uploaded_by_owner", 5),
     ("api_tokens", "owner", 5),
     ("agents", "token_hash", 5),
+    ("baselines", "superseded_by", 9),
+    ("baselines", "chain_seq", 9),
 ];
 
 /// A whole-store export as read back: what `export_all` writes.

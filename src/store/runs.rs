@@ -46,6 +46,10 @@ pub struct StoredRun {
     pub created_at: String,
     pub sources: Vec<RunSource>,
     pub mapping: Option<LabelMapping>,
+    /// The draft the upload opened (reason first run, no approved baseline or drift) and its
+    /// state now; recomputes from the run are not it.
+    #[serde(default)]
+    pub opened_draft: Option<(String, String)>,
     #[serde(skip_serializing, default)]
     pub data: RunData,
 }

@@ -65,6 +65,7 @@ async fn publish_inverted(app: &TestApp, run_id: &str) -> i64 {
         drift: vec![],
         drift_baseline_id: None,
         decision: None,
+        superseded_by: None,
     };
     let audit = || Audit {
         actor: "forger".into(),

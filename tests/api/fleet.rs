@@ -403,16 +403,18 @@ async fn agents_and_baselines_are_paginated(app: &TestApp) {
         }
     }
     assert_eq!(paged, ids, "every baseline once, newest first");
-    let drafts = app
-        .get(
-            "/api/v1/chains/checkout/baselines?state=draft&limit=1000",
-            &p.uploader,
-        )
-        .await
-        .expect(200)
-        .json();
-    assert_eq!(drafts["baselines"].as_array().unwrap().len(), 5);
+    // Each new draft superseded the one before: one pending, four replaced.
+    let uploader = &p.uploader;
+    let of_state = |state: &'static str| {
+        let path = format!("/api/v1/chains/checkout/baselines?state={state}&limit=1000");
+        async move { app.get(&path, uploader).await.expect(200).json() }
+    };
+    let drafts = of_state("draft").await;
+    assert_eq!(drafts["baselines"].as_array().unwrap().len(), 1);
+    assert_eq!(drafts["baselines"][0]["id"], ids[0]);
     assert_eq!(drafts["next_cursor"], Value::Null);
+    let replaced = of_state("superseded").await;
+    assert_eq!(replaced["baselines"].as_array().unwrap().len(), 4);
     app.get("/api/v1/chains/checkout/baselines?cursor=nope", &p.uploader)
         .await
         .expect(400);

@@ -4,10 +4,14 @@
 mod helpers;
 
 mod agent;
+mod aliases;
 mod auth;
 mod bad_input;
 mod crash;
+mod ctl_errors;
 mod deploy;
+mod drafts;
+mod dry_run;
 mod examples;
 mod export;
 mod feedback;
@@ -23,8 +27,10 @@ mod observe;
 mod openapi;
 mod owners;
 mod processes;
+mod readme;
 mod releases;
 mod replicas;
+mod review;
 mod s3;
 mod store_contract;
 mod tls;

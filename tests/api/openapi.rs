@@ -7,7 +7,7 @@ use serde_json::Value;
 
 /// Every `(method, path)` the router serves, read from `src/http/mod.rs` and
 /// `src/http/api/*.rs` (the `/api/v1` routes are nested there). Update with the router.
-const ROUTES: [(&str, &str); 39] = [
+const ROUTES: [(&str, &str); 40] = [
     // src/http/mod.rs
     ("get", "/healthz"),
     ("get", "/readyz"),
@@ -30,6 +30,7 @@ const ROUTES: [(&str, &str); 39] = [
     ("get", "/api/v1/baselines/{id}"),
     ("get", "/api/v1/baselines/{id}/diff"),
     ("get", "/api/v1/baselines/{id}/tree"),
+    ("get", "/api/v1/baselines/{id}/approval"),
     ("post", "/api/v1/baselines/{id}/approve"),
     ("post", "/api/v1/baselines/{id}/reject"),
     // src/http/api/audit.rs
@@ -324,6 +325,8 @@ fn openapi_schemas_match_the_typed_api() {
         mapping: Some(mapping.clone()),
         segments: vec![run_segment.clone()],
         vs_live: Some(vs_live.clone()),
+        draft_id: some("bl-20261130-001"),
+        draft_state: Some(BaselineState::Draft),
         ..Default::default()
     };
     let upload = runs::RunUploadResult {
@@ -332,6 +335,8 @@ fn openapi_schemas_match_the_typed_api() {
         reason: Some(budget_core::baseline::BaselineReason::Drift),
         tool: some("k6"),
         mapping: Some(mapping.clone()),
+        dry_run: true,
+        preview: Some(document.clone()),
         ..Default::default()
     };
     let summary = baselines::BaselineSummary {
@@ -345,6 +350,8 @@ fn openapi_schemas_match_the_typed_api() {
         created_at: String::new(),
         created_by: String::new(),
         updated_at: String::new(),
+        superseded_by: some("bl-20261130-002"),
+        approved_at: some("2026-11-30T10:00:00Z"),
     };
     let change = baselines::Change {
         from: Some(1.0),
@@ -487,11 +494,25 @@ fn openapi_schemas_match_the_typed_api() {
                 chain: String::new(),
                 state: BaselineState::Approved,
                 revision: Some(1),
+                kind: some("rollback"),
+                published_at: some("2026-11-30T10:00:00Z"),
+                published_by: some("abe"),
                 agents: 0,
                 connected: 0,
                 acked: 0,
                 nacked: 0,
             }),
+        ),
+        (
+            c("ApprovalCheck"),
+            field_names(&baselines::ApprovalCheck {
+                newest_baseline: some("bl-20261130-002"),
+                ..Default::default()
+            }),
+        ),
+        (
+            c("ApprovalBlocker"),
+            field_names(&baselines::ApprovalBlocker::default()),
         ),
         // Chains
         (

@@ -546,6 +546,7 @@ async fn two_workers(backend: Backend) {
             drift: vec![],
             drift_baseline_id: None,
             decision: None,
+            superseded_by: None,
         };
         store_a.insert_baseline(doc, audit()).await.unwrap();
     }

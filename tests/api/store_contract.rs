@@ -78,6 +78,7 @@ fn draft(run_id: &str) -> BaselineDocument {
         drift: vec![],
         drift_baseline_id: None,
         decision: None,
+        superseded_by: None,
     }
 }
 
@@ -145,38 +146,92 @@ async fn contract(backend: Backend) {
     let expected: BTreeSet<String> = (1..=24).map(|n| format!("bl-{day}-{n:03}")).collect();
     assert_eq!(ids, expected);
 
-    // Concurrent approvals from both processes: one approved at the end, revisions distinct.
+    // Each new draft superseded the drafts committed before it (in its transaction, the chain
+    // locked): whatever the interleaving of the two processes, one draft is pending and every
+    // other names a draft that replaced it.
     let ids: Vec<String> = ids.into_iter().collect();
-    let mut tasks = Vec::new();
-    for (i, id) in ids.iter().take(6).enumerate() {
-        let s = if i % 2 == 0 { a.clone() } else { b.clone() };
-        let id = id.clone();
-        tasks.push(tokio::spawn(async move {
-            s.decide(&id, Verdict::Approve, None, audit("abe"))
+    let pending = a
+        .list_baselines("checkout", Some(BaselineState::Draft), None, 1000)
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    let replaced = a
+        .list_baselines("checkout", Some(BaselineState::Superseded), None, 1000)
+        .await
+        .unwrap();
+    assert_eq!(replaced.len(), 23);
+    for r in &replaced {
+        let by = r
+            .superseded_by
+            .as_deref()
+            .expect("a superseded draft names the newer one");
+        assert!(by != r.id && ids.iter().any(|i| i == by), "{r:?}");
+        assert_eq!(r.approved_at, None, "{r:?}");
+        let doc = b.get_baseline(&r.id).await.unwrap();
+        assert_eq!(doc.doc.superseded_by.as_deref(), Some(by));
+        assert!(doc.bytes.contains(&format!("\"superseded_by\": \"{by}\"")));
+    }
+
+    // Concurrent approvals of the newest draft from both processes: one wins, the other finds
+    // it decided; one approved at the end, revisions distinct.
+    let mut revisions = BTreeSet::new();
+    let mut newest = pending[0].id.clone();
+    for round in 0..6 {
+        if round > 0 {
+            let s = if round % 2 == 0 { &a } else { &b };
+            newest = s
+                .insert_baseline(draft(&run.id), audit("uma"))
                 .await
                 .unwrap()
-                .1
-                .unwrap()
-                .revision
-        }));
-    }
-    let mut revisions = BTreeSet::new();
-    for t in tasks {
-        revisions.insert(t.await.unwrap());
+                .doc
+                .id;
+        }
+        let tasks: Vec<_> = [a.clone(), b.clone()]
+            .into_iter()
+            .map(|s| {
+                let id = newest.clone();
+                tokio::spawn(
+                    async move { s.decide(&id, Verdict::Approve, None, audit("abe")).await },
+                )
+            })
+            .collect();
+        let mut won = Vec::new();
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok((_, published)) => won.push(published.unwrap().revision),
+                Err(StoreError::Conflict(_)) => {}
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        assert_eq!(won.len(), 1, "one approval of {newest} wins");
+        revisions.extend(won);
     }
     assert_eq!(revisions, (1..=6).collect());
+    // An older draft, superseded, can no longer be approved.
+    assert!(matches!(
+        b.decide(&ids[0], Verdict::Approve, None, audit("abe"))
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
     let approved = a
         .list_baselines("checkout", Some(BaselineState::Approved), None, 1000)
         .await
         .unwrap();
     assert_eq!(approved.len(), 1);
+    assert!(approved[0].approved_at.is_some());
+    let superseded = a
+        .list_baselines("checkout", Some(BaselineState::Superseded), None, 1000)
+        .await
+        .unwrap();
     assert_eq!(
-        a.list_baselines("checkout", Some(BaselineState::Superseded), None, 1000)
-            .await
-            .unwrap()
-            .len(),
-        5
+        superseded
+            .iter()
+            .filter(|x| x.approved_at.is_some())
+            .count(),
+        5,
+        "approved, then replaced by the next approval"
     );
+    assert_eq!(superseded.len(), 5 + 23);
     let latest = a.latest_publication("checkout").await.unwrap().unwrap();
     assert_eq!(
         (latest.revision, latest.baseline_id.as_str()),

@@ -212,6 +212,18 @@ async function open(page, hash) {
   if (state !== 'true') throw new Error(`${hash} failed to load: ${await page.locator('main').innerText()}`);
 }
 
+/** The upload form's label mapping: exactly inventory, payment, user → order->… (rows a previous upload left are removed). */
+async function mapEndpoints(page) {
+  const rows = page.locator('#map-rows .map-row');
+  while (await rows.count()) await rows.first().locator('button').click();
+  for (const label of ['inventory', 'payment', 'user']) {
+    await page.locator('#map-add').click();
+    const row = rows.last();
+    await row.locator('.map-label').fill(label);
+    await row.locator('.map-segment').selectOption('order->' + label);
+  }
+}
+
 async function shot(page, name) {
   fs.mkdirSync(SHOTS, { recursive: true });
   await page.screenshot({ path: path.join(SHOTS, `console-${name}.png`), fullPage: true });
@@ -246,6 +258,21 @@ describe('budgetd console', { timeout: 10 * 60_000 }, () => {
     }
   });
 
+  it('the sign-in page offers no Sign out, before signing in and after signing out', { timeout: STEP_TIMEOUT }, async () => {
+    const page = await newTab('signin');
+    await page.goto(server.base + '/');
+    await page.locator('#signin-form').waitFor();
+    assert.equal(await page.locator('#sign-out').isVisible(), false);
+    assert.equal(await page.locator('#whoami').isVisible(), false);
+    await signIn(page, tokens.reader, 'read-only');
+    assert.equal(await page.locator('#sign-out').isVisible(), true);
+    await page.locator('#sign-out').click();
+    await page.locator('#signin-form').waitFor();
+    assert.equal(await page.locator('#sign-out').isVisible(), false);
+    assert.equal(await page.locator('#nav').isVisible(), false);
+    await page.close();
+  });
+
   it('the uploader signs in and uploads run A on the Runs page', { timeout: STEP_TIMEOUT }, async () => {
     const page = tabs.uploader = await newTab('uploader');
     await signIn(page, tokens.uploader, 'uploader');
@@ -264,8 +291,12 @@ describe('budgetd console', { timeout: 10 * 60_000 }, () => {
     assert.match(result, /first run/);
     assert.match(result, /Parsed percentiles/);
     assert.match(result, /order->payment[\s\S]*210 ms[\s\S]*300 ms/);
-    // the new run is listed without a reload
-    await page.locator('#runs-table tbody tr', { hasText: ids.firstRun }).waitFor();
+    // the new run is listed without a reload, linked to the draft it opened
+    const listed = page.locator(`#runs-table tbody tr[data-run="${ids.firstRun}"]`);
+    await listed.waitFor();
+    assert.match(await listed.locator('.run-draft').innerText(), new RegExp(`${ids.first}\\s*draft`));
+    assert.equal(await listed.locator(`.run-draft a[href="#/baselines/${ids.first}"]`).count(), 1);
+    assert.match(await listed.locator('.run-drift').innerText(), /no live baseline/);
     await shot(page, 'runs');
 
     await draft.click();
@@ -282,8 +313,9 @@ describe('budgetd console', { timeout: 10 * 60_000 }, () => {
     assert.match(inventory, /100,000/);
     assert.match(inventory, /unknown/);
     assert.match(await page.locator('svg.tree').textContent(), /need 607 of 800 ms available/);
-    // an uploader may not approve: nothing is offered
+    // an uploader may not approve: nothing is offered, and the page says whom it waits for
     assert.equal(await page.locator('#approve').count(), 0);
+    assert.equal(await page.locator('#waiting').innerText(), 'Waiting for an approver (not you: you uploaded this run).');
     assert.match(await page.locator('#archive').innerText(), new RegExp(`gov/bench/\\d{4}-\\d{2}-\\d{2}/${ids.first}\\.json`));
   });
 
@@ -338,12 +370,16 @@ describe('budgetd console', { timeout: 10 * 60_000 }, () => {
     const up = await api('POST', '/chains/checkout-eu/runs', ADMIN, example('checkout-run-a.json'));
     const page = tabs.admin = await newTab('admin');
     await signIn(page, ADMIN, 'admin');
+    ids.euAdmin = up.baseline_id;
     await open(page, '#/baselines/' + up.baseline_id);
-    await page.locator('#approve').click();
-    const msg = page.locator('#decision-msg [role="alert"]');
-    await msg.waitFor();
-    assert.match(await msg.innerText(), /403 forbidden[\s\S]*four eyes/);
-    assert.equal(await page.locator('#approve').isEnabled(), true);
+    // disabled up front, with the reason, as for an inverted draft; rejecting stays possible
+    const approve = page.locator('#approve');
+    await approve.waitFor();
+    assert.equal(await approve.isDisabled(), true);
+    assert.equal(await approve.getAttribute('aria-describedby'), 'decision-reason');
+    assert.match(await page.locator('#decision-reason').innerText(), /Cannot approve[\s\S]*Four eyes: you uploaded this run \(run-\d{8}-\d+\), so another person must approve it/);
+    assert.equal(await page.locator('#reject').isEnabled(), true);
+    assert.equal(await page.locator('#decision-msg [role="alert"]').count(), 0, 'nothing was sent');
     await page.close();
   });
 
@@ -352,12 +388,7 @@ describe('budgetd console', { timeout: 10 * 60_000 }, () => {
     await open(page, '#/chains/checkout-eu/runs');
     await page.locator('#run-file').setInputFiles(path.join(REPO, 'tests', 'fixtures', 'locust', 'shop_stats.csv'));
     await page.locator('#run-format').selectOption('locust');
-    for (const label of ['inventory', 'payment', 'user']) {
-      await page.locator('#map-add').click();
-      const row = page.locator('#map-rows .map-row').last();
-      await row.locator('.map-label').fill(label);
-      await row.locator('.map-segment').selectOption('order->' + label);
-    }
+    await mapEndpoints(page);
     await page.locator('#upload').click();
     await page.locator('#result-run-id').waitFor();
     const result = await page.locator('#upload-result').innerText();
@@ -366,6 +397,37 @@ describe('budgetd console', { timeout: 10 * 60_000 }, () => {
     assert.match(result, /Ignored\s*Aggregated/);
     assert.match(result, /order->payment\s*419\s*18/); // samples and failures as Locust counted them
     await shot(page, 'runs-locust');
+  });
+
+  it('several files (one oha file per endpoint) upload as one run, and the draft they open supersedes the older one', { timeout: STEP_TIMEOUT }, async () => {
+    const page = tabs.uploader;
+    await open(page, '#/chains/checkout-eu/runs');
+    const oha = ['inventory', 'payment', 'user'].map((e) => path.join(REPO, 'tests', 'fixtures', 'oha', e + '.json'));
+    await page.locator('#run-file').setInputFiles(oha);
+    await page.locator('#run-format').selectOption('oha');
+    // one label per file, the file name by default
+    assert.deepEqual(await page.locator('#file-labels .file-label').evaluateAll((els) => els.map((e) => e.value)), ['inventory', 'payment', 'user']);
+    await mapEndpoints(page);
+    await page.locator('#upload').click();
+    await page.locator('#result-run-id').waitFor();
+    const result = await page.locator('#upload-result').innerText();
+    assert.match(result, /oha/);
+    for (const label of ['inventory', 'payment', 'user']) assert.match(result, new RegExp(`${label}\\s*→\\s*order->${label}`));
+    const runId = (await page.locator('#result-run-id').innerText()).trim();
+    const run = await api('GET', '/chains/checkout-eu/runs/' + runId, tokens.reader);
+    assert.deepEqual(run.sources.map((x) => x.name).sort(), ['inventory', 'payment', 'user']);
+    const draft = (await page.locator('#result-draft').innerText()).match(/bl-\d{8}-\d+/)[0];
+    await page.locator(`#runs-table tbody tr[data-run="${runId}"] .run-draft a[href="#/baselines/${draft}"]`).waitFor();
+    await shot(page, 'runs-multi');
+
+    // the admin's earlier draft of checkout-eu was superseded by newer ones: not approvable
+    const approver = tabs.approver;
+    await open(approver, '#/baselines/' + ids.euAdmin);
+    assert.match(await approver.locator('.page-head').innerText(), /superseded/);
+    assert.match(await approver.locator('#superseded-by').innerText(), /Replaced by the newer draft bl-\d{8}-\d+ before any decision/);
+    assert.equal(await approver.locator('#approve').isDisabled(), true);
+    assert.match(await approver.locator('#decision-reason').innerText(), /A newer draft \(bl-\d{8}-\d+\) replaced this one/);
+    assert.equal(await approver.locator('#reject').isDisabled(), true);
   });
 
   it('the Agents page shows the fleet and updates live', { timeout: STEP_TIMEOUT }, async () => {
@@ -392,6 +454,7 @@ describe('budgetd console', { timeout: 10 * 60_000 }, () => {
     const up = await api('POST', '/chains/checkout/runs', tokens.uploader, example('checkout-run-c-drift.json'));
     assert.equal(up.reason, 'drift');
     ids.drift = up.baseline_id;
+    ids.driftRun = up.run_id;
     const page = tabs.approver;
     await open(page, '#/baselines/' + ids.drift);
     const payment = page.locator('#segments-table tr[data-segment="order->payment"]');
@@ -409,10 +472,20 @@ describe('budgetd console', { timeout: 10 * 60_000 }, () => {
     await row.locator('.rollback-confirm').click();
     await page.locator('.alert-ok', { hasText: `Rolled back checkout to ${ids.first}` }).waitFor();
     await page.locator('#live', { hasText: `Live: ${ids.first} · revision` }).waitFor();
+    // when and how it became live again
+    assert.match(await page.locator('#live').innerText(), /live again since \d{4}-\d{2}-\d{2} [\d:]+ UTC by a rollback \(abe\)/);
     assert.equal(await page.locator(`#baselines-table tr[data-baseline="${ids.first}"]`).getAttribute('data-state'), 'approved');
     assert.equal(await page.locator(`#baselines-table tr[data-baseline="${ids.drift}"]`).getAttribute('data-state'), 'superseded');
     assert.match(await page.locator('#audit-table').innerText(), /chain\.rollback/);
     await shot(page, 'history');
+    // the baseline page's rollout says so too
+    await open(page, '#/baselines/' + ids.first);
+    await page.locator('#published-how', { hasText: 'by a rollback' }).waitFor();
+    // the runs page: run C opened the drift draft (superseded by the rollback) and drifts from the live A
+    await open(page, '#/chains/checkout/runs');
+    const runC = page.locator(`#runs-table tbody tr[data-run="${ids.driftRun}"]`);
+    assert.match(await runC.locator('.run-draft').innerText(), new RegExp(`${ids.drift}\\s*superseded`));
+    assert.match(await runC.locator('.run-drift').innerText(), new RegExp(`▲ \\+30\\.0 % order->payment p999 vs ${ids.first} DRIFT`));
   });
 
   it('an inverted draft cannot be approved from the page, and the tree says INVERTED', { timeout: STEP_TIMEOUT }, async () => {

@@ -61,7 +61,8 @@ export const api = {
       headers['Content-Type'] = 'application/json';
       init.body = JSON.stringify(o.json);
     } else if (o.body !== undefined) {
-      headers['Content-Type'] = o.contentType || 'application/octet-stream';
+      // a FormData body brings its own multipart Content-Type (with the boundary)
+      if (!(o.body instanceof FormData)) headers['Content-Type'] = o.contentType || 'application/octet-stream';
       init.body = o.body;
     }
     let res;

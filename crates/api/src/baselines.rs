@@ -1,6 +1,7 @@
 //! Baselines: a chain's list (`GET /chains/{chain}/baselines`), one document
 //! (`GET /baselines/{id}`, the stored bytes: [`BaselineDocument`]), recompute, approve,
-//! reject, diff, and a publication's rollout (`GET /baselines/{id}/rollout`).
+//! reject, diff, whether the caller may approve (`GET /baselines/{id}/approval`), and a
+//! publication's rollout (`GET /baselines/{id}/rollout`).
 
 use budget_core::baseline::{BaselineDocument, BaselineState};
 use budget_core::capacity::Capacity;
@@ -22,6 +23,13 @@ pub struct BaselineSummary {
     pub created_at: String,
     pub created_by: String,
     pub updated_at: String,
+    /// While `superseded`: the baseline that replaced it (a newer draft, or the baseline
+    /// approved after it); `null` otherwise, and for baselines superseded before it was kept.
+    #[serde(default)]
+    pub superseded_by: Option<String>,
+    /// When it was approved (`null` if it never was: a superseded draft never was).
+    #[serde(default)]
+    pub approved_at: Option<String>,
 }
 
 /// A page of a chain's baselines, newest first.
@@ -82,6 +90,33 @@ pub struct ApproveResult {
     pub superseded: Option<String>,
 }
 
+/// `GET /baselines/{id}/approval` (OpenAPI `ApprovalCheck`): whether the caller may approve
+/// the baseline now, and every reason they may not (the server's rules, for a console or a
+/// script to show before trying). The caller's role is not among the reasons: `GET /whoami`
+/// says what the role may do.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ApprovalCheck {
+    pub baseline_id: String,
+    pub chain: String,
+    /// True when `blockers` is empty.
+    pub may_approve: bool,
+    /// Every reason, in the order the server checks them.
+    pub blockers: Vec<ApprovalBlocker>,
+    /// The chain's newest baseline (the only one an approval can be of).
+    pub newest_baseline: Option<String>,
+}
+
+/// One reason the caller may not approve (OpenAPI `ApprovalBlocker`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ApprovalBlocker {
+    /// `not_draft`, `superseded`, `not_newest`, `error_findings` or `four_eyes`.
+    pub code: String,
+    /// What the approval would be refused with.
+    pub message: String,
+}
+
 /// `POST /baselines/{id}/reject` (OpenAPI `RejectResult`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RejectResult {
@@ -107,6 +142,15 @@ pub struct Rollout {
     /// The baseline's latest publication, or `null` if it was never published.
     #[serde(default)]
     pub revision: Option<i64>,
+    /// How the latest publication came about: `approve` or `rollback` (`null`: never
+    /// published).
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// When it was published, and by whom (the token name).
+    #[serde(default)]
+    pub published_at: Option<String>,
+    #[serde(default)]
+    pub published_by: Option<String>,
     /// Agents receiving the chain.
     pub agents: u64,
     pub connected: u64,

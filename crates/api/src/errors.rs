@@ -26,7 +26,9 @@ pub struct ErrorInfo {
 
 /// The known keys of an error's `details`: `violations` (validation_failed), `findings`
 /// (approval or rollback blocked by error findings), `schema`, `line`/`column`
-/// (malformed_json), `limit_bytes` (payload_too_large); any other key is kept in `other`.
+/// (malformed_json), `limit_bytes` (payload_too_large), `chain`/`nearest` (not_found: a chain
+/// that does not exist, and the known chain names nearest to it); any other key is kept in
+/// `other`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ErrorDetails {

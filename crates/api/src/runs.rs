@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use budget_core::baseline::BaselineReason;
+use budget_core::baseline::{BaselineDocument, BaselineReason, BaselineState};
 use budget_core::checks::Finding;
 use budget_core::drift::DriftEntry;
 use budget_core::run::SegmentUpload;
@@ -22,6 +22,10 @@ pub struct UploadQuery {
     pub label: Option<String>,
     /// A JSON object of tool label → segment id; it wins over the topology's `labels`.
     pub map: Option<String>,
+    /// `true`: read, map and compute the upload as usual, answer what it would store (the
+    /// segments, the label mapping, the comparison and the draft with its findings), and
+    /// store nothing — no run, no draft, no archive item, no `Idempotency-Key` record.
+    pub dry_run: Option<bool>,
 }
 
 /// What a run upload answers (OpenAPI `RunUploadResult`).
@@ -53,6 +57,14 @@ pub struct RunUploadResult {
     pub mapping: Option<LabelMapping>,
     /// The run's evidence: every file read, how its percentiles were computed, notes.
     pub sources: Vec<RunSource>,
+    /// A dry run (`?dry_run=true`): nothing was stored, `run_id` is empty and `baseline_id`
+    /// null; `reason` says whether the upload would open a draft.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// With `dry_run`: the baseline this run computes to, as the draft would hold it (its id
+    /// empty, its run id empty), whether or not the upload would open one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preview: Option<BaselineDocument>,
 }
 
 /// How the labels of a load-tool upload were used.
@@ -131,6 +143,10 @@ pub struct Run {
     pub segments: Vec<RunSegment>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vs_live: Option<LiveComparison>,
+    /// The draft this run's upload opened (`null` when it opened none; drafts recomputed from
+    /// the run later are not it), and that draft's state now.
+    pub draft_id: Option<String>,
+    pub draft_state: Option<BaselineState>,
 }
 
 /// `GET /chains/{chain}/runs`: the newest runs first.

@@ -101,7 +101,8 @@ pub fn compute(topology: &Topology, run: &RunData) -> Result<Computation, Vec<Co
     Ok(Computation { segments, findings })
 }
 
-/// Lifecycle of a baseline: `draft` → `approved` → `superseded`, or `draft` → `rejected`.
+/// Lifecycle of a baseline: `draft` → `approved` → `superseded`, `draft` → `rejected`, or
+/// `draft` → `superseded` when a newer draft of the chain replaces it before any decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BaselineState {
@@ -157,7 +158,7 @@ pub struct Decision {
 
 /// The baseline document: served by `GET /baselines/{id}` and archived byte for byte.
 ///
-/// Everything but `state`, `decision` and `superseded_*` is fixed at creation.
+/// Everything but `state`, `decision` and `superseded_by` is fixed at creation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BaselineDocument {
     pub id: String,
@@ -180,11 +181,26 @@ pub struct BaselineDocument {
     pub drift_baseline_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
+    /// While `superseded`: the baseline that replaced this one — the newer draft of the chain
+    /// (a draft replaced before any decision), or the baseline approved or rolled back to after
+    /// it (an approved baseline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<String>,
 }
 
 impl BaselineDocument {
     pub fn has_errors(&self) -> bool {
         checks::has_errors(&self.findings)
+    }
+
+    /// Whether this baseline was approved at some point: approved now, or superseded after
+    /// its approval (a draft replaced by a newer draft was never approved).
+    pub fn was_approved(&self) -> bool {
+        match self.state {
+            BaselineState::Approved => true,
+            BaselineState::Superseded => self.decision.is_some(),
+            BaselineState::Draft | BaselineState::Rejected => false,
+        }
     }
 
     pub fn segment(&self, id: &str) -> Option<&BaselineSegment> {

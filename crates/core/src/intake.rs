@@ -126,6 +126,7 @@ pub fn draft(
         drift,
         drift_baseline_id,
         decision: None,
+        superseded_by: None,
     })
 }
 

@@ -1,16 +1,25 @@
 //! Lifecycle of a baseline (SPEC §2, §5, §7): `draft` → `approved` → `superseded`, or
-//! `draft` → `rejected`, and who may move it.
+//! `draft` → `rejected`, or `draft` → `superseded` by a newer draft; and who may move it.
 //!
-//! - only a draft can be approved or rejected ([`decide`]);
+//! - a new draft of a chain supersedes the chain's older pending drafts ([`superseded_by`]):
+//!   they leave review, linked to the newer one, and can no longer be approved;
+//! - only a pending draft can be approved or rejected, and only if it is the chain's newest
+//!   baseline can it be approved: approving an older one would bring back older numbers
+//!   ([`decide`]);
 //! - error findings block approval and publication ([`approve`], [`publish`]);
 //! - four eyes, by owner: whoever owns the token that uploaded the run may not approve a
 //!   baseline computed from it, whichever token they use ([`approve`]);
+//! - a reviewer can be told every reason they may not approve, before trying
+//!   ([`approval_blockers`]);
 //! - a rejection says why ([`rejection_comment`]);
-//! - only a previously approved (superseded) baseline can be rolled back to ([`roll_back_to`]).
+//! - only a baseline that was approved and replaced since can be rolled back to
+//!   ([`roll_back_to`]), and only a baseline that was approved can be cited ([`citable`]).
 //!
-//! The caller passes the baseline and the actor. The state checks ([`decide`],
-//! [`roll_back_to`]) belong inside the transaction that moves the baseline, so that a repeat
-//! of a committed request finds its result rather than a conflict.
+//! The caller passes the baseline, the chain's newest baseline and the actor. The state checks
+//! ([`decide`], [`roll_back_to`]) and [`superseded_by`] belong inside the transaction that
+//! moves the baselines, after the chain is locked, so that concurrent writers of one chain (on
+//! any replica) see each other's drafts and a repeat of a committed request finds its result
+//! rather than a conflict.
 
 use serde::Serialize;
 
@@ -90,24 +99,48 @@ pub enum PublishError {
     ErrorFindings { id: String, findings: Vec<Finding> },
 }
 
-/// A decision on a baseline that is no longer a draft.
+/// Why a decision cannot be made on a baseline (checked inside the deciding transaction).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("baseline {id} is {}; only a draft can be {}", state.as_str(), verdict_label(*verdict))]
-pub struct NotDraft {
-    pub id: String,
-    pub state: BaselineState,
-    pub verdict: Verdict,
+pub enum NotDecidable {
+    /// The baseline was decided already (approved, rejected, or superseded after approval).
+    #[error("baseline {id} is {}; only a draft can be {}", state.as_str(), verdict_label(*verdict))]
+    NotDraft {
+        id: String,
+        state: BaselineState,
+        verdict: Verdict,
+    },
+    /// A newer draft of the chain replaced this draft before anyone decided on it.
+    #[error(
+        "baseline {id} was superseded by the newer draft {by} before any decision; only a pending draft can be {}: review {by}",
+        verdict_label(*verdict)
+    )]
+    SupersededDraft {
+        id: String,
+        by: String,
+        verdict: Verdict,
+    },
+    /// A newer baseline of the chain exists: approving this one would bring back older numbers.
+    #[error(
+        "baseline {id} is not the newest baseline of {chain:?}: {newest} came after it, and approving {id} would bring back older numbers"
+    )]
+    NotNewest {
+        id: String,
+        chain: String,
+        newest: String,
+    },
 }
 
 /// A rollback to a baseline that was never approved, or is live.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "baseline {id} is {}; only a previously approved (superseded) baseline can be rolled back to",
-    state.as_str()
+    if *never_approved { "a superseded draft that was never approved" } else { state.as_str() }
 )]
 pub struct NotSuperseded {
     pub id: String,
     pub state: BaselineState,
+    /// A draft replaced by a newer draft: superseded, but never approved.
+    pub never_approved: bool,
 }
 
 fn verdict_label(v: Verdict) -> &'static str {
@@ -151,6 +184,62 @@ pub fn approve(
     Ok(())
 }
 
+/// One reason a person may not approve a baseline now (see [`approval_blockers`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Blocker {
+    /// Not a pending draft, superseded by a newer draft, or not the chain's newest baseline.
+    #[error(transparent)]
+    Decision(NotDecidable),
+    /// Error findings, or the person owns the run's upload (four eyes).
+    #[error(transparent)]
+    Approval(ApproveError),
+}
+
+impl Blocker {
+    /// A stable name for clients: `not_draft`, `superseded`, `not_newest`, `error_findings`
+    /// or `four_eyes`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Decision(NotDecidable::NotDraft { .. }) => "not_draft",
+            Self::Decision(NotDecidable::SupersededDraft { .. }) => "superseded",
+            Self::Decision(NotDecidable::NotNewest { .. }) => "not_newest",
+            Self::Approval(ApproveError::ErrorFindings { .. }) => "error_findings",
+            Self::Approval(ApproveError::FourEyes { .. }) => "four_eyes",
+        }
+    }
+}
+
+/// Every reason `approver_owner` may not approve `doc` now — what [`decide`] and [`approve`]
+/// would refuse, all of them rather than the first — so a reviewer is told before trying. Empty:
+/// they may. `newest` is the chain's newest baseline, as for [`decide`].
+pub fn approval_blockers(
+    doc: &BaselineDocument,
+    uploader: Uploader<'_>,
+    approver_owner: &str,
+    policy: Policy,
+    newest: Option<&str>,
+) -> Vec<Blocker> {
+    let mut blockers = Vec::new();
+    if let Err(e) = decide(doc, Verdict::Approve, newest) {
+        blockers.push(Blocker::Decision(e));
+    }
+    let errors = errors_of(doc);
+    if !errors.is_empty() {
+        blockers.push(Blocker::Approval(ApproveError::ErrorFindings {
+            id: doc.id.clone(),
+            errors,
+        }));
+    }
+    if policy.require_distinct_approver && uploader.owner == approver_owner {
+        blockers.push(Blocker::Approval(ApproveError::FourEyes {
+            owner: approver_owner.to_owned(),
+            token: uploader.token.to_owned(),
+            run_id: doc.run_id.clone(),
+        }));
+    }
+    blockers
+}
+
 /// The comment of a rejection, which must say something (blank is not a reason).
 pub fn rejection_comment(comment: Option<String>) -> Result<String, RejectError> {
     comment
@@ -177,212 +266,72 @@ pub fn publish(doc: &BaselineDocument, chain: &str) -> Result<(), PublishError> 
     Ok(())
 }
 
-/// The state a baseline in `state` moves to on `verdict`: only a draft can be decided.
-pub fn decide(id: &str, state: BaselineState, verdict: Verdict) -> Result<BaselineState, NotDraft> {
-    if state == BaselineState::Draft {
-        Ok(verdict.target())
-    } else {
-        Err(NotDraft {
-            id: id.to_owned(),
-            state,
-            verdict,
-        })
+/// The state `doc` moves to on `verdict`: only a pending draft can be decided, and it can be
+/// approved only while it is the chain's newest baseline (`newest`, in the order the chain's
+/// baselines were committed, read in the same transaction).
+pub fn decide(
+    doc: &BaselineDocument,
+    verdict: Verdict,
+    newest: Option<&str>,
+) -> Result<BaselineState, NotDecidable> {
+    match (doc.state, &doc.superseded_by) {
+        (BaselineState::Draft, _) => {}
+        (BaselineState::Superseded, Some(by)) if !doc.was_approved() => {
+            return Err(NotDecidable::SupersededDraft {
+                id: doc.id.clone(),
+                by: by.clone(),
+                verdict,
+            })
+        }
+        (state, _) => {
+            return Err(NotDecidable::NotDraft {
+                id: doc.id.clone(),
+                state,
+                verdict,
+            })
+        }
+    }
+    match newest {
+        Some(newest) if verdict == Verdict::Approve && newest != doc.id => {
+            Err(NotDecidable::NotNewest {
+                id: doc.id.clone(),
+                chain: doc.chain.clone(),
+                newest: newest.to_owned(),
+            })
+        }
+        _ => Ok(verdict.target()),
     }
 }
 
-/// Whether a baseline in `state` can be rolled back to: only a superseded one (a baseline
-/// that was approved and replaced since).
-pub fn roll_back_to(id: &str, state: BaselineState) -> Result<(), NotSuperseded> {
-    if state == BaselineState::Superseded {
+/// The drafts a new draft `new_id` of a chain supersedes: every other draft of the chain still
+/// pending (`pending`, read after the chain is locked). Each moves to `superseded`, with
+/// `superseded_by` naming the new draft.
+pub fn superseded_by<'a>(new_id: &str, pending: &'a [String]) -> Vec<&'a str> {
+    pending
+        .iter()
+        .map(String::as_str)
+        .filter(|id| *id != new_id)
+        .collect()
+}
+
+/// Whether `doc` can be rolled back to: only a superseded baseline that was approved before (a
+/// draft superseded by a newer draft never was).
+pub fn roll_back_to(doc: &BaselineDocument) -> Result<(), NotSuperseded> {
+    if doc.state == BaselineState::Superseded && doc.was_approved() {
         Ok(())
     } else {
         Err(NotSuperseded {
-            id: id.to_owned(),
-            state,
+            id: doc.id.clone(),
+            state: doc.state,
+            never_approved: doc.state == BaselineState::Superseded,
         })
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::baseline::BaselineReason;
-    use crate::checks::FindingKind;
-    use crate::duration::HumanDuration;
-
-    fn finding(severity: Severity) -> Finding {
-        Finding {
-            kind: FindingKind::EntryHeadroom {
-                p999_ms: 900.0,
-                entry_budget_ms: 800,
-            },
-            segment: "gateway->order".into(),
-            severity,
-            message: "headroom".into(),
-        }
-    }
-
-    fn doc(chain: &str, findings: &[Severity]) -> BaselineDocument {
-        BaselineDocument {
-            id: "bl-20261130-002".into(),
-            chain: chain.into(),
-            state: BaselineState::Draft,
-            reason: BaselineReason::FirstRun,
-            run_id: "run-20261130-001".into(),
-            topology_version: 1,
-            created_at: "2026-11-30T09:15:02.123Z".into(),
-            created_by: "uma".into(),
-            entry_budget_ms: 800,
-            breaker_window_ms: 5000,
-            max_recovery: HumanDuration::from_ms(3_600_000),
-            segments: Vec::new(),
-            findings: findings.iter().map(|s| finding(*s)).collect(),
-            drift: Vec::new(),
-            drift_baseline_id: None,
-            decision: None,
-        }
-    }
-
-    const UMA: Uploader<'static> = Uploader {
-        token: "uma-ci",
-        owner: "uma",
-    };
-    const FOUR_EYES: Policy = Policy {
-        require_distinct_approver: true,
-    };
-    const ONE_PAIR: Policy = Policy {
-        require_distinct_approver: false,
-    };
-
-    /// `(findings, approver's owner, policy)` → the error message, or `None` when allowed.
-    fn check(input: (&[Severity], &str, Policy), expect: Option<&str>) {
-        let (findings, approver, policy) = input;
-        let got = approve(&doc("checkout", findings), UMA, approver, policy);
-        assert_eq!(
-            got.as_ref().err().map(ToString::to_string).as_deref(),
-            expect,
-            "{input:?}"
-        );
-    }
-
-    #[test]
-    fn who_may_approve() {
-        use Severity::{Error, Warning};
-        let four_eyes = "four eyes: \"uma\" owns the token \"uma-ci\" that uploaded run run-20261130-001 and cannot approve its baseline; another person must";
-        let blocked = "baseline bl-20261130-002 has 1 error finding(s) and cannot be approved";
-        check((&[], "ada", FOUR_EYES), None);
-        check((&[Warning], "ada", FOUR_EYES), None);
-        check((&[], "uma", FOUR_EYES), Some(four_eyes));
-        check((&[], "uma", ONE_PAIR), None);
-        check((&[Error], "ada", FOUR_EYES), Some(blocked));
-        // errors first: blocked for everyone, the uploader included
-        check((&[Error], "uma", FOUR_EYES), Some(blocked));
-        check((&[Error], "uma", ONE_PAIR), Some(blocked));
-        check(
-            (&[Error, Warning, Error], "ada", ONE_PAIR),
-            Some("baseline bl-20261130-002 has 2 error finding(s) and cannot be approved"),
-        );
-    }
-
-    #[test]
-    fn error_findings_are_listed_alone() {
-        let d = doc("checkout", &[Severity::Warning, Severity::Error]);
-        match approve(&d, UMA, "ada", FOUR_EYES) {
-            Err(ApproveError::ErrorFindings { errors, .. }) => {
-                assert_eq!(errors, [finding(Severity::Error)]);
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_rejection_needs_a_comment() {
-        let check = |comment: Option<&str>, expect: Result<&str, RejectError>| {
-            let got = rejection_comment(comment.map(str::to_owned));
-            assert_eq!(got.as_deref().map_err(Clone::clone), expect, "{comment:?}");
-        };
-        check(None, Err(RejectError::CommentRequired));
-        check(Some(""), Err(RejectError::CommentRequired));
-        check(Some(" \n\t"), Err(RejectError::CommentRequired));
-        // kept as written
-        check(Some(" p999 is off "), Ok(" p999 is off "));
-        assert_eq!(
-            RejectError::CommentRequired.to_string(),
-            "a rejection needs a comment saying why"
-        );
-    }
-
-    #[test]
-    fn what_may_be_published_again() {
-        let check = |input: (&str, &[Severity]), expect: Option<&str>| {
-            let got = publish(&doc("checkout", input.1), input.0);
-            assert_eq!(
-                got.err().map(|e| e.to_string()).as_deref(),
-                expect,
-                "{input:?}"
-            );
-        };
-        check(("checkout", &[]), None);
-        check(("checkout", &[Severity::Warning]), None);
-        check(
-            ("checkout-eu", &[]),
-            Some("baseline bl-20261130-002 belongs to chain \"checkout\", not \"checkout-eu\""),
-        );
-        check(
-            ("checkout", &[Severity::Error]),
-            Some("baseline bl-20261130-002 has error findings and cannot be published"),
-        );
-        // the wrong chain first, whatever the findings
-        check(
-            ("checkout-eu", &[Severity::Error]),
-            Some("baseline bl-20261130-002 belongs to chain \"checkout\", not \"checkout-eu\""),
-        );
-    }
-
-    #[test]
-    fn only_a_draft_is_decided() {
-        use BaselineState::*;
-        let check = |input: (BaselineState, Verdict), expect: Result<BaselineState, &str>| {
-            let got = decide("bl-1", input.0, input.1).map_err(|e| e.to_string());
-            assert_eq!(
-                got.as_ref().map_err(String::as_str),
-                expect.as_ref().map_err(|e| *e),
-                "{input:?}"
-            );
-        };
-        check((Draft, Verdict::Approve), Ok(Approved));
-        check((Draft, Verdict::Reject), Ok(Rejected));
-        check(
-            (Approved, Verdict::Approve),
-            Err("baseline bl-1 is approved; only a draft can be approved"),
-        );
-        check(
-            (Superseded, Verdict::Approve),
-            Err("baseline bl-1 is superseded; only a draft can be approved"),
-        );
-        check(
-            (Rejected, Verdict::Reject),
-            Err("baseline bl-1 is rejected; only a draft can be rejected"),
-        );
-        check(
-            (Approved, Verdict::Reject),
-            Err("baseline bl-1 is approved; only a draft can be rejected"),
-        );
-    }
-
-    #[test]
-    fn only_a_superseded_baseline_is_rolled_back_to() {
-        use BaselineState::*;
-        let check = |state: BaselineState, allowed: bool| {
-            assert_eq!(roll_back_to("bl-1", state).is_ok(), allowed, "{state:?}");
-        };
-        check(Superseded, true);
-        check(Approved, false);
-        check(Draft, false);
-        check(Rejected, false);
-        assert_eq!(
-            roll_back_to("bl-1", Draft).unwrap_err().to_string(),
-            "baseline bl-1 is draft; only a previously approved (superseded) baseline can be rolled back to"
-        );
-    }
+/// Whether a release may cite `doc`: it must have been approved (it is live, or was).
+pub fn citable(doc: &BaselineDocument) -> bool {
+    doc.was_approved()
 }
+
+#[cfg(test)]
+mod tests;

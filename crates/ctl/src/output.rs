@@ -1,5 +1,6 @@
 //! What a command writes: answers on stdout (a table, or the JSON with `--json`), failures on
-//! stderr (the server's message and code, each violation or finding, a hint).
+//! stderr (the server's message in budgetctl's words and its code, each violation, finding or
+//! detail on a line, a hint).
 
 use std::io::Write;
 
@@ -33,12 +34,9 @@ pub(crate) fn report(e: &CtlError, json: bool, has_token: bool) {
         _ => {}
     }
     let _ = match e {
-        CtlError::Api {
-            status,
-            code,
-            message,
-            ..
-        } => writeln!(err, "error: {message} ({code}, HTTP {status})"),
+        CtlError::Api { code, message, .. } => {
+            writeln!(err, "error: {} ({code})", render::error_message(message))
+        }
         other => writeln!(err, "error: {other}"),
     };
     match e {

@@ -1,4 +1,5 @@
-//! Baselines: recompute, read, list, diff, the call tree's numbers, approve, reject.
+//! Baselines: recompute, read, list, diff, the call tree's numbers, whether the caller may
+//! approve, approve, reject.
 
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
@@ -7,8 +8,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use budget_api::baselines::{
-    ApproveResult, BaselineDiff, BaselineList, BaselineListQuery, BaselineTree, Comment, DiffQuery,
-    RecomputeRequest, RejectResult,
+    ApprovalCheck, ApproveResult, BaselineDiff, BaselineList, BaselineListQuery, BaselineTree,
+    Comment, DiffQuery, RecomputeRequest, RejectResult,
 };
 use budget_core::baseline::{BaselineDocument, BaselineState};
 
@@ -27,6 +28,7 @@ pub fn router() -> Router<AppState> {
         .route("/baselines/{id}", get(show))
         .route("/baselines/{id}/diff", get(diff))
         .route("/baselines/{id}/tree", get(tree))
+        .route("/baselines/{id}/approval", get(approval))
         .route("/baselines/{id}/approve", post(approve))
         .route("/baselines/{id}/reject", post(reject))
 }
@@ -160,6 +162,17 @@ impl RequestBody for Comment {
     fn empty() -> Option<Self> {
         Some(Self::default())
     }
+}
+
+/// Whether the caller may approve the baseline now, and every reason they may not.
+async fn approval(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<ApprovalCheck>> {
+    Ok(Json(
+        service::baselines::approval(&state, &principal, &id).await?,
+    ))
 }
 
 async fn approve(

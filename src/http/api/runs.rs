@@ -35,6 +35,8 @@ async fn upload(
     req: Request,
 ) -> ApiResult<(StatusCode, Json<RunUploadResult>)> {
     service::check_chain_name(&chain)?;
+    // A dry run stores nothing: 200, not 201.
+    let dry_run = query.dry_run.unwrap_or(false);
     let q = UploadOptions::parse(query)?;
     let mut req = req;
     let mut native = matches!(q.format, Some(Format::Native));
@@ -48,16 +50,22 @@ async fn upload(
         // An unknown chain is refused before its files are read.
         service::chains::require(&state, &chain).await?;
         let (files, sources, map) = upload::read_multipart(&state, req, &q).await?;
-        service::upload_tool_run(&state, &principal, &chain, files, sources, &map).await?
+        service::upload_tool_run(&state, &principal, &chain, files, sources, &map, dry_run).await?
     } else if native {
         let body = JsonBody::from_request(req, &state).await?;
-        service::upload_run(&state, &principal, &chain, body.value, &body.raw).await?
+        service::upload_run(&state, &principal, &chain, body.value, &body.raw, dry_run).await?
     } else {
         service::chains::require(&state, &chain).await?;
         let (files, sources) = upload::read_raw(&state, req, &q).await?;
-        service::upload_tool_run(&state, &principal, &chain, files, sources, &q.map).await?
+        service::upload_tool_run(&state, &principal, &chain, files, sources, &q.map, dry_run)
+            .await?
     };
-    Ok((StatusCode::CREATED, Json(outcome)))
+    let status = if dry_run {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, Json(outcome)))
 }
 
 async fn show(

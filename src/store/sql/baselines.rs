@@ -1,9 +1,13 @@
 //! [`Baselines`] over SQL: drafts, decisions and rollbacks, each re-rendering the documents it
-//! changes and queueing them for the archive in the same transaction.
+//! changes and queueing them for the archive in the same transaction. A new draft supersedes
+//! the chain's older pending drafts in the transaction that inserts it, and an approval checks
+//! that its draft is the newest, after the chain's row is locked: two replicas writing one
+//! chain on PostgreSQL take turns on that lock, so each sees the other's drafts.
 
 use async_trait::async_trait;
 use budget_api::baselines::BaselineSummary;
 use budget_core::baseline::{BaselineDocument, BaselineState, Decision};
+use budget_core::lifecycle;
 use sqlx::Row;
 
 use super::outbox::{archive_budget, archive_document};
@@ -25,13 +29,15 @@ pub(super) async fn fetch_baseline(tx: &mut Tx, id: &str) -> StoreResult<StoredB
     baseline_from_row(&row)
 }
 
-/// Allocates the id, renders the document and inserts it.
+/// Allocates the id, renders the document and inserts it, then supersedes the chain's other
+/// pending drafts (core's rule); answers the draft and the ids it superseded. The chain's row
+/// must be locked.
 pub(super) async fn insert_baseline_tx(
     tx: &mut Tx,
     prefix: &str,
     mut doc: BaselineDocument,
     (run_uploaded_by, run_uploaded_by_owner): (String, String),
-) -> StoreResult<StoredBaseline> {
+) -> StoreResult<(StoredBaseline, Vec<String>)> {
     let day = compact_date(&doc.created_at);
     let n = next_counter(tx, &format!("bl-{day}")).await?;
     doc.id = format!("bl-{day}-{n:03}");
@@ -39,9 +45,11 @@ pub(super) async fn insert_baseline_tx(
     let bytes = String::from_utf8(doc.to_bytes()).map_err(internal)?;
     let sha256 = sha256_hex(bytes.as_bytes());
     let reason = serde_json::to_value(doc.reason).map_err(internal)?;
+    // Drawn under the chain's lock: the chain's baselines in commit order.
+    let seq = next_counter(tx, &format!("baselines:{}", doc.chain)).await?;
     sqlx::query(
-        "INSERT INTO baselines (id, chain, run_id, topology_version, state, reason, has_errors, document, sha256, created_at, created_by, updated_at) \
-         VALUES ($1, $2, $3, $4, 'draft', $5, $6, $7, $8, $9, $10, $9)",
+        "INSERT INTO baselines (id, chain, run_id, topology_version, state, reason, has_errors, document, sha256, created_at, created_by, updated_at, chain_seq) \
+         VALUES ($1, $2, $3, $4, 'draft', $5, $6, $7, $8, $9, $10, $9, $11)",
     )
     .bind(&doc.id)
     .bind(&doc.chain)
@@ -53,6 +61,7 @@ pub(super) async fn insert_baseline_tx(
     .bind(&sha256)
     .bind(&doc.created_at)
     .bind(&doc.created_by)
+    .bind(seq)
     .execute(&mut **tx)
     .await?;
     let stored = StoredBaseline {
@@ -63,17 +72,63 @@ pub(super) async fn insert_baseline_tx(
         run_uploaded_by_owner,
     };
     archive_document(tx, prefix, &stored, &stored.doc.created_at).await?;
-    Ok(stored)
+    let pending: Vec<String> = sqlx::query_scalar(
+        "SELECT id FROM baselines WHERE chain = $1 AND state = 'draft' ORDER BY created_at, id",
+    )
+    .bind(&stored.doc.chain)
+    .fetch_all(&mut **tx)
+    .await?;
+    let superseded: Vec<String> = lifecycle::superseded_by(&stored.doc.id, &pending)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    for old in &superseded {
+        let change = Change::superseded_by(&stored.doc.id);
+        transition(
+            tx,
+            prefix,
+            old,
+            BaselineState::Draft,
+            change,
+            &stored.doc.created_at,
+        )
+        .await?;
+    }
+    Ok((stored, superseded))
 }
 
-/// Moves a baseline to `state` (re-rendering its document) if it is in `from` now.
+/// What a [`transition`] makes of a baseline: its new state, the decision recorded (kept when
+/// `None`), and for `superseded` the baseline that replaced it (cleared in every other state).
+pub(super) struct Change<'a> {
+    pub to: BaselineState,
+    pub decision: Option<Decision>,
+    pub superseded_by: Option<&'a str>,
+}
+
+impl<'a> Change<'a> {
+    pub fn to(to: BaselineState) -> Self {
+        Self {
+            to,
+            decision: None,
+            superseded_by: None,
+        }
+    }
+
+    pub fn superseded_by(by: &'a str) -> Self {
+        Self {
+            superseded_by: Some(by),
+            ..Self::to(BaselineState::Superseded)
+        }
+    }
+}
+
+/// Moves a baseline to `change.to` (re-rendering its document) if it is in `from` now.
 pub(super) async fn transition(
     tx: &mut Tx,
     prefix: &str,
     id: &str,
     from: BaselineState,
-    to: BaselineState,
-    decision: Option<Decision>,
+    change: Change<'_>,
     now: &str,
 ) -> StoreResult<StoredBaseline> {
     let mut stored = fetch_baseline(tx, id).await?;
@@ -84,14 +139,20 @@ pub(super) async fn transition(
             from.as_str()
         )));
     }
+    let to = change.to;
     stored.doc.state = to;
-    if decision.is_some() {
-        stored.doc.decision = decision;
+    if change.decision.is_some() {
+        stored.doc.decision = change.decision;
     }
+    stored.doc.superseded_by = match to {
+        BaselineState::Superseded => change.superseded_by.map(str::to_owned),
+        _ => None,
+    };
     stored.bytes = String::from_utf8(stored.doc.to_bytes()).map_err(internal)?;
     stored.sha256 = sha256_hex(stored.bytes.as_bytes());
     let done = sqlx::query(
-        "UPDATE baselines SET state = $2, document = $3, sha256 = $4, updated_at = $5 WHERE id = $1 AND state = $6",
+        "UPDATE baselines SET state = $2, document = $3, sha256 = $4, updated_at = $5, superseded_by = $7 \
+         WHERE id = $1 AND state = $6",
     )
     .bind(id)
     .bind(to.as_str())
@@ -99,6 +160,7 @@ pub(super) async fn transition(
     .bind(&stored.sha256)
     .bind(now)
     .bind(from.as_str())
+    .bind(stored.doc.superseded_by.clone())
     .execute(&mut **tx)
     .await?;
     if done.rows_affected() != 1 {
@@ -118,28 +180,42 @@ pub(super) async fn current_id(tx: &mut Tx, chain: &str) -> StoreResult<Option<S
     Ok(row.map(|r| r.try_get(0)).transpose()?)
 }
 
-/// Moves the chain's approved baseline, if any, to superseded (before another one goes live);
-/// its id.
+/// Moves the chain's approved baseline, if any, to superseded by `by` (before `by` goes
+/// live); its id.
 async fn supersede_current(
     tx: &mut Tx,
     archive_prefix: &str,
     chain: &str,
+    by: &str,
     at: &str,
 ) -> StoreResult<Option<String>> {
     let Some(old) = current_id(tx, chain).await? else {
         return Ok(None);
     };
+    let change = Change::superseded_by(by);
     transition(
         tx,
         archive_prefix,
         &old,
         BaselineState::Approved,
-        BaselineState::Superseded,
-        None,
+        change,
         at,
     )
     .await?;
     Ok(Some(old))
+}
+
+/// The chain's newest baseline, in commit order; baselines from before `chain_seq` come first,
+/// by creation time.
+const NEWEST_BASELINE: &str = "SELECT id FROM baselines WHERE chain = $1 \
+     ORDER BY COALESCE(chain_seq, 0) DESC, created_at DESC, id DESC LIMIT 1";
+
+/// [`NEWEST_BASELINE`], read after the chain's row is locked.
+async fn newest_baseline(tx: &mut Tx, chain: &str) -> StoreResult<Option<String>> {
+    Ok(sqlx::query_scalar(NEWEST_BASELINE)
+        .bind(chain)
+        .fetch_optional(&mut **tx)
+        .await?)
 }
 
 #[async_trait]
@@ -162,9 +238,13 @@ impl Baselines for SqlStore {
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("run {:?}", draft.run_id)))?;
         let uploader = (row.try_get(0)?, row.try_get(1)?);
-        let stored = insert_baseline_tx(&mut tx, &self.archive_prefix, draft, uploader).await?;
+        let (stored, superseded) =
+            insert_baseline_tx(&mut tx, &self.archive_prefix, draft, uploader).await?;
         let mut audit = audit;
         audit.subject = Some(stored.doc.id.clone());
+        if !superseded.is_empty() {
+            audit.detail["superseded_drafts"] = superseded.into();
+        }
         write_audit(&mut tx, &audit).await?;
         commit(tx, stored).await
     }
@@ -189,7 +269,9 @@ impl Baselines for SqlStore {
     ) -> StoreResult<Vec<BaselineSummary>> {
         let (before_at, before_id) = before.map_or(("", ""), |(at, id)| (at, id));
         let rows = sqlx::query(
-            "SELECT id, chain, state, reason, run_id, topology_version, has_errors, created_at, created_by, updated_at \
+            "SELECT id, chain, state, reason, run_id, topology_version, has_errors, created_at, created_by, updated_at, \
+               superseded_by, (SELECT MIN(a.created_at) FROM approvals a \
+                 WHERE a.baseline_id = baselines.id AND a.decision = 'approved') AS approved_at \
              FROM baselines WHERE chain = $1 AND ($2 = '' OR state = $2) \
              AND ($3 = '' OR created_at < $3 OR (created_at = $3 AND id < $4)) \
              ORDER BY created_at DESC, id DESC LIMIT $5",
@@ -202,6 +284,13 @@ impl Baselines for SqlStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(baseline_summary_from_row).collect()
+    }
+
+    async fn newest_baseline(&self, chain: &str) -> StoreResult<Option<String>> {
+        Ok(sqlx::query_scalar(NEWEST_BASELINE)
+            .bind(chain)
+            .fetch_optional(&self.pool)
+            .await?)
     }
 
     async fn current_baseline(&self, chain: &str) -> StoreResult<Option<StoredBaseline>> {
@@ -238,10 +327,11 @@ impl Baselines for SqlStore {
             at: audit.at.clone(),
             comment: comment.clone(),
         };
-        // Check the draft first (core's rule, inside the transaction) so a non-draft answers
-        // Conflict before anything moves.
+        // Check the draft first (core's rule, inside the transaction, the chain locked) so a
+        // non-draft, a superseded draft or an older draft answers Conflict before anything moves.
         let draft = fetch_baseline(&mut tx, id).await?;
-        let to = budget_core::lifecycle::decide(id, draft.doc.state, verdict)
+        let newest = newest_baseline(&mut tx, &chain).await?;
+        let to = lifecycle::decide(&draft.doc, verdict, newest.as_deref())
             .map_err(|e| StoreError::Conflict(e.to_string()))?;
         let label = match verdict {
             Verdict::Approve => "approved",
@@ -249,17 +339,20 @@ impl Baselines for SqlStore {
         };
         let superseded = match verdict {
             Verdict::Approve => {
-                supersede_current(&mut tx, &self.archive_prefix, &chain, &audit.at).await?
+                supersede_current(&mut tx, &self.archive_prefix, &chain, id, &audit.at).await?
             }
             Verdict::Reject => None,
+        };
+        let change = Change {
+            decision: Some(decision),
+            ..Change::to(to)
         };
         let stored = transition(
             &mut tx,
             &self.archive_prefix,
             id,
             BaselineState::Draft,
-            to,
-            Some(decision),
+            change,
             &audit.at,
         )
         .await?;
@@ -307,16 +400,15 @@ impl Baselines for SqlStore {
                 "baseline {id:?} of chain {chain:?}"
             )));
         }
-        budget_core::lifecycle::roll_back_to(id, target.doc.state)
-            .map_err(|e| StoreError::Conflict(e.to_string()))?;
-        let superseded = supersede_current(&mut tx, &self.archive_prefix, chain, &audit.at).await?;
+        lifecycle::roll_back_to(&target.doc).map_err(|e| StoreError::Conflict(e.to_string()))?;
+        let superseded =
+            supersede_current(&mut tx, &self.archive_prefix, chain, id, &audit.at).await?;
         let stored = transition(
             &mut tx,
             &self.archive_prefix,
             id,
             BaselineState::Superseded,
-            BaselineState::Approved,
-            None,
+            Change::to(BaselineState::Approved),
             &audit.at,
         )
         .await?;

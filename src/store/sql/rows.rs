@@ -51,6 +51,8 @@ pub(super) fn baseline_summary_from_row(r: &AnyRow) -> StoreResult<BaselineSumma
         created_at: r.try_get("created_at")?,
         created_by: r.try_get("created_by")?,
         updated_at: r.try_get("updated_at")?,
+        superseded_by: r.try_get("superseded_by")?,
+        approved_at: r.try_get("approved_at")?,
     })
 }
 
@@ -82,6 +84,13 @@ pub(super) fn topology_from_row(row: &AnyRow) -> StoreResult<TopologyVersion> {
 pub(super) const RUN_COLUMNS: &str =
     "id, chain, topology_version, format, tool, note, source_sha256, source_size, data, uploaded_by, created_at, sources, mapping, uploaded_by_owner";
 
+/// [`RUN_COLUMNS`] of `runs`, and the draft the upload opened with its state (a draft of the run
+/// that is no recompute: the one the upload's transaction inserted).
+pub(super) const RUN_READ_COLUMNS: &str =
+    "id, chain, topology_version, format, tool, note, source_sha256, source_size, data, uploaded_by, created_at, sources, mapping, uploaded_by_owner, \
+     (SELECT b.id FROM baselines b WHERE b.run_id = runs.id AND b.reason <> 'recompute' ORDER BY b.created_at, b.id LIMIT 1) AS opened_draft, \
+     (SELECT b.state FROM baselines b WHERE b.run_id = runs.id AND b.reason <> 'recompute' ORDER BY b.created_at, b.id LIMIT 1) AS opened_draft_state";
+
 pub(super) fn run_from_row(row: &AnyRow) -> StoreResult<StoredRun> {
     let data: String = row.try_get("data")?;
     let uploaded_by: String = row.try_get("uploaded_by")?;
@@ -106,8 +115,18 @@ pub(super) fn run_from_row(row: &AnyRow) -> StoreResult<StoredRun> {
             .map(|m| serde_json::from_str(&m))
             .transpose()
             .map_err(internal)?,
+        opened_draft: opened_draft(row)?,
         data: serde_json::from_str::<RunData>(&data).map_err(internal)?,
     })
+}
+
+/// The draft a run's upload opened, when the row was read with [`RUN_READ_COLUMNS`].
+fn opened_draft(row: &AnyRow) -> StoreResult<Option<(String, String)>> {
+    let column = |name: &str| match row.try_get::<Option<String>, _>(name) {
+        Err(sqlx::Error::ColumnNotFound(_)) => Ok(None),
+        other => other,
+    };
+    Ok(column("opened_draft")?.zip(column("opened_draft_state")?))
 }
 
 pub(super) fn publication_from_row(r: &AnyRow) -> StoreResult<Publication> {

@@ -5,7 +5,7 @@ use budget_core::baseline::BaselineDocument;
 use sqlx::Row;
 
 use super::baselines::{current_id, insert_baseline_tx};
-use super::rows::{run_from_row, RUN_COLUMNS};
+use super::rows::{run_from_row, RUN_COLUMNS, RUN_READ_COLUMNS};
 use super::tx::{commit, lock_chain, next_counter, replayed, write_audit};
 use super::{compact_date, internal, SqlStore};
 use crate::store::{Audit, NewRun, Runs, StoreError, StoreResult, StoredBaseline, StoredRun};
@@ -61,26 +61,27 @@ impl Runs for SqlStore {
         .bind(&run.uploaded_by_owner)
         .fetch_one(&mut *tx)
         .await?;
-        let stored = run_from_row(&row)?;
-        let baseline = match draft {
+        let mut stored = run_from_row(&row)?;
+        let (baseline, superseded) = match draft {
             Some(mut doc) => {
                 doc.run_id = id.clone();
-                Some(
-                    insert_baseline_tx(
-                        &mut tx,
-                        &self.archive_prefix,
-                        doc,
-                        (run.uploaded_by, run.uploaded_by_owner),
-                    )
-                    .await?,
-                )
+                let uploader = (run.uploaded_by, run.uploaded_by_owner);
+                let (baseline, superseded) =
+                    insert_baseline_tx(&mut tx, &self.archive_prefix, doc, uploader).await?;
+                (Some(baseline), superseded)
             }
-            None => None,
+            None => (None, Vec::new()),
         };
+        stored.opened_draft = baseline
+            .as_ref()
+            .map(|b| (b.doc.id.clone(), b.doc.state.as_str().to_owned()));
         let mut audit = audit;
         audit.subject = Some(id.clone());
         if let Some(b) = &baseline {
             audit.detail["baseline_id"] = b.doc.id.clone().into();
+        }
+        if !superseded.is_empty() {
+            audit.detail["superseded_drafts"] = superseded.into();
         }
         write_audit(&mut tx, &audit).await?;
         commit(tx, (stored, baseline)).await
@@ -88,7 +89,7 @@ impl Runs for SqlStore {
 
     async fn get_run(&self, chain: &str, id: &str) -> StoreResult<StoredRun> {
         let row = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE id = $1 AND chain = $2"
+            "SELECT {RUN_READ_COLUMNS} FROM runs WHERE id = $1 AND chain = $2"
         ))
         .bind(id)
         .bind(chain)
@@ -100,7 +101,7 @@ impl Runs for SqlStore {
 
     async fn list_runs(&self, chain: &str, limit: i64) -> StoreResult<Vec<StoredRun>> {
         let rows = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE chain = $1 ORDER BY created_at DESC, id DESC LIMIT $2"
+            "SELECT {RUN_READ_COLUMNS} FROM runs WHERE chain = $1 ORDER BY created_at DESC, id DESC LIMIT $2"
         ))
         .bind(chain)
         .bind(limit)

@@ -14,10 +14,12 @@ export async function baseline(root, [id], ctx) {
   const c = caps.current();
   const chainQ = enc(doc.chain);
   const errors = doc.findings.filter((f) => f.severity === 'error');
-  const [diff, run, numbers] = await Promise.all([
+  const [diff, run, numbers, check] = await Promise.all([
     api.get('/baselines/' + idQ + '/diff?against=current').catch((e) => ({ error: e })),
     api.get('/chains/' + chainQ + '/runs/' + enc(doc.run_id)).catch(() => null),
     api.get('/baselines/' + idQ + '/tree').catch(() => null),
+    // whether this person may approve it now, and every reason not: the server's rules
+    api.get('/baselines/' + idQ + '/approval').catch(() => null),
   ]);
   const budgetOf = new Map(numbers ? numbers.segments.map((b) => [b.segment, b]) : []);
 
@@ -41,7 +43,13 @@ export async function baseline(root, [id], ctx) {
       ['Comment', doc.decision.comment || '—'],
     ])));
   }
-  if (c.approve) decision.appendChild(approvePanel(doc, errors, run, ctx));
+  if (doc.superseded_by) {
+    decision.appendChild(ui.section('Superseded', h('p', { id: 'superseded-by' },
+      doc.decision ? 'Replaced as the live baseline by ' : 'Replaced by the newer draft ', ui.baselineLink(doc.superseded_by),
+      doc.decision ? '.' : ' before any decision: it can no longer be approved; review the newer one.')));
+  }
+  if (c.approve) decision.appendChild(approvePanel(doc, errors, run, check, ctx));
+  else if (doc.state === 'draft') decision.appendChild(waiting(check));
 
   // findings in plain words
   grid.appendChild(h('div', { class: 'area-findings' }, ui.section('Findings',
@@ -109,6 +117,7 @@ export async function baseline(root, [id], ctx) {
     ui.section('Releases citing it', releases)));
   ui.fill(rollout, api.get('/baselines/' + idQ + '/rollout'), (r) => ui.facts([
     ['Revision', r.revision === null ? 'never published' : String(r.revision)],
+    r.kind ? ['Published', h('span', { id: 'published-how' }, (r.kind === 'rollback' ? 'by a rollback' : 'on approval') + ' at ', ui.when(r.published_at), ' by ' + r.published_by)] : null,
     ['Acked', r.acked + ' of ' + r.agents + ' agents'],
     ['Connected', String(r.connected)],
     ['NACKed', r.nacked ? h('strong', { class: 'text-error' }, String(r.nacked)) : '0'],
@@ -128,17 +137,40 @@ export async function baseline(root, [id], ctx) {
     : ui.note('No release cites this baseline yet.'));
 }
 
-/** Approve / reject form. Disabled up front when the server would refuse for sure. */
-function approvePanel(doc, errors, run, ctx) {
+/** Blockers of `code` in the server's approval check (none without a check). */
+function blockers(check, code) {
+  return check ? check.blockers.filter((b) => b.code === code) : [];
+}
+
+/** For a draft, to someone who cannot approve it: who it waits for (and why not them). */
+function waiting(check) {
+  const own = blockers(check, 'four_eyes').length > 0;
+  return ui.section('Decision', h('p', { id: 'waiting', class: 'note' },
+    'Waiting for an approver' + (own ? ' (not you: you uploaded this run)' : '') + '.'));
+}
+
+/**
+ * Approve / reject form. Approve is disabled up front, with every reason, when the server's
+ * approval check says this person may not (not a pending draft, a newer draft, error findings,
+ * four eyes); the server still decides.
+ */
+function approvePanel(doc, errors, run, check, ctx) {
   const reasons = [];
   let rejectBlocked = false;
-  if (doc.state !== 'draft') {
-    reasons.push('This baseline is ' + doc.state + '; only a draft can be approved or rejected.');
+  const stateBlocked = check ? blockers(check, 'not_draft').length + blockers(check, 'superseded').length > 0 : doc.state !== 'draft';
+  if (stateBlocked) {
+    reasons.push(doc.superseded_by && !doc.decision
+      ? 'A newer draft (' + doc.superseded_by + ') replaced this one before any decision; only a pending draft can be approved or rejected.'
+      : 'This baseline is ' + doc.state + '; only a draft can be approved or rejected.');
     rejectBlocked = true;
   }
-  if (errors.length) {
+  for (const b of blockers(check, 'not_newest')) reasons.push(b.message + '.');
+  if (errors.length && (!check || blockers(check, 'error_findings').length)) {
     reasons.push('Approval is blocked by ' + errors.length + ' error finding' + (errors.length > 1 ? 's' : '') + ': ' +
       errors.map((f) => f.check + ' on ' + f.segment).join(', ') + '. Fix the topology or the run and recompute; rejecting is still possible.');
+  }
+  if (blockers(check, 'four_eyes').length) {
+    reasons.push('Four eyes: you uploaded this run' + (run ? ' (' + run.id + ')' : '') + ', so another person must approve it; rejecting is still possible.');
   }
   const approveBlocked = reasons.length > 0;
   const comment = h('textarea', { id: 'decision-comment', name: 'comment', rows: 3, maxlength: 4096, 'aria-describedby': 'decision-help' });

@@ -14,18 +14,26 @@ export async function history(root, [chain], ctx) {
     api.getAll('/chains/' + chainQ + '/baselines', 'baselines').then(({ items }) => ({ baselines: items })),
     api.get('/audit?chain=' + chainQ + '&limit=50'),
   ]);
+  // how the live baseline became live (on approval, or again by a rollback): its publication
+  const how = live ? await api.get('/baselines/' + enc(live.baseline_id) + '/rollout').catch(() => null) : null;
+  const since = how && how.kind === 'rollback'
+    ? [' · live again since ', ui.when(how.published_at), h('span', { class: 'rolled-back' }, ' by a rollback (' + how.published_by + ')')]
+    : [' · published ' + fmt.time(live && live.published_at)];
   root.appendChild(h('p', { id: 'live', class: 'live-box' }, live
-    ? [h('strong', null, 'Live: '), ui.baselineLink(live.baseline_id), ' · revision ' + live.revision + ' · published ' + fmt.time(live.published_at)]
+    ? [h('strong', null, 'Live: '), ui.baselineLink(live.baseline_id), ' · revision ' + live.revision, since]
     : 'Nothing published yet: approve a draft to go live.'));
 
   const msg = h('div', { id: 'rollback-msg', 'aria-live': 'polite' });
   const rows = list.baselines.map((b) => {
     let action = '—';
-    if (b.state === 'superseded' && c.approve) action = rollbackControl(chain, b, msg, ctx);
+    // only a baseline that was approved can go live again (a draft a newer one replaced never was)
+    if (b.state === 'superseded' && b.approved_at && c.approve) action = rollbackControl(chain, b, msg, ctx);
     else if (b.state === 'draft') action = h('a', { href: '#/baselines/' + enc(b.id) }, 'review');
     return {
       data: { baseline: b.id, state: b.state },
-      cells: [ui.baselineLink(b.id), ui.state(b.state), fmt.reason(b.reason), h('span', { class: 'mono' }, b.run_id), 'v' + b.topology_version,
+      cells: [ui.baselineLink(b.id),
+        [ui.state(b.state), b.superseded_by ? h('span', { class: 'sub superseded-by' }, ' by ', ui.baselineLink(b.superseded_by)) : null],
+        fmt.reason(b.reason), h('span', { class: 'mono' }, b.run_id), 'v' + b.topology_version,
         b.has_errors ? h('span', { class: 'badge badge-error' }, 'errors') : 'clean',
         [ui.when(b.created_at), h('span', { class: 'sub' }, ' by ' + b.created_by)], ui.when(b.updated_at), action],
     };

@@ -1,5 +1,6 @@
-// A chain's runs: the upload form (format, unit, label mapping), the upload result with its drift
-// report, and the recent runs.
+// A chain's runs: the upload form (one file or several — one per endpoint, as oha and wrk2 write
+// them — format, unit, label mapping), the upload result with its drift report, and the recent
+// runs, each with the draft it opened and how it compares with the live baseline.
 
 import { api, caps } from '../api.js';
 import { enc, h } from '../dom.js';
@@ -51,11 +52,17 @@ export async function runs(root, [chain]) {
   root.appendChild(ui.section('Recent runs', listBox));
 
   const renderList = (runs) => listBox.replaceChildren(ui.table(
-    [{ label: 'Run' }, { label: 'Uploaded' }, { label: 'By' }, { label: 'Format' }, { label: 'Tool' }, { label: 'Topology' }, { label: 'Percentiles' }],
-    runs.map((r) => [
-      h('span', { class: 'mono' }, r.id), ui.when(r.created_at), r.uploaded_by, r.format, r.tool || '—', 'v' + r.topology_version,
-      h('details', null, h('summary', null, r.segments.length + ' segments'), percentileTable(r.segments)),
-    ]), { id: 'runs-table', label: 'Runs', rowHeader: true, empty: 'No runs yet.' }));
+    [{ label: 'Run' }, { label: 'Uploaded' }, { label: 'By' }, { label: 'Format' }, { label: 'Tool' }, { label: 'Topology' },
+      { label: 'Draft it opened' }, { label: 'Drift vs live' }, { label: 'Percentiles' }],
+    runs.map((r) => ({
+      data: { run: r.id },
+      cells: [
+        h('span', { class: 'mono' }, r.id), ui.when(r.created_at), r.uploaded_by, r.format, r.tool || '—', 'v' + r.topology_version,
+        r.draft_id ? h('span', { class: 'run-draft' }, ui.baselineLink(r.draft_id), ' ', ui.state(r.draft_state)) : h('span', { class: 'muted run-draft' }, 'none'),
+        h('span', { class: 'run-drift' }, driftCell(r)),
+        h('details', null, h('summary', null, r.segments.length + ' segments'), percentileTable(r.segments)),
+      ],
+    })), { id: 'runs-table', label: 'Runs', rowHeader: true, empty: 'No runs yet.' }));
   const reloadList = async () => {
     try {
       renderList((await api.get('/chains/' + chainQ + '/runs?limit=20')).runs);
@@ -66,6 +73,21 @@ export async function runs(root, [chain]) {
   renderList(list.runs);
 }
 
+/** The run against the live baseline, as the server compared them (its largest change). */
+function driftCell(run) {
+  if (!run.vs_live) return h('span', { class: 'muted' }, '— (no live baseline)');
+  const d = drift.latest(run);
+  if (!d) return h('span', { class: 'muted' }, 'nothing compared');
+  return h('span', { class: ['change', d.drift ? 'change-big' : null] },
+    drift.marker(d.pct), ' ', h('span', { class: 'sub' }, d.segment + ' ' + d.metric + ' vs ' + run.vs_live.baseline_id),
+    d.drift ? h('span', { class: 'tag' }, ' DRIFT') : h('span', { class: 'sub' }, ' (within ' + d.threshold + ' %)'));
+}
+
+/** A file's label by default: its name without extensions (`inventory.json` → `inventory`). */
+function stem(name) {
+  return name.replace(/\.[^.]*$/, '').replace(/\.[^.]*$/, '');
+}
+
 function percentileTable(segments) {
   return ui.table([{ label: 'Segment' }, { label: 'Samples', num: true }, { label: 'Failures', num: true }, { label: 'p50', num: true }, { label: 'p99', num: true }, { label: 'p999', num: true }],
     segments.map((x) => [h('span', { class: 'mono' }, x.id), fmt.num(x.samples), fmt.failures(x.failures), fmt.ms(x.p50_ms), fmt.ms(x.p99_ms), fmt.ms(x.p999_ms)]),
@@ -73,7 +95,18 @@ function percentileTable(segments) {
 }
 
 function uploadForm(chain, segmentIds, result, onDone) {
-  const file = h('input', { id: 'run-file', name: 'file', type: 'file', required: true });
+  const file = h('input', { id: 'run-file', name: 'file', type: 'file', multiple: true, required: true, 'aria-describedby': 'run-file-help' });
+  // several files: one label each (the part's name), for single-endpoint tools
+  const fileLabels = h('div', { id: 'file-labels', class: 'file-labels' });
+  file.addEventListener('change', () => {
+    const files = [...(file.files || [])];
+    fileLabels.replaceChildren(...(files.length > 1
+      ? [h('p', { class: 'help' }, 'Each file is one endpoint: its label (default: the file name) is mapped to a segment like any tool label.'),
+        ...files.map((f, i) => h('div', { class: 'file-label-row' },
+          h('label', { for: 'file-label-' + i }, 'Label of ' + f.name),
+          h('input', { id: 'file-label-' + i, class: 'file-label', type: 'text', value: stem(f.name), 'data-file': f.name })))]
+      : []));
+  });
   const format = h('select', { id: 'run-format', name: 'format' }, FORMATS.map(([v, t]) => h('option', { value: v }, t)));
   const unit = h('select', { id: 'run-unit', name: 'unit', 'aria-describedby': 'run-unit-help' },
     h('option', { value: '' }, '— (not needed)'), ['ns', 'us', 'ms', 's'].map((u) => h('option', { value: u }, u)));
@@ -99,11 +132,14 @@ function uploadForm(chain, segmentIds, result, onDone) {
     id: 'upload-form', class: 'upload',
     onsubmit: async (ev) => {
       ev.preventDefault();
-      const f = file.files && file.files[0];
+      const files = [...(file.files || [])];
+      const f = files[0];
       if (!f) return;
       const q = new URLSearchParams();
       let contentType = 'application/octet-stream';
-      if (format.value === 'native') {
+      if (files.length > 1) {
+        if (format.value !== 'auto' && format.value !== 'native') q.set('format', format.value);
+      } else if (format.value === 'native') {
         q.set('format', 'native');
         contentType = 'application/json';
       } else if (format.value === 'auto') {
@@ -112,7 +148,7 @@ function uploadForm(chain, segmentIds, result, onDone) {
         q.set('format', format.value);
       }
       if (unit.value) q.set('unit', unit.value);
-      if (label.value.trim()) q.set('label', label.value.trim());
+      if (files.length === 1 && label.value.trim()) q.set('label', label.value.trim());
       const map = {};
       for (const row of mapRows.querySelectorAll('.map-row')) {
         const l = row.querySelector('.map-label').value.trim();
@@ -120,11 +156,19 @@ function uploadForm(chain, segmentIds, result, onDone) {
         if (l && sg) map[l] = sg;
       }
       if (Object.keys(map).length) q.set('map', JSON.stringify(map));
+      // one file: the raw body; several: multipart, one part per file named by its label
+      let body = f;
+      if (files.length > 1) {
+        body = new FormData();
+        const labels = [...fileLabels.querySelectorAll('.file-label')];
+        files.forEach((x, i) => body.append((labels[i] && labels[i].value.trim()) || stem(x.name), x, x.name));
+      }
       submit.disabled = true;
-      result.replaceChildren(ui.loading('Uploading ' + f.name + ' (' + fmt.num(f.size) + ' bytes)…'));
+      const size = files.reduce((n, x) => n + x.size, 0);
+      result.replaceChildren(ui.loading('Uploading ' + (files.length > 1 ? files.length + ' files' : f.name) + ' (' + fmt.num(size) + ' bytes)…'));
       try {
         const qs = q.toString();
-        const res = await api.request('POST', '/chains/' + enc(chain) + '/runs' + (qs ? '?' + qs : ''), { body: f, contentType });
+        const res = await api.request('POST', '/chains/' + enc(chain) + '/runs' + (qs ? '?' + qs : ''), { body, contentType });
         result.replaceChildren(uploadResult(res));
         onDone();
       } catch (e) {
@@ -134,7 +178,8 @@ function uploadForm(chain, segmentIds, result, onDone) {
       }
     },
   },
-  h('div', { class: 'field' }, h('label', { for: 'run-file' }, 'Load-test file'), file),
+  h('div', { class: 'field' }, h('label', { for: 'run-file' }, 'Load-test files'), file,
+    h('p', { id: 'run-file-help', class: 'help' }, 'One file, or several that make one run (one per endpoint, as oha and wrk2 write them).'), fileLabels),
   h('div', { class: 'field' }, h('label', { for: 'run-format' }, 'Format'), format),
   h('div', { class: 'field' }, h('label', { for: 'run-unit' }, 'Unit'), unit, h('p', { id: 'run-unit-help', class: 'help' }, 'Required for HdrHistogram logs.')),
   h('div', { class: 'field' }, h('label', { for: 'run-label' }, 'Label (optional)'), label, h('p', { id: 'run-label-help', class: 'help' }, 'For single-endpoint tools (oha, wrk2): the label of the file’s endpoint.')),

@@ -58,6 +58,17 @@ fn usage_errors_are_caught_locally() {
             "x",
         ],
         &["budgetctl", "audit", "--limit", "0"],
+        &[
+            "budgetctl",
+            "run",
+            "upload",
+            "--chain",
+            "c",
+            "run.json",
+            "--quiet",
+            "--json",
+        ],
+        &["budgetctl", "release", "list", "--chain", "c"],
         &["budgetctl", "--url", "ftp://x", "chains"],
     ] {
         let err = Cli::try_parse_from(args).unwrap_err();
@@ -303,5 +314,25 @@ fn feedback_help_has_an_example_each() {
             "no example in `{}` --help:\n{help}",
             path.join(" ")
         );
+    }
+}
+
+#[test]
+fn a_baseline_is_an_id_or_an_alias_with_its_chain() {
+    let cli = Cli::try_parse_from([
+        "budgetctl",
+        "baseline",
+        "approve",
+        "latest-draft",
+        "--chain",
+        "checkout",
+    ])
+    .unwrap();
+    match cli.command {
+        Command::Baseline(BaselineCommand::Approve { baseline, .. }) => {
+            assert_eq!(baseline.id, "latest-draft");
+            assert_eq!(baseline.chain.as_deref(), Some("checkout"));
+        }
+        other => panic!("{other:?}"),
     }
 }

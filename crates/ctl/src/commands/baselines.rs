@@ -2,6 +2,7 @@
 
 use budget_api::baselines::{Comment, RecomputeRequest};
 
+use super::resolve::{self, LATEST_DRAFT};
 use super::{body_of, get_and_show, post_and_show, with_query};
 use crate::cli::BaselineCommand;
 use crate::output::{print, render_as, show};
@@ -25,7 +26,8 @@ pub(super) async fn run(
             );
             Ok(())
         }
-        BaselineCommand::Show { id } => {
+        BaselineCommand::Show { baseline } => {
+            let id = resolve::reference(client, &baseline).await?;
             let doc = client.get(client.url(&["baselines", &id])).await?;
             if json {
                 // The document only, byte-for-byte what the archive holds (pretty-printed).
@@ -49,23 +51,33 @@ pub(super) async fn run(
             }
             Ok(())
         }
-        BaselineCommand::Rollout { id } => {
+        BaselineCommand::Rollout { baseline } => {
+            let id = resolve::reference(client, &baseline).await?;
             let url = client.url(&["baselines", &id, "rollout"]);
             get_and_show(client, url, json, render::rollout).await
         }
-        BaselineCommand::Diff { id, against } => {
+        BaselineCommand::Diff { baseline, against } => {
+            let id = resolve::reference(client, &baseline).await?;
+            // `current` is the server's own (the live baseline of the compared one's chain).
+            let against = if against == LATEST_DRAFT {
+                resolve::baseline_id(client, &against, baseline.chain.as_deref()).await?
+            } else {
+                against
+            };
             let url = with_query(
                 client.url(&["baselines", &id, "diff"]),
                 &[("against", Some(against))],
             );
             get_and_show(client, url, json, render::diff).await
         }
-        BaselineCommand::Approve { id, comment } => {
+        BaselineCommand::Approve { baseline, comment } => {
+            let id = resolve::reference(client, &baseline).await?;
             let url = client.url(&["baselines", &id, "approve"]);
             let payload = comment.map(|c| body_of(&Comment { comment: Some(c) }));
             post_and_show(client, url, payload, json, render::approved).await
         }
-        BaselineCommand::Reject { id, comment } => {
+        BaselineCommand::Reject { baseline, comment } => {
+            let id = resolve::reference(client, &baseline).await?;
             let url = client.url(&["baselines", &id, "reject"]);
             let payload = body_of(&Comment {
                 comment: Some(comment),

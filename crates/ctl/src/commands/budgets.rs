@@ -3,7 +3,7 @@
 
 use budget_api::chains::RollbackRequest;
 
-use super::{body_of, get_and_show, post_and_show};
+use super::{body_of, get_and_show, post_and_show, resolve};
 use crate::cli::BudgetsCommand;
 use crate::{render, Client, CtlError};
 
@@ -26,9 +26,13 @@ pub(super) async fn rollback(
     client: &Client,
     json: bool,
 ) -> Result<(), CtlError> {
+    // An alias is resolved on the chain; an id goes as it is (the server checks its chain).
+    let baseline_id = if [resolve::CURRENT, resolve::LATEST_DRAFT].contains(&baseline_id) {
+        resolve::baseline_id(client, baseline_id, Some(chain)).await?
+    } else {
+        baseline_id.to_owned()
+    };
     let url = client.url(&["chains", chain, "rollback"]);
-    let payload = body_of(&RollbackRequest {
-        baseline_id: baseline_id.to_owned(),
-    });
+    let payload = body_of(&RollbackRequest { baseline_id });
     post_and_show(client, url, Some(payload), json, render::rolled_back).await
 }

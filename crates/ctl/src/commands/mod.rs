@@ -14,6 +14,7 @@ mod budgets;
 mod chains;
 mod production;
 mod releases;
+mod resolve;
 mod runs;
 mod tokens;
 mod webhooks;

@@ -4,6 +4,7 @@
 use budget_api::releases::ReleaseRequest;
 use serde_json::{json, Value};
 
+use super::resolve::{self, CURRENT, LATEST_DRAFT};
 use super::{body_of, get_and_show, post_and_show, with_query};
 use crate::cli::ReleaseCommand;
 use crate::output::show;
@@ -19,8 +20,10 @@ pub(super) async fn run(
             service,
             release_version,
             baseline_id,
+            chain,
             ticket,
         } => {
+            let baseline_id = resolve::baseline_id(client, &baseline_id, chain.as_deref()).await?;
             let req = body_of(&ReleaseRequest {
                 service,
                 version: release_version,
@@ -32,9 +35,14 @@ pub(super) async fn run(
         }
         ReleaseCommand::List {
             baseline_id,
+            chain,
             service,
             limit,
         } => {
+            let baseline_id = match baseline_id {
+                Some(id) => Some(resolve::baseline_id(client, &id, chain.as_deref()).await?),
+                None => None,
+            };
             let url = with_query(
                 client.url(&["releases"]),
                 &[
@@ -50,6 +58,12 @@ pub(super) async fn run(
             chain,
             allow_superseded,
         } => {
+            // An alias is resolved on --chain (which the check then applies as well).
+            let baseline_id = if [CURRENT, LATEST_DRAFT].contains(&baseline_id.as_str()) {
+                resolve::baseline_id(client, &baseline_id, chain.as_deref()).await?
+            } else {
+                baseline_id
+            };
             // 404 → exit 3 (unknown baseline).
             let doc = client.get(client.url(&["baselines", &baseline_id])).await?;
             let own_chain = doc["chain"].as_str().unwrap_or_default();
@@ -114,7 +128,17 @@ fn release_verdict(
         v["message"] = json!(message);
         v
     };
+    // A draft a newer draft replaced is superseded too, but was never approved.
+    let never_approved = state == "superseded" && doc["decision"].is_null();
     match state {
+        "superseded" if never_approved => Err(CtlError::conflict(
+            "not_approved",
+            format!(
+                "baseline {id} is a draft that a newer draft ({}) replaced, never approved: {current_is}",
+                doc["superseded_by"].as_str().unwrap_or("-")
+            ),
+            details,
+        )),
         "approved" => Ok(ok(format!(
             "{id} is the approved, current baseline of {own_chain}"
         ))),
@@ -152,7 +176,9 @@ mod tests {
     use crate::Exit;
 
     fn doc(state: &str) -> Value {
-        json!({"id": "bl-20261130-001", "chain": "checkout", "state": state})
+        let decided = state != "draft";
+        let decision = decided.then(|| json!({"by": "abe", "at": "2026-11-30T10:00:00Z"}));
+        json!({"id": "bl-20261130-001", "chain": "checkout", "state": state, "decision": decision})
     }
 
     fn refused(r: Result<Value, CtlError>) -> (String, String) {
@@ -202,6 +228,16 @@ mod tests {
         assert_eq!(code, "not_approved");
         assert!(message.contains("is a draft"), "{message}");
         assert!(message.contains("bl-20261130-002"), "{message}");
+        // a draft replaced by a newer draft: superseded, never approved, whatever the flag
+        let replaced = json!({"id": "bl-20261130-001", "chain": "checkout", "state": "superseded",
+            "superseded_by": "bl-20261130-003"});
+        let (code, message) = refused(release_verdict(&replaced, None, None, true));
+        assert_eq!(code, "not_approved");
+        assert_eq!(
+            message,
+            "baseline bl-20261130-001 is a draft that a newer draft (bl-20261130-003) replaced, \
+             never approved: checkout has no approved baseline"
+        );
         let (_, message) = refused(release_verdict(&doc("rejected"), None, None, true));
         assert_eq!(
             message,

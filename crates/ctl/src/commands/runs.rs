@@ -3,13 +3,15 @@
 
 use std::path::{Path, PathBuf};
 
+use budget_api::runs::RunUploadResult;
 use futures_util::StreamExt;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Deserialize as _;
 use serde_json::Value;
 
 use super::{get_and_show, read_input, with_query};
 use crate::cli::RunCommand;
-use crate::output::show;
+use crate::output::{print, show};
 use crate::{render, Client, CtlError};
 
 pub(super) async fn run(command: RunCommand, client: &Client, json: bool) -> Result<(), CtlError> {
@@ -20,17 +22,26 @@ pub(super) async fn run(command: RunCommand, client: &Client, json: bool) -> Res
             format,
             unit,
             map,
+            quiet,
+            dry_run,
         } => {
-            let v = upload(
-                client,
-                &chain,
-                &files,
-                format.as_deref(),
-                unit.as_deref(),
-                &map,
-                json,
-            )
-            .await?;
+            let how = How {
+                format: format.as_deref(),
+                unit: unit.as_deref(),
+                map: &map,
+                dry_run,
+                quiet: json || quiet,
+            };
+            let v = upload(client, &chain, &files, how).await?;
+            if quiet {
+                // The draft id alone on stdout, for `DRAFT=$(budgetctl run upload --quiet …)`.
+                let outcome = RunUploadResult::deserialize(&v).unwrap_or_default();
+                match outcome.baseline_id {
+                    Some(id) => print(&id),
+                    None => eprintln!("no draft: run {} opened none", outcome.run_id),
+                }
+                return Ok(());
+            }
             show(json, &v, render::run_outcome);
             Ok(())
         }
@@ -116,17 +127,34 @@ async fn streamed(path: &Path, bar: &ProgressBar) -> Result<(reqwest::Body, u64)
     Ok((reqwest::Body::wrap_stream(stream), len))
 }
 
+/// How `run upload` reads and sends the files: its flags.
+struct How<'a> {
+    format: Option<&'a str>,
+    unit: Option<&'a str>,
+    map: &'a [String],
+    dry_run: bool,
+    /// No progress bar (`--json`, `--quiet`).
+    quiet: bool,
+}
+
 /// Uploads the run of `files` to `chain` and answers the server's outcome (run id, drift, draft).
 async fn upload(
     client: &Client,
     chain: &str,
     files: &[String],
-    format: Option<&str>,
-    unit: Option<&str>,
-    map: &[String],
-    json: bool,
+    how: How<'_>,
 ) -> Result<Value, CtlError> {
-    let url = client.url(&["chains", chain, "runs"]);
+    let How {
+        format,
+        unit,
+        map,
+        dry_run,
+        quiet,
+    } = how;
+    let mut url = client.url(&["chains", chain, "runs"]);
+    if dry_run {
+        url.query_pairs_mut().append_pair("dry_run", "true");
+    }
     let map = parse_map(map)?;
     // Native JSON: one document, sent as is.
     if files.len() == 1 && matches!(format, None | Some("native")) {
@@ -142,7 +170,6 @@ async fn upload(
             }
         }
     }
-    let mut url = url;
     {
         let mut q = url.query_pairs_mut();
         if let Some(f) = format {
@@ -162,7 +189,7 @@ async fn upload(
             .map_err(|e| CtlError::Input(format!("cannot read {}: {e}", path.display())))?
             .len();
     }
-    let bar = progress(total, json);
+    let bar = progress(total, quiet);
     bar.set_message("uploading");
     let single_endpoint = matches!(format, Some("oha") | Some("wrk2") | Some("autocannon"));
     let result = if parsed.len() == 1 && !single_endpoint && parsed[0].0.is_none() {

@@ -4,7 +4,7 @@
 use budget_api::baselines::{
     ApproveResult, BaselineDiff, BaselineList, Change, RejectResult, Rollout,
 };
-use budget_core::baseline::BaselineDocument;
+use budget_core::baseline::{BaselineDocument, BaselineSegment};
 
 use super::checks::{drift_table, findings};
 use super::{fields, flag, ms, ms_u, opt, pct, table, text, wire};
@@ -28,9 +28,13 @@ pub fn baselines(v: &BaselineList) -> String {
         &[4],
     );
     for b in &v.baselines {
+        let state = match &b.superseded_by {
+            Some(by) => format!("{} by {by}", wire(&b.state)),
+            None => wire(&b.state),
+        };
         t.add_row(vec![
             text(&b.id),
-            wire(&b.state),
+            state,
             text(&b.reason),
             text(&b.run_id),
             b.topology_version.to_string(),
@@ -65,6 +69,14 @@ pub fn baseline(v: &BaselineDocument) -> String {
             ),
         ),
     ];
+    if let Some(by) = &v.superseded_by {
+        let what = if v.was_approved() {
+            "the baseline approved after it"
+        } else {
+            "a newer draft, before any decision: it can no longer be approved"
+        };
+        head.push(("superseded by", format!("{by} ({what})")));
+    }
     if let Some(d) = &v.decision {
         let comment = d
             .comment
@@ -81,13 +93,27 @@ pub fn baseline(v: &BaselineDocument) -> String {
             ),
         ));
     }
+    let mut out = vec![
+        fields(&head),
+        segment_table(&v.segments),
+        findings(&v.findings),
+    ];
+    if !v.drift.is_empty() {
+        out.push(format!("drift from {}:", opt(&v.drift_baseline_id)));
+        out.push(drift_table(&v.drift));
+    }
+    out.join("\n")
+}
+
+/// A baseline's segments: the measured percentiles, the rule applied, timeout and budget.
+pub(super) fn segment_table(segments: &[BaselineSegment]) -> String {
     let mut t = table(
         &[
             "segment", "class", "rule", "samples", "failures", "p99", "p999", "timeout", "budget",
         ],
         &[3, 4, 5, 6, 7, 8],
     );
-    for seg in &v.segments {
+    for seg in segments {
         t.add_row(vec![
             text(&seg.id),
             wire(&seg.class),
@@ -104,12 +130,7 @@ pub fn baseline(v: &BaselineDocument) -> String {
             ms_u(seg.budget_ms),
         ]);
     }
-    let mut out = vec![fields(&head), t.to_string(), findings(&v.findings)];
-    if !v.drift.is_empty() {
-        out.push(format!("drift from {}:", opt(&v.drift_baseline_id)));
-        out.push(drift_table(&v.drift));
-    }
-    out.join("\n")
+    t.to_string()
 }
 
 /// One `{from, to, change_pct}` of a diff: `390 → 507 (+30.0 %)`, or `44` when unchanged.
@@ -224,6 +245,21 @@ pub fn rollout(v: &Rollout) -> String {
         ("chain", text(&v.chain)),
         ("state", wire(&v.state)),
         ("published as revision", opt(&v.revision)),
+        (
+            "published",
+            match (&v.kind, &v.published_at) {
+                (Some(kind), Some(at)) => format!(
+                    "{} at {at} by {}",
+                    if kind == "rollback" {
+                        "by a rollback"
+                    } else {
+                        "on approval"
+                    },
+                    opt(&v.published_by)
+                ),
+                _ => "never".into(),
+            },
+        ),
         ("agents of the chain", v.agents.to_string()),
         ("connected", v.connected.to_string()),
         ("acked", v.acked.to_string()),

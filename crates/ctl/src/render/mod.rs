@@ -29,7 +29,7 @@ pub use baselines::{approved, baseline, baselines, diff, recomputed, rejected, r
 pub use budgets::{budgets, rolled_back};
 pub use chains::{chains, topology};
 pub use checks::{drift_table, findings};
-pub use errors::error_details;
+pub use errors::{error_details, error_message};
 pub use production::production;
 pub use releases::{baseline_releases, release, release_check, releases};
 pub use runs::{mapping, percentiles, run, run_outcome, runs};

@@ -3,13 +3,20 @@
 
 use budget_api::runs::{LabelMapping, Run, RunList, RunSegment, RunSource, RunUploadResult};
 
+use super::baselines::segment_table;
 use super::checks::{drift_table, findings};
 use super::{fields, ms, opt, table, text, wire};
 
-/// `POST /chains/{chain}/runs`: run id, drift table, draft.
+/// `POST /chains/{chain}/runs`: run id, drift table, draft; for a dry run, what the upload
+/// would give.
 pub fn run_outcome(v: &RunUploadResult) -> String {
+    let run = if v.dry_run {
+        ("dry run", "nothing stored (no run, no draft)".to_owned())
+    } else {
+        ("run", text(&v.run_id))
+    };
     let mut out = vec![fields(&[
-        ("run", text(&v.run_id)),
+        run,
         ("chain", text(&v.chain)),
         ("topology", format!("v{}", v.topology_version)),
         ("format", format!("{} ({})", text(&v.format), opt(&v.tool))),
@@ -47,13 +54,32 @@ pub fn run_outcome(v: &RunUploadResult) -> String {
             format!("drift: {drifted} percentile(s) moved more than 20 %")
         });
     }
+    if let (true, Some(preview)) = (v.dry_run, &v.preview) {
+        out.push(match (&v.reason, &v.compared_to) {
+            (Some(reason), _) => format!("would open a draft (reason: {}) holding:", wire(reason)),
+            (None, Some(live)) => {
+                format!("would open no draft (no drift from {live}); a recompute would give:")
+            }
+            (None, None) => "would open no draft; a recompute would give:".to_owned(),
+        });
+        out.push(segment_table(&preview.segments));
+        out.push(findings(&preview.findings));
+        return out.join("\n");
+    }
+    // The draft id alone after its label, for eyes and for `grep '^draft:'`.
     match &v.baseline_id {
         Some(id) => {
-            let reason = v.reason.as_ref().map_or_else(|| "-".into(), wire);
-            out.push(format!("draft: {id} (reason: {reason})"));
+            out.push(format!("draft: {id}"));
+            out.push(format!(
+                "reason: {}",
+                v.reason.as_ref().map_or_else(|| "-".into(), wire)
+            ));
             out.push(findings(&v.findings));
         }
-        None => out.push("no draft".into()),
+        None => out.push(match &v.compared_to {
+            Some(live) => format!("draft: none (no drift from {live})"),
+            None => "draft: none".into(),
+        }),
     }
     out.join("\n")
 }
@@ -197,6 +223,13 @@ mod tests {
 
     #[test]
     fn run_outcome_names_the_draft_or_says_there_is_none() {
+        let compared = json!({"run_id": "run-2", "chain": "c", "topology_version": 1,
+            "compared_to": "bl-20261130-001", "comparison": [], "drift": [], "baseline_id": null});
+        let text = run_outcome(&serde_json::from_value(compared).unwrap());
+        assert!(
+            text.ends_with("\ndraft: none (no drift from bl-20261130-001)"),
+            "{text}"
+        );
         let with_draft = json!({
             "run_id": "run-20261130-002", "chain": "checkout", "topology_version": 1,
             "compared_to": "bl-20261130-001",
@@ -218,7 +251,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("draft: bl-20261130-002 (reason: drift)\nfindings: none"),
+            text.contains("\ndraft: bl-20261130-002\nreason: drift\nfindings: none"),
             "{text}"
         );
 
@@ -229,7 +262,34 @@ mod tests {
             text.contains("compared with: nothing (the chain has no approved baseline)"),
             "{text}"
         );
-        assert!(text.ends_with("\nno draft"), "{text}");
+        assert!(text.ends_with("\ndraft: none"), "{text}");
+
         assert!(!text.contains('┌'), "no comparison, no table: {text}");
+
+        let dry = json!({"run_id": "", "chain": "c", "topology_version": 1, "compared_to": null,
+            "comparison": [], "drift": [], "baseline_id": null, "reason": "first_run",
+            "findings": [], "dry_run": true, "preview": {
+                "id": "", "chain": "c", "state": "draft", "reason": "first_run", "run_id": "",
+                "topology_version": 1, "created_at": "2026-11-30T10:00:00Z", "created_by": "uma",
+                "entry_budget_ms": 800, "breaker_window_ms": 5000, "max_recovery": "18h",
+                "findings": [], "segments": [{"id": "order->user", "caller": "order",
+                    "callee": "user", "parent": "gateway->order", "class": "stable",
+                    "p99_ms": 8.0, "p999_ms": 20.0, "rule": "p99_plus10", "timeout_ms": 9,
+                    "budget_ms": 9, "retry": {"idempotent": false}}]}});
+        let dry_text = run_outcome(&serde_json::from_value(dry).unwrap());
+        assert!(
+            dry_text.starts_with("dry run:       nothing stored (no run, no draft)\n"),
+            "{dry_text}"
+        );
+        assert!(
+            dry_text.contains("would open a draft (reason: first_run) holding:\n"),
+            "{dry_text}"
+        );
+        assert!(
+            dry_text
+                .contains("│ order->user ┆ stable ┆ p99_plus10 ┆   8 ┆   20 ┆       9 ┆      9 │"),
+            "{dry_text}"
+        );
+        assert!(!dry_text.contains("draft: "), "{dry_text}");
     }
 }
