@@ -166,7 +166,8 @@ async fn a_dry_run_stores_nothing(app: &TestApp) {
         "  inventory → order->inventory\n",
         "  ignored: Aggregated\n",
         "would open a draft (reason: no_approved_baseline) holding:\n",
-        "findings: none",
+        // The fixture's payment failed 18 of 419 requests: the draft would say so.
+        "│ warning  ┆ failure_rate ┆ order->payment ┆",
     ] {
         assert!(
             out.stdout.contains(expect),
@@ -176,7 +177,7 @@ async fn a_dry_run_stores_nothing(app: &TestApp) {
     }
     assert!(
         out.stdout.contains(
-            "│ order->payment   ┆ volatile ┆ p999_plus30 ┆  68 ┆   81 ┆     106 ┆    106 │"
+            "│ order->payment   ┆ volatile ┆ p999_plus30 ┆     419 ┆       18 ┆  68 ┆   81 ┆     106 ┆    106 │"
         ),
         "{}",
         out.stdout

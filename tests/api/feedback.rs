@@ -461,21 +461,24 @@ async fn amplification_fires_once_resolves_once_and_webhooks_get_signed_events()
             .count();
         assert_eq!(approved, 1, "the approval went to the webhook too");
 
-        let log = a
-            .get(
-                &format!("/api/v1/webhooks/{hook_id}/deliveries"),
-                ADMIN_TOKEN,
-            )
-            .await
-            .expect(200)
-            .json();
-        let firing_delivery = log["deliveries"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|d| d["event"] == "alert.firing")
-            .unwrap()
-            .clone();
+        // The receiver answers before the deliverer records the answer: wait for the record.
+        let firing_delivery = eventually("the firing delivery recorded as delivered", async || {
+            let log = a
+                .get(
+                    &format!("/api/v1/webhooks/{hook_id}/deliveries"),
+                    ADMIN_TOKEN,
+                )
+                .await
+                .expect(200)
+                .json();
+            log["deliveries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|d| d["event"] == "alert.firing" && d["state"] != "pending")
+                .cloned()
+        })
+        .await;
         assert_eq!(firing_delivery["state"], "delivered");
         assert_eq!(firing_delivery["attempts"], 2);
         assert_eq!(firing_delivery["last_status"], 200);

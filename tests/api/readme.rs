@@ -148,9 +148,9 @@ fn the_quickstart_runs_as_written() {
     // What the prose around the blocks says they show.
     for expect in [
         // run A's draft: inventory 44 / 208, payment 390, user 9, no error finding
-        "│ order->inventory ┆ stable   ┆ p99_plus10  ┆  40 ┆  150 ┆      44 ┆    208 │",
-        "│ order->payment   ┆ volatile ┆ p999_plus30 ┆ 210 ┆  300 ┆     390 ┆    390 │",
-        "│ order->user      ┆ stable   ┆ p99_plus10  ┆   8 ┆   20 ┆       9 ┆      9 │",
+        "│ order->inventory ┆ stable   ┆ p99_plus10  ┆  100000 ┆  unknown ┆  40 ┆  150 ┆      44 ┆    208 │",
+        "│ order->payment   ┆ volatile ┆ p999_plus30 ┆  100000 ┆  unknown ┆ 210 ┆  300 ┆     390 ┆    390 │",
+        "│ order->user      ┆ stable   ┆ p99_plus10  ┆  100000 ┆  unknown ┆   8 ┆   20 ┆       9 ┆      9 │",
         "findings: none",
         // C drifts: payment 390 → 507
         "dry run:       nothing stored (no run, no draft)",

@@ -287,7 +287,7 @@ mod tests {
         );
         assert!(
             dry_text
-                .contains("│ order->user ┆ stable ┆ p99_plus10 ┆   8 ┆   20 ┆       9 ┆      9 │"),
+                .contains("│ order->user ┆ stable ┆ p99_plus10 ┆       - ┆        - ┆   8 ┆   20 ┆       9 ┆      9 │"),
             "{dry_text}"
         );
         assert!(!dry_text.contains("draft: "), "{dry_text}");
