@@ -10,7 +10,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tonic::transport::server::TcpIncoming;
 
 use crate::archive::{self, worker::Archiver, Archive};
 use crate::auth::{generate_token, Principal, Role};
@@ -32,8 +31,6 @@ pub struct App {
     tls: Option<Arc<Tls>>,
     http_limits: http::serve::Limits,
 }
-
-type Serving<E> = Pin<Box<dyn Future<Output = Result<(), E>> + Send>>;
 
 impl App {
     /// Opens the store (applying migrations), installs the admin token and binds the listener.
@@ -186,17 +183,8 @@ impl App {
             let _ = rx.wait_for(|stop| *stop).await;
         };
 
-        let control = grpc::Control::new(
-            state.clone(),
-            state.hub.clone(),
-            state.fleet.clone(),
-            stop_rx.clone(),
-        );
-        let grpc_router = tonic::transport::Server::builder()
-            .http2_keepalive_interval(Some(grpc::KEEPALIVE_INTERVAL))
-            .http2_keepalive_timeout(Some(grpc::KEEPALIVE_TIMEOUT))
-            .max_concurrent_streams(Some(grpc::MAX_CONCURRENT_STREAMS))
-            .add_routes(grpc::routes(control).await?);
+        let control = grpc::Control::new(state.clone(), state.hub.clone(), state.fleet.clone());
+        let routes = grpc::routes(control.clone()).await?;
         // HTTP: connection limit and timeouts (SPEC §7), TCP_NODELAY, TLS when configured.
         let http_server = http::serve::serve(
             self.listener,
@@ -205,27 +193,48 @@ impl App {
             self.http_limits,
             stopped(stop_rx.clone()),
         );
-        let grpc_server: Serving<tonic::transport::Error> = match &self.tls {
+        let http2 = grpc::serve::Http2::default();
+        let grpc_server: Pin<Box<dyn Future<Output = ()> + Send>> = match &self.tls {
             // One reloadable acceptor per listener, both on the same certificate.
-            Some(tls) => Box::pin(grpc_router.serve_with_incoming_shutdown(
+            Some(tls) => Box::pin(grpc::serve::serve(
                 tls.grpc_incoming(self.grpc_listener),
-                stopped(stop_rx.clone()),
+                routes,
+                control,
+                http2,
+                stop_rx.clone(),
             )),
             // Publications are small writes that must leave at once: no Nagle delay.
-            None => Box::pin(grpc_router.serve_with_incoming_shutdown(
-                TcpIncoming::from(self.grpc_listener).with_nodelay(Some(true)),
-                stopped(stop_rx.clone()),
+            None => Box::pin(grpc::serve::serve(
+                tcp_incoming(self.grpc_listener),
+                routes,
+                control,
+                http2,
+                stop_rx.clone(),
             )),
         };
-        let (grpc_result, http_result) = tokio::join!(grpc_server, http_server);
+        let ((), http_result) = tokio::join!(grpc_server, http_server);
         for task in background {
             task.abort();
         }
         state.fleet.flush().await;
         state.reports.rollups.flush().await;
-        grpc_result.context("gRPC server failed")?;
         http_result.context("HTTP server failed")
     }
+}
+
+/// Plain TCP connections of the gRPC listener, Nagle's delay off (publications are small
+/// writes that must leave at once).
+fn tcp_incoming(
+    listener: TcpListener,
+) -> impl futures_util::Stream<Item = Result<tokio::net::TcpStream, std::io::Error>> + Send + 'static
+{
+    futures_util::stream::unfold(listener, |listener| async move {
+        loop {
+            if let Some((tcp, _)) = crate::tls::accepted_tcp(listener.accept().await).await {
+                return Some((Ok(tcp), listener));
+            }
+        }
+    })
 }
 
 /// The file under the data directory a generated admin token is written to.

@@ -22,6 +22,9 @@ use crate::store::{Store, StoreResult};
 pub struct ChainEntry {
     pub live: LiveChain,
     pub encoded: bytes::Bytes,
+    /// The gRPC message most streams send: an update of this chain alone at its revision,
+    /// framed once for all of them.
+    pub frame: bytes::Bytes,
     /// Every service that calls or serves a segment of the chain.
     services: BTreeSet<String>,
     /// When it was published (its `published_at`), for the delivery latency metric.
@@ -39,7 +42,11 @@ impl ChainEntry {
     }
 
     pub fn new(live: LiveChain, published: std::time::SystemTime) -> Self {
-        let encoded = budget_proto::convert::encode_chain(&live).into();
+        let encoded: bytes::Bytes = budget_proto::convert::encode_chain(&live).into();
+        let frame = budget_proto::codec::frame(&budget_proto::wire::BudgetUpdate {
+            revision: live.revision,
+            chains: vec![encoded.clone()],
+        });
         let services = live
             .segments
             .iter()
@@ -48,6 +55,7 @@ impl ChainEntry {
         Self {
             live,
             encoded,
+            frame,
             services,
             published,
         }

@@ -554,10 +554,6 @@ async fn agent_input_is_validated_and_bounded(app: &TestApp) {
             watch_req("s-1", &["checkout"], "order\nFORGED", 0),
         ),
         (
-            "3 MiB service",
-            watch_req("s-2", &["checkout"], &"s".repeat(3 << 20), 0),
-        ),
-        (
             "agent id with a control character",
             watch_req("s\u{1b}[31m", &["checkout"], "order", 0),
         ),
@@ -581,6 +577,16 @@ async fn agent_input_is_validated_and_bounded(app: &TestApp) {
             "{what}: the error does not echo the input"
         );
     }
+    // A request past the bound is refused before it is decoded (nor held beyond the bound).
+    let e = watch(
+        app,
+        &token,
+        watch_req("s-2", &["checkout"], &"s".repeat(3 << 20), 0),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "3 MiB service: {e:?}");
+    assert!(e.message().contains("at most 262144 bytes"), "{e:?}");
     // A NACK's error is kept, cut to 4 KiB at a character boundary.
     let _s = watch(app, &token, watch_req("n-1", &["checkout"], "order", 0))
         .await

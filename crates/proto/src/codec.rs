@@ -46,3 +46,92 @@ where
         ProstDecoder::new(BufferSettings::new(DECODE_BUFFER, YIELD_THRESHOLD))
     }
 }
+
+/// A gRPC length-prefixed message: flag 0 (not compressed), its length (4 bytes, big-endian),
+/// its protobuf encoding.
+pub fn frame<M: prost::Message>(message: &M) -> prost::bytes::Bytes {
+    let len = message.encoded_len();
+    let mut buf = prost::bytes::BytesMut::with_capacity(5 + len);
+    buf.extend_from_slice(&[0]);
+    buf.extend_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
+    // Cannot fail: the buffer has room for the whole message.
+    let _ = message.encode(&mut buf);
+    buf.freeze()
+}
+
+/// Why a request body is not one gRPC message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnframeError {
+    #[error("the request is not a gRPC message (truncated)")]
+    Truncated,
+    #[error("compressed gRPC messages are not supported")]
+    Compressed,
+    #[error("the request holds more than one gRPC message")]
+    Trailing,
+    #[error("the gRPC message is not a valid {0}: {1}")]
+    Decode(&'static str, String),
+}
+
+/// The one message of a unary request `body` (whole, as received).
+pub fn unframe<M: prost::Message + Default>(
+    body: &[u8],
+    name: &'static str,
+) -> Result<M, UnframeError> {
+    let (head, rest) = body.split_at_checked(5).ok_or(UnframeError::Truncated)?;
+    if head[0] != 0 {
+        return Err(UnframeError::Compressed);
+    }
+    let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    match rest.len().cmp(&len) {
+        std::cmp::Ordering::Less => return Err(UnframeError::Truncated),
+        std::cmp::Ordering::Greater => return Err(UnframeError::Trailing),
+        std::cmp::Ordering::Equal => {}
+    }
+    M::decode(rest).map_err(|e| UnframeError::Decode(name, e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{BudgetUpdate, WatchRequest};
+
+    #[test]
+    fn frames_round_trip_and_bad_bodies_are_named() {
+        let req = WatchRequest {
+            agent_id: "a-1".into(),
+            ..Default::default()
+        };
+        let body = frame(&req);
+        assert_eq!(unframe::<WatchRequest>(&body, "WatchRequest"), Ok(req));
+        let update = frame(&BudgetUpdate {
+            revision: 7,
+            chains: vec![prost::bytes::Bytes::from_static(b"\x0a\x01x")],
+        });
+        assert_eq!(&update[..5], &[0, 0, 0, 0, 7]);
+        assert_eq!(
+            unframe::<WatchRequest>(&body[..4], "WatchRequest"),
+            Err(UnframeError::Truncated)
+        );
+        assert_eq!(
+            unframe::<WatchRequest>(&body[..body.len() - 1], "WatchRequest"),
+            Err(UnframeError::Truncated)
+        );
+        let mut two = body.to_vec();
+        two.extend_from_slice(&body);
+        assert_eq!(
+            unframe::<WatchRequest>(&two, "WatchRequest"),
+            Err(UnframeError::Trailing)
+        );
+        let mut zipped = body.to_vec();
+        zipped[0] = 1;
+        assert_eq!(
+            unframe::<WatchRequest>(&zipped, "WatchRequest"),
+            Err(UnframeError::Compressed)
+        );
+        let garbage = [0, 0, 0, 0, 2, 0xff, 0xff];
+        assert!(matches!(
+            unframe::<WatchRequest>(&garbage, "WatchRequest"),
+            Err(UnframeError::Decode("WatchRequest", _))
+        ));
+    }
+}

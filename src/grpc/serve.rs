@@ -1,0 +1,199 @@
+//! The gRPC serve loop: HTTP/2 through h2, one task per connection.
+//!
+//! A connection's task accepts its requests, holds its Watch streams ([`Watches`]) and, when
+//! the hub changes, sends every one of them its update in one pass; every other call (Ack,
+//! Report, health, reflection) runs in a task of its own through tonic's routes
+//! ([`pipe::serve_call`]). The HTTP/2 settings are in [`Http2`]: what each costs per agent is
+//! measured in docs/benchmarks.md.
+//!
+//! Keepalive pings every [`KEEPALIVE_INTERVAL`] close a connection whose peer does not answer
+//! within [`KEEPALIVE_TIMEOUT`]. Stopping ends the Watch streams (agents reconnect elsewhere),
+//! sends GOAWAY and lets calls in flight finish, for at most [`DRAIN`].
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt as _};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, watch};
+
+use super::pipe::serve_call;
+use super::watch::{open, Opened, Watches};
+use super::{Control, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_CONCURRENT_STREAMS};
+
+/// The path of the Watch call, served by the connection's task.
+pub const WATCH_PATH: &str = "/budget.v1.BudgetControl/Watch";
+/// How long a stopping server lets calls in flight finish.
+pub const DRAIN: Duration = Duration::from_secs(10);
+/// How often a connection forgets the Watch streams its peer reset.
+const SWEEP: Duration = Duration::from_secs(1);
+/// Longest HTTP/2 handshake (the client's preface and settings).
+const HANDSHAKE: Duration = Duration::from_secs(10);
+
+/// HTTP/2 settings of every gRPC connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Http2 {
+    /// Window of each stream the peer sends on (requests are small).
+    pub stream_window: u32,
+    /// Window of the whole connection the peer sends on.
+    pub connection_window: u32,
+    /// Data the server buffers per stream for the peer.
+    pub max_send_buffer: usize,
+    pub max_concurrent_streams: u32,
+    /// Largest header list a request may carry.
+    pub max_header_list: u32,
+}
+
+impl Default for Http2 {
+    fn default() -> Self {
+        Self {
+            stream_window: 64 * 1024,
+            connection_window: 1024 * 1024,
+            max_send_buffer: 64 * 1024,
+            max_concurrent_streams: MAX_CONCURRENT_STREAMS,
+            max_header_list: 16 * 1024,
+        }
+    }
+}
+
+impl Http2 {
+    fn builder(&self) -> h2::server::Builder {
+        let mut b = h2::server::Builder::new();
+        b.initial_window_size(self.stream_window)
+            .initial_connection_window_size(self.connection_window)
+            .max_send_buffer_size(self.max_send_buffer)
+            .max_concurrent_streams(self.max_concurrent_streams)
+            .max_header_list_size(self.max_header_list);
+        b
+    }
+}
+
+/// Serves every connection `incoming` gives until `stop` turns true, then drains them.
+pub async fn serve<IO, E>(
+    incoming: impl Stream<Item = Result<IO, E>> + Send + 'static,
+    routes: tonic::service::Routes,
+    control: Control,
+    http2: Http2,
+    mut stop: watch::Receiver<bool>,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    E: std::fmt::Display,
+{
+    let routes = routes.prepare();
+    // Each connection task holds a clone; when all are dropped, every connection has ended.
+    let (alive, mut all_ended) = mpsc::channel::<()>(1);
+    let mut incoming = std::pin::pin!(incoming);
+    loop {
+        let io = tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            next = incoming.next() => match next {
+                Some(Ok(io)) => io,
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "gRPC accept failed");
+                    continue;
+                }
+                None => break,
+            },
+        };
+        let (routes, control, stop, alive) =
+            (routes.clone(), control.clone(), stop.clone(), alive.clone());
+        tokio::spawn(async move {
+            connection(io, routes, control, http2, stop).await;
+            drop(alive);
+        });
+    }
+    drop(alive);
+    let _ = tokio::time::timeout(DRAIN + Duration::from_secs(1), all_ended.recv()).await;
+}
+
+/// Serves one connection until it closes, or drains it once `stop` turns true.
+async fn connection<IO>(
+    io: IO,
+    routes: tonic::service::Routes,
+    control: Control,
+    http2: Http2,
+    mut stop: watch::Receiver<bool>,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let handshake = http2.builder().handshake::<_, Bytes>(io);
+    let mut conn = match tokio::time::timeout(HANDSHAKE, handshake).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => return tracing::debug!(error = %e, "HTTP/2 handshake failed"),
+        Err(_) => return tracing::debug!("HTTP/2 handshake timed out"),
+    };
+    let (dead_tx, mut dead) = mpsc::channel::<()>(1);
+    let pinger = conn
+        .ping_pong()
+        .map(|pp| tokio::spawn(keepalive(pp, dead_tx)));
+    let mut hub = control.hub.subscribe();
+    let mut state = hub.borrow_and_update().clone();
+    let mut watches = Watches::new(control.fleet.clone());
+    let (opened_tx, mut opened) = mpsc::unbounded_channel::<Opened>();
+    let mut sweep = tokio::time::interval(SWEEP);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let stopping = loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => break true,
+            accepted = conn.accept() => match accepted {
+                Some(Ok((req, respond))) => {
+                    if req.uri().path() == WATCH_PATH {
+                        tokio::spawn(open(control.clone(), req, respond, opened_tx.clone()));
+                    } else {
+                        tokio::spawn(serve_call(routes.clone(), req, respond));
+                    }
+                }
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "HTTP/2 connection failed");
+                    break false;
+                }
+                None => break false,
+            },
+            Some(o) = opened.recv() => watches.add(o, &hub.borrow().clone()),
+            Ok(()) = hub.changed() => {
+                state = hub.borrow_and_update().clone();
+                watches.deliver(&state);
+            }
+            _ = std::future::poll_fn(|cx| watches.poll_unblocked(cx, &state)) => {}
+            _ = sweep.tick() => watches.sweep(),
+            _ = dead.recv() => {
+                tracing::debug!("gRPC peer did not answer a keepalive ping; closing");
+                break false;
+            }
+        }
+    };
+    if let Some(pinger) = pinger {
+        pinger.abort();
+    }
+    if !stopping {
+        return;
+    }
+    watches.end_all();
+    conn.graceful_shutdown();
+    let drain = async {
+        while let Some(accepted) = conn.accept().await {
+            if let Ok((_, mut respond)) = accepted {
+                respond.send_reset(h2::Reason::REFUSED_STREAM);
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN, drain).await;
+}
+
+/// Pings the peer every [`KEEPALIVE_INTERVAL`]; tells `dead` when a ping is not answered
+/// within [`KEEPALIVE_TIMEOUT`].
+async fn keepalive(mut pp: h2::PingPong, dead: mpsc::Sender<()>) {
+    let mut tick = tokio::time::interval(KEEPALIVE_INTERVAL);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        match tokio::time::timeout(KEEPALIVE_TIMEOUT, pp.ping(h2::Ping::opaque())).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => return,
+            Err(_) => {
+                let _ = dead.send(()).await;
+                return;
+            }
+        }
+    }
+}

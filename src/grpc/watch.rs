@@ -1,0 +1,319 @@
+//! Watch streams, served by their connection's task.
+//!
+//! A Watch is opened by a task of its own ([`open`]: the request read within a bound,
+//! authenticated, validated by `service::agents::watch`), then handed to the task of its
+//! HTTP/2 connection, which holds every Watch stream of the connection in [`Watches`]. When the
+//! hub changes, that task sends each stream what it lacks, one pass over the streams: no task
+//! per stream is woken, and a publication leaves in as few writes as the connection needs.
+//! Most streams send the same message (one chain at its new revision), framed once by the hub
+//! and shared.
+//!
+//! A stream holds no queue: it sends only when the peer's flow-control window has room for
+//! the whole update, and otherwise sends the newest one when the window opens, so a slow agent
+//! never receives a backlog and never delays the others.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use budget_proto::codec::{frame, unframe};
+use budget_proto::wire::{BudgetUpdate, WatchRequest};
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{RecvStream, SendStream};
+use http::{HeaderMap, Request, Response};
+use tokio::sync::mpsc;
+
+use super::Control;
+use crate::auth::Via;
+use crate::fleet::{Fleet, Slot, StreamPermit};
+use crate::publish::{ChainEntry, HubState};
+use crate::service::agents::{self, Selection};
+
+/// Largest Watch request read (a request names at most 256 chains and 32 labels).
+pub const MAX_WATCH_REQUEST: usize = 256 * 1024;
+
+/// A Watch accepted by its opener, for the connection's task to serve.
+pub struct Opened {
+    respond: SendResponse<Bytes>,
+    selection: Selection,
+    known: i64,
+    slot: Arc<Slot>,
+    permit: StreamPermit,
+}
+
+/// Reads, authenticates and validates a Watch request; on success hands it to the
+/// connection's task through `opened`, otherwise answers the error (trailers only).
+pub async fn open(
+    control: Control,
+    req: Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+    opened: mpsc::UnboundedSender<Opened>,
+) {
+    match accept(&control, req).await {
+        Ok(watch) => {
+            let _ = opened.send(Opened {
+                respond,
+                selection: watch.selection,
+                known: watch.known_revision,
+                slot: watch.slot,
+                permit: watch.permit,
+            });
+        }
+        Err(status) => {
+            let response: Response<()> = status.into_http();
+            let _ = respond.send_response(response, true);
+        }
+    }
+}
+
+async fn accept(
+    control: &Control,
+    req: Request<RecvStream>,
+) -> Result<agents::Watch, tonic::Status> {
+    let (parts, mut body) = req.into_parts();
+    let grpc = parts
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"));
+    if !grpc || parts.method != http::Method::POST {
+        return Err(tonic::Status::invalid_argument(
+            "Watch is a gRPC call: POST with content-type application/grpc",
+        ));
+    }
+    let mut bytes = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk =
+            chunk.map_err(|e| tonic::Status::cancelled(format!("request not read: {e}")))?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        if bytes.len() + chunk.len() > MAX_WATCH_REQUEST {
+            return Err(tonic::Status::resource_exhausted(format!(
+                "a Watch request is at most {MAX_WATCH_REQUEST} bytes"
+            )));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    let req: WatchRequest = unframe(&bytes, "WatchRequest")
+        .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+    let authorization = parts
+        .headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let state = &control.state;
+    let principal = state
+        .agent_tokens
+        .authenticate(state, authorization, Via::Metadata)
+        .await?;
+    let request = agents::WatchRequest {
+        agent_id: req.agent_id,
+        service: req.service,
+        chains: req.chains,
+        known_revision: req.known_revision,
+        labels: req.labels,
+        client: req.client,
+    };
+    Ok(agents::watch(state, &principal, request).await?)
+}
+
+/// One open Watch stream.
+struct Stream {
+    send: SendStream<Bytes>,
+    selection: Selection,
+    /// Revision of each chain sent so far.
+    sent: HashMap<String, i64>,
+    known: i64,
+    /// The last update did not fit the peer's window: the newest is sent when it opens.
+    blocked: bool,
+    slot: Arc<Slot>,
+    fleet: Fleet,
+    _permit: StreamPermit,
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.fleet.disconnected(&self.slot);
+    }
+}
+
+/// What a stream lacks of the hub's `state`.
+struct Pending {
+    frame: Bytes,
+    revision: i64,
+    chains: Vec<(String, i64)>,
+    new_chains: Vec<String>,
+    /// When each chain sent was published, for the delivery metric.
+    published: Vec<std::time::SystemTime>,
+}
+
+impl Stream {
+    fn pending<'s>(&self, state: &'s HubState) -> Option<Pending> {
+        let mut revision = self.known;
+        let mut entries: Vec<&'s ChainEntry> = Vec::new();
+        let mut chains = Vec::new();
+        let mut new_chains = Vec::new();
+        let mut published = Vec::new();
+        let mut consider = |entry: &'s Arc<ChainEntry>| {
+            let rev = entry.revision();
+            revision = revision.max(rev);
+            let name = &entry.live.chain;
+            let newer = match self.sent.get(name) {
+                Some(have) => rev > *have,
+                None if rev > self.known => {
+                    new_chains.push(name.clone());
+                    true
+                }
+                None => false,
+            };
+            if newer {
+                if self.sent.contains_key(name) {
+                    published.push(entry.published);
+                }
+                chains.push((name.clone(), rev));
+                entries.push(entry);
+            }
+        };
+        match &self.selection {
+            Selection::Chains(set) => set
+                .iter()
+                .filter_map(|c| state.get(c))
+                .for_each(&mut consider),
+            Selection::Service(service) => state
+                .values()
+                .filter(|e| e.involves(service))
+                .for_each(&mut consider),
+        }
+        let frame = match entries.as_slice() {
+            [] => return None,
+            // The usual update: one chain, at the newest revision: the hub's shared frame.
+            [one] if one.revision() == revision => one.frame.clone(),
+            many => frame(&BudgetUpdate {
+                revision,
+                chains: many.iter().map(|e| e.encoded.clone()).collect(),
+            }),
+        };
+        Some(Pending {
+            frame,
+            revision,
+            chains,
+            new_chains,
+            published,
+        })
+    }
+
+    /// Sends what the stream lacks, if the peer's window takes it; `false` once the stream is
+    /// gone.
+    fn deliver(&mut self, state: &HubState) -> bool {
+        let Some(p) = self.pending(state) else {
+            self.blocked = false;
+            return true;
+        };
+        self.send.reserve_capacity(p.frame.len());
+        if self.send.capacity() < p.frame.len() {
+            self.blocked = true;
+            return true;
+        }
+        self.blocked = false;
+        if self.send.send_data(p.frame, false).is_err() {
+            return false;
+        }
+        for (chain, rev) in p.chains {
+            self.sent.insert(chain, rev);
+        }
+        self.known = p.revision;
+        self.slot.delivered(p.revision, &p.new_chains);
+        for published in p.published {
+            crate::observe::delivered(published);
+        }
+        true
+    }
+}
+
+/// The Watch streams of one connection.
+pub struct Watches {
+    streams: Vec<Stream>,
+    fleet: Fleet,
+}
+
+impl Watches {
+    pub fn new(fleet: Fleet) -> Self {
+        Self {
+            streams: Vec::new(),
+            fleet,
+        }
+    }
+
+    /// Answers an opened Watch's headers and sends it what it lacks of `state` at once.
+    pub fn add(&mut self, opened: Opened, state: &HubState) {
+        let Opened {
+            mut respond,
+            selection,
+            known,
+            slot,
+            permit,
+        } = opened;
+        let mut head = Response::new(());
+        head.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/grpc"),
+        );
+        let stream = Stream {
+            send: match respond.send_response(head, false) {
+                Ok(send) => send,
+                // The peer reset the stream meanwhile: nothing to serve.
+                Err(_) => return self.fleet.disconnected(&slot),
+            },
+            selection,
+            sent: HashMap::new(),
+            known,
+            blocked: false,
+            slot,
+            fleet: self.fleet.clone(),
+            _permit: permit,
+        };
+        self.streams.push(stream);
+        if let Some(last) = self.streams.last_mut() {
+            if !last.deliver(state) {
+                self.streams.pop();
+            }
+        }
+    }
+
+    /// Sends every stream what it lacks of the hub's `state`.
+    pub fn deliver(&mut self, state: &HubState) {
+        self.streams.retain_mut(|s| s.deliver(state));
+    }
+
+    /// Ready when a blocked stream's window opened: its newest update of `state` is sent then.
+    pub fn poll_unblocked(&mut self, cx: &mut Context<'_>, state: &HubState) -> Poll<()> {
+        let mut ready = false;
+        for s in self.streams.iter_mut().filter(|s| s.blocked) {
+            match s.send.poll_capacity(cx) {
+                Poll::Ready(_) => ready = true,
+                Poll::Pending => {}
+            }
+        }
+        if ready {
+            self.streams.retain_mut(|s| !s.blocked || s.deliver(state));
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+
+    /// Forgets the streams the peer reset or closed.
+    pub fn sweep(&mut self) {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        self.streams
+            .retain_mut(|s| s.send.poll_reset(&mut cx).is_pending());
+    }
+
+    /// Ends every stream (the server is stopping): the agents reconnect elsewhere.
+    pub fn end_all(&mut self) {
+        for mut s in self.streams.drain(..) {
+            let mut trailers = HeaderMap::new();
+            trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+            let _ = s.send.send_trailers(trailers);
+        }
+    }
+}
