@@ -174,7 +174,8 @@ async fn a_lost_answer_is_answered_from_the_commit(app: &TestApp) {
 crate::on_both_backends!(
     hundred_concurrent_uploads_make_one_run,
     a_lost_answer_is_answered_from_the_commit,
-    a_token_secret_is_never_kept_for_repeats
+    a_token_secret_is_never_kept_for_repeats,
+    keyed_writes_at_once_all_commit
 );
 
 /// A token creation with a key: the secret is answered once and kept nowhere — not in the
@@ -208,4 +209,29 @@ async fn a_token_secret_is_never_kept_for_repeats(app: &TestApp) {
     }
     // The one secret works.
     app.get("/api/v1/chains", &secret).await.expect(200);
+}
+
+/// Forty token creations at once, each under its own key: every one commits. A keyed write
+/// reads its key's record before it writes; on SQLite a transaction that read first used to
+/// fail (500) when another connection committed in between.
+async fn keyed_writes_at_once_all_commit(app: &TestApp) {
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let (http, url) = (app.http.clone(), app.url("/api/v1/tokens"));
+        tasks.push(tokio::spawn(async move {
+            let resp = http
+                .post(url)
+                .bearer_auth(crate::helpers::ADMIN_TOKEN)
+                .header("idempotency-key", format!("reader-{i}"))
+                .json(&json!({"name": format!("reader-{i}"), "role": "reader"}))
+                .send()
+                .await
+                .unwrap();
+            (resp.status().as_u16(), resp.text().await.unwrap())
+        }));
+    }
+    for task in tasks {
+        let (status, body) = task.await.unwrap();
+        assert_eq!(status, 201, "{body}");
+    }
 }

@@ -19,7 +19,7 @@ impl ExportImport for SqlStore {
         progress: Progress<'_>,
     ) -> StoreResult<TableCounts> {
         use futures_util::TryStreamExt as _;
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin_read().await?;
         if self.backend == Backend::Postgres {
             // One snapshot for every table.
             sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")

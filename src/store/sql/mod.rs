@@ -109,7 +109,18 @@ impl SqlStore {
         &self.pool
     }
 
+    /// Begins a write transaction. On SQLite it takes the write lock at once (`BEGIN
+    /// IMMEDIATE`): a deferred transaction that reads before it writes fails with
+    /// `SQLITE_BUSY` when another connection commits in between, and no busy timeout helps.
     async fn begin(&self) -> StoreResult<Tx> {
+        Ok(match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => self.pool.begin().await?,
+        })
+    }
+
+    /// Begins a transaction that only reads: it takes no write lock, so writers go on.
+    async fn begin_read(&self) -> StoreResult<Tx> {
         Ok(self.pool.begin().await?)
     }
 }
