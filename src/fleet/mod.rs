@@ -49,12 +49,22 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Slot {
     fn touch(&self) {
         self.dirty.store(true, Ordering::Release);
-        self.news.store(true, Ordering::Release);
+        self.tell();
     }
 
     fn progress(&self) {
-        self.progressed.store(true, Ordering::Release);
-        self.news.store(true, Ordering::Release);
+        if !self.progressed.load(Ordering::Acquire) {
+            self.progressed.store(true, Ordering::Release);
+        }
+        self.tell();
+    }
+
+    /// Sets the fleet's flag, which every slot shares: read first, so that a publication to
+    /// every stream does not write one cache line from every core.
+    fn tell(&self) {
+        if !self.news.load(Ordering::Acquire) {
+            self.news.store(true, Ordering::Release);
+        }
     }
 
     /// A revision was sent; `new_chains` lists chains the agent had not received before.
@@ -409,7 +419,8 @@ impl Fleet {
                     agent_ids,
                 })
                 .collect();
-            if let Err(e) = self.store.record_progress(&at, &groups).await {
+            let seen = beat.then_some(at.as_str());
+            if let Err(e) = self.store.record_progress(seen, &groups).await {
                 tracing::warn!(error = %e, agents = progressed.len(), "failed to record fleet progress; will retry");
                 progressed.iter().for_each(|slot| slot.progress());
                 return;

@@ -116,7 +116,7 @@ async fn connection<IO>(
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let handshake = http2.builder().handshake::<_, Bytes>(io);
+    let handshake = http2.builder().handshake::<_, Bytes>(Unvectored(io));
     let mut conn = match tokio::time::timeout(HANDSHAKE, handshake).await {
         Ok(Ok(conn)) => conn,
         Ok(Err(e)) => return tracing::debug!(error = %e, "HTTP/2 handshake failed"),
@@ -195,5 +195,45 @@ async fn keepalive(mut pp: h2::PingPong, dead: mpsc::Sender<()>) {
                 return;
             }
         }
+    }
+}
+
+/// A connection that says it cannot write vectored, so that h2 copies a Watch update (a few
+/// hundred bytes; h2 copies payloads up to 1 KiB then) into its write buffer: a publication
+/// leaves in writes of up to 16 KiB, many streams' updates each, instead of one write per
+/// stream (h2 sends a payload it keeps apart, over 256 bytes with vectored writes, alone).
+struct Unvectored<IO>(IO);
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Unvectored<IO> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Unvectored<IO> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
     }
 }

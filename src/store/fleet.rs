@@ -100,9 +100,13 @@ pub trait Fleet: Send + Sync {
     /// (an entry bound to another token is left alone).
     async fn upsert_agents(&self, agents: &[AgentStatus]) -> StoreResult<()>;
     /// Records, in one transaction, the revisions each group's agents were sent and accepted
-    /// and that they were seen at `last_seen`: one statement per group, whatever its size. An
-    /// entry bound to another token, or gone, is left alone.
-    async fn record_progress(&self, last_seen: &str, groups: &[AgentProgress]) -> StoreResult<()>;
+    /// and, with `last_seen` (a heartbeat), that they were seen then: one statement per group,
+    /// whatever its size. An entry bound to another token, or gone, is left alone.
+    async fn record_progress(
+        &self,
+        last_seen: Option<&str>,
+        groups: &[AgentProgress],
+    ) -> StoreResult<()>;
     /// A page of the agents last seen at or after `seen_since`, by service and id: at most
     /// `limit`, after `after`.
     async fn list_agents(

@@ -570,7 +570,7 @@ async fn agents_contract(backend: Backend) {
             agent_ids: vec!["order-1".into()],
         },
     ];
-    b.record_progress(t2, &groups).await.unwrap();
+    b.record_progress(Some(t2), &groups).await.unwrap();
     let all = a.list_agents(t0, None, 100).await.unwrap();
     let of = |id: &str| all.iter().find(|x| x.agent_id == id).unwrap();
     for id in ["a-0", "a-1", "c-2"] {
@@ -591,7 +591,21 @@ async fn agents_contract(backend: Backend) {
     let other = of("order-1");
     assert_ne!(other.delivered, 99, "another token's group changed order-1");
     assert_eq!(all.len(), 10, "an unknown id in a group adds no entry");
-    b.record_progress(t2, &[]).await.unwrap();
+    b.record_progress(Some(t2), &[]).await.unwrap();
+    // Without a heartbeat only the revisions change.
+    let later = AgentProgress {
+        token_id: "hash-b".into(),
+        delivered: 13,
+        acked: 13,
+        agent_ids: vec!["a-0".into()],
+    };
+    b.record_progress(None, &[later]).await.unwrap();
+    let a0 = a.list_agents(t0, None, 100).await.unwrap();
+    let a0 = a0.iter().find(|x| x.agent_id == "a-0").unwrap();
+    assert_eq!(
+        (a0.delivered, a0.acked, a0.last_seen.as_str()),
+        (13, 13, t2)
+    );
 
     // Claims in one batch: each answered in order, as one claim each would be.
     a.create_token(

@@ -28,6 +28,9 @@ pub struct Agent {
     pub nack_revision: Option<i64>,
     pub nack_error: Option<String>,
     pub first_seen: String,
+    /// When the entry was last written while the agent was seen: at each connect, disconnect
+    /// and NACK, and every heartbeat (a quarter of `agents.retention_secs`, at most an hour)
+    /// while it stays connected; a publication changes only `delivered` and `acked`.
     pub last_seen: String,
     /// The name of the token the agent is bound to (`null` once that token is revoked).
     pub token: Option<String>,

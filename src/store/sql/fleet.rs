@@ -136,25 +136,35 @@ impl Fleet for SqlStore {
         Ok(())
     }
 
-    async fn record_progress(&self, last_seen: &str, groups: &[AgentProgress]) -> StoreResult<()> {
+    async fn record_progress(
+        &self,
+        last_seen: Option<&str>,
+        groups: &[AgentProgress],
+    ) -> StoreResult<()> {
         if groups.is_empty() {
             return Ok(());
         }
-        let ids = json_ids(self.backend, 5);
+        // Without a heartbeat, last_seen (and its index) is left alone: after a publication
+        // only the two revisions of each row change.
+        let (seen, ids) = match last_seen {
+            Some(_) => (", last_seen = $5", json_ids(self.backend, 4)),
+            None => ("", json_ids(self.backend, 4)),
+        };
         let sql = format!(
-            "UPDATE agents SET delivered = $1, acked = $2, last_seen = $3 \
-             WHERE token_hash = $4 AND agent_id IN ({ids})"
+            "UPDATE agents SET delivered = $1, acked = $2{seen} \
+             WHERE token_hash = $3 AND agent_id IN ({ids})"
         );
         let mut tx = self.begin().await?;
         for group in groups {
-            sqlx::query(&sql)
+            let mut q = sqlx::query(&sql)
                 .bind(group.delivered)
                 .bind(group.acked)
-                .bind(last_seen)
                 .bind(&group.token_id)
-                .bind(serde_json::to_string(&group.agent_ids).map_err(internal)?)
-                .execute(&mut *tx)
-                .await?;
+                .bind(serde_json::to_string(&group.agent_ids).map_err(internal)?);
+            if let Some(at) = last_seen {
+                q = q.bind(at);
+            }
+            q.execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(())
