@@ -25,8 +25,6 @@ use super::{Control, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_CONCURRENT_STREA
 pub const WATCH_PATH: &str = "/budget.v1.BudgetControl/Watch";
 /// How long a stopping server lets calls in flight finish.
 pub const DRAIN: Duration = Duration::from_secs(10);
-/// How often a connection forgets the Watch streams its peer reset.
-const SWEEP: Duration = Duration::from_secs(1);
 /// Longest HTTP/2 handshake (the client's preface and settings).
 const HANDSHAKE: Duration = Duration::from_secs(10);
 
@@ -130,8 +128,6 @@ async fn connection<IO>(
     let mut state = hub.borrow_and_update().clone();
     let mut watches = Watches::new(control.fleet.clone());
     let (opened_tx, mut opened) = mpsc::unbounded_channel::<Opened>();
-    let mut sweep = tokio::time::interval(SWEEP);
-    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let stopping = loop {
         tokio::select! {
             _ = stop.wait_for(|s| *s) => break true,
@@ -154,8 +150,7 @@ async fn connection<IO>(
                 state = hub.borrow_and_update().clone();
                 watches.deliver(&state);
             }
-            _ = std::future::poll_fn(|cx| watches.poll_unblocked(cx, &state)) => {}
-            _ = sweep.tick() => watches.sweep(),
+            _ = std::future::poll_fn(|cx| watches.poll_woken(cx, &state)) => {}
             _ = dead.recv() => {
                 tracing::debug!("gRPC peer did not answer a keepalive ping; closing");
                 break false;

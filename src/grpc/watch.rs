@@ -11,14 +11,19 @@
 //! A stream holds no queue: it sends only when the peer's flow-control window has room for
 //! the whole update, and otherwise sends the newest one when the window opens, so a slow agent
 //! never receives a backlog and never delays the others.
+//!
+//! Each stream has a waker of its own, registered with h2 for the stream's reset and window:
+//! when it fires, the stream's key is queued and the connection's task looks at that stream
+//! alone. Nothing polls the streams on a timer, and a task's wake costs no pass over them.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
 
 use budget_proto::codec::{frame, unframe};
 use budget_proto::wire::{BudgetUpdate, WatchRequest};
 use bytes::Bytes;
+use futures_util::task::AtomicWaker;
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
 use http::{HeaderMap, Request, Response};
@@ -125,6 +130,8 @@ struct Stream {
     known: i64,
     /// The last update did not fit the peer's window: the newest is sent when it opens.
     blocked: bool,
+    /// Wakes the connection's task for this stream ([`Woken`]).
+    waker: Waker,
     slot: Arc<Slot>,
     fleet: Fleet,
     _permit: StreamPermit,
@@ -201,17 +208,25 @@ impl Stream {
         })
     }
 
-    /// Sends what the stream lacks, if the peer's window takes it; `false` once the stream is
-    /// gone.
+    /// Sends what the stream lacks, if the peer's window takes it (otherwise its waker fires
+    /// when the window grows); `false` once the stream is gone.
     fn deliver(&mut self, state: &HubState) -> bool {
         let Some(p) = self.pending(state) else {
             self.blocked = false;
             return true;
         };
         self.send.reserve_capacity(p.frame.len());
-        if self.send.capacity() < p.frame.len() {
-            self.blocked = true;
-            return true;
+        let mut cx = Context::from_waker(&self.waker);
+        while self.send.capacity() < p.frame.len() {
+            match self.send.poll_capacity(&mut cx) {
+                // Grown meanwhile: look again (the next poll is pending until it grows again).
+                Poll::Ready(Some(Ok(_))) => continue,
+                Poll::Ready(None | Some(Err(_))) => return false,
+                Poll::Pending => {
+                    self.blocked = true;
+                    return true;
+                }
+            }
         }
         self.blocked = false;
         if self.send.send_data(p.frame, false).is_err() {
@@ -227,18 +242,62 @@ impl Stream {
         }
         true
     }
+
+    /// The stream's waker fired: `false` when the peer reset or closed it; otherwise it is
+    /// watched again and, if it was blocked, sent its newest update when the window takes it.
+    fn woken(&mut self, state: &HubState) -> bool {
+        let mut cx = Context::from_waker(&self.waker);
+        if self.send.poll_reset(&mut cx).is_ready() {
+            return false;
+        }
+        !self.blocked || self.deliver(state)
+    }
+}
+
+/// The keys of the streams whose waker fired since the connection's task last looked, and
+/// that task's waker. A stream's waker is held by h2 once at most, so at most one key per
+/// stream waits here.
+#[derive(Default)]
+struct Woken {
+    keys: Mutex<Vec<usize>>,
+    task: AtomicWaker,
+}
+
+/// The waker of one stream: queues its key and wakes the connection's task.
+struct StreamWaker {
+    key: usize,
+    woken: Arc<Woken>,
+}
+
+impl Wake for StreamWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut keys = self
+            .woken
+            .keys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        keys.push(self.key);
+        drop(keys);
+        self.woken.task.wake();
+    }
 }
 
 /// The Watch streams of one connection.
 pub struct Watches {
-    streams: Vec<Stream>,
+    streams: slab::Slab<Stream>,
+    woken: Arc<Woken>,
     fleet: Fleet,
 }
 
 impl Watches {
     pub fn new(fleet: Fleet) -> Self {
         Self {
-            streams: Vec::new(),
+            streams: slab::Slab::new(),
+            woken: Arc::default(),
             fleet,
         }
     }
@@ -257,6 +316,11 @@ impl Watches {
             http::header::CONTENT_TYPE,
             http::HeaderValue::from_static("application/grpc"),
         );
+        let key = self.streams.vacant_key();
+        let waker = Waker::from(Arc::new(StreamWaker {
+            key,
+            woken: self.woken.clone(),
+        }));
         let stream = Stream {
             send: match respond.send_response(head, false) {
                 Ok(send) => send,
@@ -267,50 +331,51 @@ impl Watches {
             sent: HashMap::new(),
             known,
             blocked: false,
+            waker,
             slot,
             fleet: self.fleet.clone(),
             _permit: permit,
         };
-        self.streams.push(stream);
-        if let Some(last) = self.streams.last_mut() {
-            if !last.deliver(state) {
-                self.streams.pop();
-            }
+        let stream = self.streams.insert(stream);
+        if !(self.streams[stream].deliver(state) && self.streams[stream].woken(state)) {
+            self.streams.remove(stream);
         }
     }
 
     /// Sends every stream what it lacks of the hub's `state`.
     pub fn deliver(&mut self, state: &HubState) {
-        self.streams.retain_mut(|s| s.deliver(state));
+        self.streams.retain(|_, s| s.deliver(state));
     }
 
-    /// Ready when a blocked stream's window opened: its newest update of `state` is sent then.
-    pub fn poll_unblocked(&mut self, cx: &mut Context<'_>, state: &HubState) -> Poll<()> {
-        let mut ready = false;
-        for s in self.streams.iter_mut().filter(|s| s.blocked) {
-            match s.send.poll_capacity(cx) {
-                Poll::Ready(_) => ready = true,
-                Poll::Pending => {}
+    /// Looks at the streams whose waker fired: forgets those the peer reset or closed, sends
+    /// the blocked ones whose window opened their newest update of `state`. Ready when it
+    /// looked at any.
+    pub fn poll_woken(&mut self, cx: &mut Context<'_>, state: &HubState) -> Poll<()> {
+        self.woken.task.register(cx.waker());
+        let keys = std::mem::take(
+            &mut *self
+                .woken
+                .keys
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        if keys.is_empty() {
+            return Poll::Pending;
+        }
+        for key in keys {
+            // A key may be gone, or taken since by a newer stream: looking again is harmless.
+            if let Some(s) = self.streams.get_mut(key) {
+                if !s.woken(state) {
+                    self.streams.remove(key);
+                }
             }
         }
-        if ready {
-            self.streams.retain_mut(|s| !s.blocked || s.deliver(state));
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    }
-
-    /// Forgets the streams the peer reset or closed.
-    pub fn sweep(&mut self) {
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        self.streams
-            .retain_mut(|s| s.send.poll_reset(&mut cx).is_pending());
+        Poll::Ready(())
     }
 
     /// Ends every stream (the server is stopping): the agents reconnect elsewhere.
     pub fn end_all(&mut self) {
-        for mut s in self.streams.drain(..) {
+        for mut s in self.streams.drain() {
             let mut trailers = HeaderMap::new();
             trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
             let _ = s.send.send_trailers(trailers);

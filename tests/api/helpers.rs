@@ -727,6 +727,17 @@ pub fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS in /proc/<pid>/status")
 }
 
+/// CPU time process `pid` has used (user + system), in clock ticks (10 ms here).
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/stat: {e}"));
+    // The fields after the command name (which may hold spaces, in parentheses).
+    let rest = &stat[stat.rfind(')').expect("(comm) in /proc/<pid>/stat") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime: fields 14 and 15 of the line, 12 and 13 after the name.
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
 /// Samples a process's resident memory every 5 ms until dropped; `peak_kib` is the largest.
 pub struct RssSampler {
     peak: Arc<std::sync::atomic::AtomicU64>,
@@ -786,6 +797,7 @@ impl Drop for RssSampler {
 pub struct ServerProcess {
     pub child: std::process::Child,
     pub http: SocketAddr,
+    pub grpc: SocketAddr,
     pub data_dir: std::path::PathBuf,
     /// The data directory when this process made it (removed with it).
     _own_dir: Option<tempfile::TempDir>,
@@ -801,8 +813,20 @@ impl ServerProcess {
         server
     }
 
+    /// `budgetd serve` with `args` added (e.g. `--demo`).
+    pub fn start_with_args(args: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut server = Self::launch(dir.path(), &[], args);
+        server._own_dir = Some(dir);
+        server
+    }
+
     /// [`ServerProcess::start`] on a data directory the caller keeps (e.g. across restarts).
     pub fn start_in(data_dir: &std::path::Path, wrapper: &[String]) -> Self {
+        Self::launch(data_dir, wrapper, &[])
+    }
+
+    fn launch(data_dir: &std::path::Path, wrapper: &[String], args: &[&str]) -> Self {
         use std::io::{BufRead as _, BufReader};
         use std::process::{Command, Stdio};
         let bin = env!("CARGO_BIN_EXE_budgetd");
@@ -818,6 +842,7 @@ impl ServerProcess {
             .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(data_dir)
+            .args(args)
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
             .env("BUDGETD_ADMIN_TOKEN", ADMIN_TOKEN)
@@ -827,10 +852,11 @@ impl ServerProcess {
             .spawn()
             .expect("budgetd starts");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let http = loop {
+        let mut http = None;
+        let grpc = loop {
             let line = lines
                 .next()
-                .expect("budgetd printed its HTTP address")
+                .expect("budgetd printed its HTTP and gRPC addresses")
                 .unwrap();
             if let Some(rest) = line.strip_prefix("budgetd: HTTP API on ") {
                 let rest = rest.trim_end_matches("/api/v1");
@@ -838,14 +864,19 @@ impl ServerProcess {
                     .strip_prefix("http://")
                     .or_else(|| rest.strip_prefix("https://"))
                     .unwrap_or(rest);
+                http = Some(rest.parse().expect("an address"));
+            }
+            if let Some(rest) = line.strip_prefix("budgetd: gRPC (budget.v1.BudgetControl) on ") {
                 break rest.parse().expect("an address");
             }
         };
+        let http = http.expect("the HTTP address is printed before the gRPC one");
         // Keep draining stdout so the child never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
         Self {
             child,
             http,
+            grpc,
             data_dir: data_dir.to_owned(),
             _own_dir: None,
         }

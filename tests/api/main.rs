@@ -33,5 +33,6 @@ mod replicas;
 mod review;
 mod s3;
 mod store_contract;
+mod streams;
 mod tls;
 mod uploads;
