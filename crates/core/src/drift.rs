@@ -1,6 +1,8 @@
 //! R-drift: a run whose p999 (and, for stable segments, p99) moved more than 20 % either way
 //! from the approved baseline calls for a recompute (seed: "P999 变化超 20% 触发重算").
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::baseline::BaselineSegment;
@@ -70,11 +72,15 @@ pub fn compare(
     run: &RunData,
 ) -> Vec<DriftEntry> {
     let mut out = Vec::new();
+    let mut by_id: HashMap<&str, &BaselineSegment> = HashMap::with_capacity(baseline.len());
+    for b in baseline {
+        by_id.entry(b.id.as_str()).or_insert(b);
+    }
     for seg in &topology.segments {
         let Some(stats) = run.segments.get(&seg.id) else {
             continue;
         };
-        let old = baseline.iter().find(|b| b.id == seg.id);
+        let old = by_id.get(seg.id.as_str());
         out.extend(compare_segment(
             &seg.id,
             seg.is_root(),
