@@ -159,6 +159,7 @@ impl App {
         let state = self.state;
         let mut background = vec![
             tokio::spawn(expire_idempotency_keys(state.clone())),
+            tokio::spawn(checkpoint(state.clone(), Duration::from_millis(500))),
             state.hub.spawn_catch_up(Duration::from_secs(5)),
             state.fleet.spawn_flusher(Duration::from_millis(500)),
             state.archiver.spawn(Duration::from_secs(1)),
@@ -376,6 +377,19 @@ fn write_secret_file(dir: &Path, name: &str, secret: &str) -> anyhow::Result<Pat
         let _ = d.sync_all();
     }
     Ok(path)
+}
+
+/// Checkpoints the store's write-ahead log every `every`, so that commits do not (see
+/// `store::sqlite`).
+async fn checkpoint(state: AppState, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = state.store.checkpoint().await {
+            tracing::warn!(error = %e, "checkpoint of the store's write-ahead log failed");
+        }
+    }
 }
 
 /// Forgets `Idempotency-Key` records after a day.

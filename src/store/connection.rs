@@ -45,4 +45,8 @@ pub trait Connection: Send + Sync {
     async fn ping(&self) -> StoreResult<()>;
     /// Open and idle connections of the pool (for `/metrics`).
     fn pool_status(&self) -> PoolStatus;
+    /// Moves committed writes from the write-ahead log into the database file, off the
+    /// request path (SQLite: a passive checkpoint, which never waits for a lock; PostgreSQL's
+    /// own checkpointer does this, so there it does nothing).
+    async fn checkpoint(&self) -> StoreResult<()>;
 }

@@ -142,6 +142,15 @@ impl Connection for SqlStore {
             idle: u32::try_from(self.pool.num_idle()).unwrap_or(u32::MAX),
         }
     }
+
+    async fn checkpoint(&self) -> StoreResult<()> {
+        if self.backend == Backend::Sqlite {
+            sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -154,5 +163,44 @@ mod tests {
     fn multi_row_placeholders_per_backend() {
         assert_eq!(placeholders(Backend::Sqlite, 2, 2), "(?, ?), (?, ?)");
         assert_eq!(placeholders(Backend::Postgres, 2, 2), "($1, $2), ($3, $4)");
+    }
+
+    /// A SQLite commit of more WAL pages than SQLite's default threshold (1 000) does not
+    /// checkpoint: the database file stays as it was until `checkpoint` (the server's
+    /// background task) copies the log into it.
+    #[tokio::test]
+    async fn sqlite_commits_leave_checkpoints_to_the_background() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("budgetd.db");
+        let store = crate::store::sqlite::open(&format!("sqlite:{}", file.display()))
+            .await
+            .unwrap();
+        let pages: i64 = sqlx::query_scalar("PRAGMA wal_autocheckpoint")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+        assert_eq!(pages, i64::from(crate::store::sqlite::AUTOCHECKPOINT_PAGES));
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        let size = || std::fs::metadata(&file).unwrap().len();
+        let before = size();
+        // 2 000 pages of 4 KiB in one commit.
+        sqlx::query("CREATE TABLE filler (b BLOB)")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO filler VALUES (zeroblob(8192000))")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        assert!(
+            size() < before + 1_000_000,
+            "the commit checkpointed: {before} -> {} bytes",
+            size()
+        );
+        store.checkpoint().await.unwrap();
+        assert!(size() > before + 8_000_000, "{before} -> {} bytes", size());
     }
 }
