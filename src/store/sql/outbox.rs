@@ -10,12 +10,13 @@ use super::rows::{
 use super::{sha256_hex, SqlStore, Tx};
 use crate::store::{archive_key, Backend, Outbox, OutboxItem, StoreResult, StoredBaseline};
 
-/// Queues `body` for upload at `key`; older pending items of the key are superseded.
+/// Queues `body` (whose SHA-256 is `sha256`) for upload at `key`; older pending items of the
+/// key are superseded.
 pub(super) async fn enqueue(
     tx: &mut Tx,
     baseline_id: &str,
     key: &str,
-    body: &str,
+    (body, sha256): (&str, &str),
     now: &str,
 ) -> StoreResult<()> {
     sqlx::query("UPDATE archive_outbox SET state = 'superseded' WHERE object_key = $1 AND state = 'pending'")
@@ -29,7 +30,7 @@ pub(super) async fn enqueue(
     .bind(baseline_id)
     .bind(key)
     .bind(body)
-    .bind(sha256_hex(body.as_bytes()))
+    .bind(sha256)
     .bind(now)
     .execute(&mut **tx)
     .await?;
@@ -48,7 +49,12 @@ pub(super) async fn archive_document(
         &stored.doc.created_at,
         &format!("{}.json", stored.doc.id),
     );
-    enqueue(tx, &stored.doc.id, &key, &stored.bytes, now).await
+    enqueue(tx, &stored.doc.id, &key, stored_body(stored), now).await
+}
+
+/// A stored document's bytes and their SHA-256 (computed when they were made).
+fn stored_body(stored: &StoredBaseline) -> (&str, &str) {
+    (&stored.bytes, &stored.sha256)
 }
 
 /// An approval (or rollback) also writes the seed's `{prefix}/{date}/budget.json`.
@@ -59,7 +65,7 @@ pub(super) async fn archive_budget(
     now: &str,
 ) -> StoreResult<()> {
     let key = archive_key(prefix, &stored.doc.created_at, "budget.json");
-    enqueue(tx, &stored.doc.id, &key, &stored.bytes, now).await
+    enqueue(tx, &stored.doc.id, &key, stored_body(stored), now).await
 }
 
 #[async_trait]
@@ -132,7 +138,8 @@ impl Outbox for SqlStore {
         now: &str,
     ) -> StoreResult<()> {
         let mut tx = self.begin().await?;
-        enqueue(&mut tx, baseline_id, key, body, now).await?;
+        let sha256 = sha256_hex(body.as_bytes());
+        enqueue(&mut tx, baseline_id, key, (body, &sha256), now).await?;
         tx.commit().await?;
         Ok(())
     }
