@@ -75,6 +75,78 @@ fn json_and_csv_of_one_run_agree_with_the_exact_percentiles() {
     assert!(!super::super::sniff(JSON), "not a k6 summary");
 }
 
+const POINTS_JSON_GZ: &[u8] = include_bytes!("../../../../../../tests/fixtures/k6/points.json.gz");
+const POINTS_CSV_GZ: &[u8] = include_bytes!("../../../../../../tests/fixtures/k6/points.csv.gz");
+const POINTS_TEXT: &str = include_str!("../../../../../../tests/fixtures/k6/points-summary.txt");
+
+fn gunzip(gz: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::MultiGzDecoder::new(gz)
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
+/// The larger real run (110 requests per name, gzipped by k6): its NDJSON and CSV read to
+/// the same figures, the ones `tests/fixtures/k6/README.md` shows beside k6's printed summary
+/// (µs), each within HDR's 0.1 % of the exact nearest rank of the file's own values, with
+/// k6's own request and failure counts.
+#[test]
+fn the_gzipped_run_gives_the_figures_the_fixture_readme_shows() {
+    // Read whole (every-chunking reads are for the small files).
+    let read = |input: &[u8]| {
+        crate::read_all(parser(&Options::default()).unwrap(), input, 64 * 1024).unwrap()
+    };
+    let plain = gunzip(POINTS_JSON_GZ);
+    let json = read(&plain);
+    let csv = read(&gunzip(POINTS_CSV_GZ));
+    assert_eq!(json.labels, csv.labels);
+    let got: Vec<_> = json
+        .labels
+        .iter()
+        .map(|l| (l.label.as_str(), l.samples, l.failures, l.p99_us, l.p999_us))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("inventory", 110, Some(0), 35_359, 42_367),
+            ("payment", 110, Some(2), 60_799, 63_231),
+            ("user", 110, Some(1), 12_991, 16_911),
+        ]
+    );
+    let mut values: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for line in std::str::from_utf8(&plain).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if v["type"] == "Point" && v["metric"] == "http_req_duration" {
+            let name = v["data"]["tags"]["name"].as_str().unwrap().to_owned();
+            let us = (v["data"]["value"].as_f64().unwrap() * 1000.0).round() as u64;
+            values.entry(name).or_default().push(us);
+        }
+    }
+    for l in &json.labels {
+        let v = values.get_mut(&l.label).unwrap();
+        v.sort_unstable();
+        for (q, got) in [(0.99, l.p99_us), (0.999, l.p999_us)] {
+            let exact = v[((q * v.len() as f64).ceil() as usize).max(1) - 1];
+            assert!(
+                got.abs_diff(exact) as f64 <= exact as f64 * 0.001,
+                "{}: {q}: {got} / {exact}",
+                l.label
+            );
+        }
+        // k6 counted the same requests: "{ name:inventory }...: ... count=110".
+        assert!(
+            POINTS_TEXT
+                .lines()
+                .any(|t| t.contains(&format!("{{ name:{} }}", l.label))
+                    && t.trim_end().ends_with("count=110")),
+            "{}",
+            l.label
+        );
+    }
+}
+
 fn point(value: &str, tags: &str) -> String {
     format!(
         "{{\"metric\":\"http_req_duration\",\"type\":\"Point\",\"data\":{{\"time\":\"2026-12-01T22:35:40Z\",\"value\":{value},\"tags\":{{{tags}}}}}}}\n"
