@@ -11,7 +11,8 @@ use super::{sha256_hex, SqlStore, Tx};
 use crate::store::{archive_key, Backend, Outbox, OutboxItem, StoreResult, StoredBaseline};
 
 /// Queues `body` (whose SHA-256 is `sha256`) for upload at `key`; older pending items of the
-/// key are superseded.
+/// key are superseded. An item that is superseded or archived keeps no copy of its body: it is
+/// never uploaded again, and a baseline document of a large chain is about a megabyte.
 pub(super) async fn enqueue(
     tx: &mut Tx,
     baseline_id: &str,
@@ -19,7 +20,7 @@ pub(super) async fn enqueue(
     (body, sha256): (&str, &str),
     now: &str,
 ) -> StoreResult<()> {
-    sqlx::query("UPDATE archive_outbox SET state = 'superseded' WHERE object_key = $1 AND state = 'pending'")
+    sqlx::query("UPDATE archive_outbox SET state = 'superseded', body = '' WHERE object_key = $1 AND state = 'pending'")
         .bind(key)
         .execute(&mut **tx)
         .await?;
@@ -108,7 +109,8 @@ impl Outbox for SqlStore {
     async fn archive_done(&self, id: i64, now: &str) -> StoreResult<()> {
         sqlx::query(
             "UPDATE archive_outbox SET state = CASE WHEN state = 'pending' THEN 'done' ELSE state END, \
-             archived_at = $2, locked_until = NULL, attempts = attempts + 1, last_error = NULL WHERE id = $1",
+             body = '', archived_at = $2, locked_until = NULL, attempts = attempts + 1, last_error = NULL \
+             WHERE id = $1",
         )
         .bind(id)
         .bind(now)

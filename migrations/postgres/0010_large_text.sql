@@ -1,3 +1,8 @@
+-- Archive items that were uploaded or superseded keep no copy of their body (the baseline's
+-- document): they are never uploaded again. New items are cleared by the store when they end;
+-- this clears the ones before.
+UPDATE archive_outbox SET body = '' WHERE state <> 'pending';
+
 -- Large JSON text is compressed with lz4 rather than PostgreSQL's default pglz. A baseline
 -- document of a 1 000-segment chain is about 0.9 MB of pretty JSON, and an upload that opens a
 -- draft writes four of them (the draft, the draft it supersedes, both archive items): pglz took
