@@ -3,7 +3,7 @@
 //! [`serve`] is the serve loop (h2, one task per connection); Watch streams live in their
 //! connection's task ([`watch`]), every other call goes through tonic's routes ([`pipe`]).
 //!
-//! Each call authenticates ([`auth::authenticate`]), converts its message, calls one function
+//! Each call authenticates ([`auth::authenticate`](crate::auth::authenticate)), converts its message, calls one function
 //! of [`service::agents`](crate::service::agents) (which validates and bounds every field an agent sends, binds agent
 //! ids to tokens and limits streams per token) and maps the result; every error is an
 //! [`ApiError`] turned into a `Status` by the one mapping in `crate::error`.

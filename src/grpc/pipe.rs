@@ -1,5 +1,5 @@
 //! Calls other than Watch (Ack, Report, health, reflection) go to tonic's routes as ordinary
-//! `http` requests: [`RecvBody`] turns an h2 request stream into a request body, and [`pipe`]
+//! `http` requests: [`RecvBody`] turns an h2 request stream into a request body, and `pipe`
 //! sends tonic's response — headers, data within the peer's flow-control window, trailers —
 //! back on the h2 stream.
 

@@ -3,7 +3,7 @@
 //! A connection's task accepts its requests, holds its Watch streams ([`Watches`]) and, when
 //! the hub changes, sends every one of them its update in one pass; every other call (Ack,
 //! Report, health, reflection) runs in a task of its own through tonic's routes
-//! ([`pipe::serve_call`]). The HTTP/2 settings are in [`Http2`]: what each costs per agent is
+//! ([`pipe::serve_call`](super::pipe::serve_call)). The HTTP/2 settings are in [`Http2`]: what each costs per agent is
 //! measured in docs/benchmarks.md.
 //!
 //! Keepalive pings every [`KEEPALIVE_INTERVAL`] close a connection whose peer does not answer
