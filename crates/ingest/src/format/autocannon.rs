@@ -251,6 +251,8 @@ mod tests {
     const INVENTORY: &[u8] = include_bytes!("../../../../tests/fixtures/autocannon/inventory.json");
     const PAYMENT_RATE: &[u8] =
         include_bytes!("../../../../tests/fixtures/autocannon/payment-rate.json");
+    const PAYMENT: &[u8] = include_bytes!("../../../../tests/fixtures/autocannon/payment.json");
+    const USER: &[u8] = include_bytes!("../../../../tests/fixtures/autocannon/user.json");
 
     fn read(input: &[u8]) -> Result<Extracted, IngestError> {
         testkit::read_in_every_chunking(Format::Autocannon, &Options::default(), input)
@@ -282,6 +284,15 @@ mod tests {
             "{:?}",
             e.notes
         );
+        // The other two runs of the fixture README's table: samples are responses + errors,
+        // failures the non-2xx responses and errors (user: 16 × 404 and 4 timeouts).
+        for (file, want) in [
+            (PAYMENT, (2000, Some(46), 62_000, 68_000)),
+            (USER, (2000, Some(20), 12_000, 29_000)),
+        ] {
+            let l = read(file).unwrap().labels.remove(0);
+            assert_eq!((l.samples, l.failures, l.p99_us, l.p999_us), want);
+        }
         assert!(sniff(INVENTORY) && sniff(PAYMENT_RATE));
         assert_eq!(crate::detect(INVENTORY), Some(Format::Autocannon));
     }
