@@ -327,6 +327,9 @@ async fn unsupported_files_say_what_they_are(app: &TestApp) {
         ("zip", raw("", b"PK\x03\x04\x14\x00\x00\x00".to_vec()), "a zip archive", "unpack it"),
         ("k6 text", raw("", b"     http_req_duration..............: avg=4.71ms min=1.2ms med=4ms max=81ms p(90)=7ms p(95)=9ms\n".to_vec()), "k6's end-of-test text summary", "--summary-export"),
         ("wrk", raw("", fixture("wrk2/wrk-plain.txt")), "this is wrk output, not wrk2", "wrk2"),
+        ("artillery text", raw("", fixture("artillery/report.txt")), "Artillery's text report", "--output report.json"),
+        ("autocannon text", raw("", fixture("autocannon/inventory.txt")), "autocannon's text output", "-j"),
+        ("k6 text (real)", raw("", fixture("k6/summary.txt")), "k6's end-of-test text summary", "--summary-export"),
     ];
     for (name, upload, what, instead) in cases {
         let r = send(app, &p.uploader, "checkout", &upload)

@@ -102,7 +102,12 @@ pub fn recognise(head: &[u8]) -> Option<Unsupported> {
             "run autocannon with -j (--json) and upload that",
         );
     }
-    if has(&|l| l.starts_with("Summary report @")) && has(&|l| l.starts_with("http.")) {
+    // Artillery prints its summary last: a report's first kilobytes hold the run's id, its
+    // phases and the per-period metrics.
+    let artillery_run = has(&|l| l.starts_with("Summary report @"))
+        || (has(&|l| l.starts_with("Test run id: ")) && has(&|l| l.starts_with("Phase started: ")))
+        || has(&|l| l.starts_with("Metrics for period to: "));
+    if artillery_run && has(&|l| l.starts_with("http.")) {
         return found(
             "Artillery's text report",
             "run artillery with --output report.json and upload that",
@@ -180,6 +185,35 @@ mod tests {
         }
         for head in [&b""[..], b"hello\nworld\n", b"{\"segments\": []}"] {
             assert_eq!(recognise(head), None);
+        }
+    }
+
+    /// The real tools' text outputs kept beside the fixtures are named, each by its tool.
+    #[test]
+    fn the_tools_real_text_outputs_are_recognised() {
+        let files: &[(&[u8], &str)] = &[
+            (
+                include_bytes!("../../../../tests/fixtures/autocannon/inventory.txt"),
+                "autocannon",
+            ),
+            (
+                include_bytes!("../../../../tests/fixtures/oha/inventory.txt"),
+                "oha's text",
+            ),
+            (
+                include_bytes!("../../../../tests/fixtures/k6/summary.txt"),
+                "k6's end-of-test text",
+            ),
+            (
+                include_bytes!("../../../../tests/fixtures/artillery/report.txt"),
+                "Artillery's text",
+            ),
+        ];
+        for (file, what) in files {
+            let got = recognise(file).unwrap_or_else(|| panic!("{what}: not recognised"));
+            assert!(got.what.contains(what), "{got:?} / {what}");
+            let head = &file[..file.len().min(crate::reader::SNIFF_BYTES)];
+            assert_eq!(recognise(head).as_ref(), Some(&got), "{what}");
         }
     }
 
