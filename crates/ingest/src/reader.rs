@@ -345,7 +345,7 @@ impl std::io::Write for Plain {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit::{self, FIXTURES, SMALL_CHUNKS};
+    use crate::testkit::{self, gunzip, FIXTURES, SMALL_CHUNKS};
 
     fn read(
         input: &[u8],
@@ -415,15 +415,6 @@ mod tests {
 
     const POINTS_JSON_GZ: &[u8] = include_bytes!("../../../tests/fixtures/k6/points.json.gz");
     const POINTS_CSV_GZ: &[u8] = include_bytes!("../../../tests/fixtures/k6/points.csv.gz");
-
-    fn gunzip(gz: &[u8]) -> Vec<u8> {
-        use std::io::Read;
-        let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(gz)
-            .read_to_end(&mut out)
-            .unwrap();
-        out
-    }
 
     fn gzip(plain: &[u8]) -> Vec<u8> {
         use std::io::Write;

@@ -73,6 +73,16 @@ pub(crate) fn fixtures(format: Format) -> Vec<Fixture> {
 
 /// The options the kit reads `format` with: a unit for HdrHistogram logs (which need one), a
 /// label for the single-endpoint formats.
+/// The plain bytes of a gzip file (members concatenated, as `cat a.gz b.gz` makes them).
+pub(crate) fn gunzip(gz: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::MultiGzDecoder::new(gz)
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
 pub(crate) fn options(format: Format) -> Options {
     Options {
         unit: (format == Format::Hdrhistogram).then_some(TimeUnit::Ns),

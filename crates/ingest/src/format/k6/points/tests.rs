@@ -2,7 +2,7 @@
 //! exact nearest-rank percentiles of their own values, failure rules, bad input.
 
 use super::*;
-use crate::testkit::{self, kit_tests};
+use crate::testkit::{self, gunzip, kit_tests};
 use crate::{detect, LabelStats};
 
 const JSON: &[u8] = include_bytes!("../../../../../../tests/fixtures/k6/points-small.json");
@@ -13,10 +13,10 @@ fn read(input: &[u8]) -> Result<Extracted, IngestError> {
     testkit::read_in_every_chunking(Format::K6Points, &Options::default(), input)
 }
 
-/// Every `http_req_duration` value of the NDJSON fixture, by name tag, in µs.
-fn values() -> BTreeMap<String, Vec<u64>> {
+/// Every `http_req_duration` value of a k6 NDJSON file, by name tag, in µs.
+fn values(ndjson: &[u8]) -> BTreeMap<String, Vec<u64>> {
     let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for line in std::str::from_utf8(JSON).unwrap().lines() {
+    for line in std::str::from_utf8(ndjson).unwrap().lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         if v["type"] == "Point" && v["metric"] == "http_req_duration" {
             let name = v["data"]["tags"]["name"].as_str().unwrap().to_owned();
@@ -39,7 +39,7 @@ fn json_and_csv_of_one_run_agree_with_the_exact_percentiles() {
         (Format::K6Points, Some("k6"))
     );
     assert!(json.notes.is_empty());
-    let values = values();
+    let values = values(JSON);
     for l in &json.labels {
         let mut v = values[&l.label].clone();
         v.sort_unstable();
@@ -79,15 +79,6 @@ const POINTS_JSON_GZ: &[u8] = include_bytes!("../../../../../../tests/fixtures/k
 const POINTS_CSV_GZ: &[u8] = include_bytes!("../../../../../../tests/fixtures/k6/points.csv.gz");
 const POINTS_TEXT: &str = include_str!("../../../../../../tests/fixtures/k6/points-summary.txt");
 
-fn gunzip(gz: &[u8]) -> Vec<u8> {
-    use std::io::Read;
-    let mut out = Vec::new();
-    flate2::read::MultiGzDecoder::new(gz)
-        .read_to_end(&mut out)
-        .unwrap();
-    out
-}
-
 /// The larger real run (110 requests per name, gzipped by k6): its NDJSON and CSV read to
 /// the same figures, the ones `tests/fixtures/k6/README.md` shows beside k6's printed summary
 /// (µs), each within HDR's 0.1 % of the exact nearest rank of the file's own values, with
@@ -115,15 +106,7 @@ fn the_gzipped_run_gives_the_figures_the_fixture_readme_shows() {
             ("user", 110, Some(1), 12_991, 16_911),
         ]
     );
-    let mut values: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for line in std::str::from_utf8(&plain).unwrap().lines() {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        if v["type"] == "Point" && v["metric"] == "http_req_duration" {
-            let name = v["data"]["tags"]["name"].as_str().unwrap().to_owned();
-            let us = (v["data"]["value"].as_f64().unwrap() * 1000.0).round() as u64;
-            values.entry(name).or_default().push(us);
-        }
-    }
+    let mut values = values(&plain);
     for l in &json.labels {
         let v = values.get_mut(&l.label).unwrap();
         v.sort_unstable();
