@@ -83,6 +83,14 @@ fn draft(run_id: &str) -> BaselineDocument {
 }
 
 /// Two independent connections pools on one database: two processes, as far as the DB knows.
+/// The SHA-256 of the document the store serves for `id`, computed from its bytes.
+async fn served_sha(store: &Arc<dyn Store>, id: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(
+        store.get_baseline(id).await.unwrap().bytes.as_bytes(),
+    ))
+}
+
 async fn two_stores(backend: Backend) -> Option<(TestDb, Arc<dyn Store>, Arc<dyn Store>)> {
     let db = TestDb::new(backend).await?;
     let a = store::connect(&db.url).await.unwrap();
@@ -91,7 +99,7 @@ async fn two_stores(backend: Backend) -> Option<(TestDb, Arc<dyn Store>, Arc<dyn
 }
 
 async fn contract(backend: Backend) {
-    let Some((_db, a, b)) = two_stores(backend).await else {
+    let Some((db, a, b)) = two_stores(backend).await else {
         return;
     };
 
@@ -172,37 +180,68 @@ async fn contract(backend: Backend) {
         assert!(doc.bytes.contains(&format!("\"superseded_by\": \"{by}\"")));
     }
 
-    // Archive items keep their body (the document, about a megabyte for a large chain) only
-    // while pending: a superseded item (its key queued again) and an archived one are never
-    // uploaded again.
+    // A baseline's archive items hold no copy of its document (about a megabyte for a large
+    // chain): a claim reads the baseline's current document, and an item whose baseline
+    // changed after it was queued is superseded (the change queued a newer one).
     let at = |minutes: i64| {
         (chrono::Utc::now() + chrono::Duration::minutes(minutes))
             .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
     };
+    let newest_draft = &pending[0].id;
+    sqlx::any::install_default_drivers();
+    let mut raw = <sqlx::AnyConnection as sqlx::Connection>::connect(&db.url)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE baselines SET sha256 = 'changed' WHERE id = $1")
+        .bind(newest_draft)
+        .execute(&mut raw)
+        .await
+        .unwrap();
     let claimed = b.archive_claim(&at(0), &at(5), 1000).await.unwrap();
-    assert!(!claimed.is_empty() && claimed.iter().all(|i| !i.body.is_empty()));
+    assert_eq!(
+        claimed.len(),
+        23,
+        "every superseded draft's newest item, not the changed one"
+    );
+    for item in &claimed {
+        let id = item
+            .key
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .trim_end_matches(".json");
+        assert_ne!(id, newest_draft);
+        let served = a.get_baseline(id).await.unwrap();
+        assert_eq!(item.body, served.bytes, "{id}");
+        assert_eq!(item.sha256, served.sha256, "{id}");
+    }
     a.archive_done(claimed[0].id, &at(0)).await.unwrap();
     let mut out = Vec::new();
     a.export_all(&mut out, &|_, _| {}).await.unwrap();
     let export: store::Export = serde_json::from_slice(&out).unwrap();
     let outbox = &export.tables["archive_outbox"];
     let column = |name: &str| outbox.columns.iter().position(|c| c == name).unwrap();
-    let (state, body) = (column("state"), column("body"));
+    let (state, body, baseline) = (column("state"), column("body"), column("baseline_id"));
     let mut states = BTreeSet::new();
     for row in &outbox.rows {
         let (s, b) = (row[state].as_str().unwrap(), row[body].as_str().unwrap());
-        assert_eq!(
-            b.is_empty(),
-            s != "pending",
-            "a {s} item with {} bytes",
-            b.len()
-        );
+        assert_eq!(b, "", "a {s} item holds {} bytes", b.len());
+        if row[baseline] == json!(newest_draft) {
+            assert_eq!(s, "superseded");
+        }
         states.insert(s.to_owned());
     }
     assert_eq!(
         states,
         BTreeSet::from(["done", "pending", "superseded"].map(String::from))
     );
+    let sha = served_sha(&a, newest_draft).await;
+    sqlx::query("UPDATE baselines SET sha256 = $2 WHERE id = $1")
+        .bind(newest_draft)
+        .bind(sha)
+        .execute(&mut raw)
+        .await
+        .unwrap();
 
     // Concurrent approvals of the newest draft from both processes: one wins, the other finds
     // it decided; one approved at the end, revisions distinct.

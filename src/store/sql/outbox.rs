@@ -10,9 +10,9 @@ use super::rows::{
 use super::{sha256_hex, SqlStore, Tx};
 use crate::store::{archive_key, Backend, Outbox, OutboxItem, StoreResult, StoredBaseline};
 
-/// Queues `body` (whose SHA-256 is `sha256`) for upload at `key`; older pending items of the
-/// key are superseded. An item that is superseded or archived keeps no copy of its body: it is
-/// never uploaded again, and a baseline document of a large chain is about a megabyte.
+/// Queues `body` (whose SHA-256 is `sha256`; empty: the baseline's document, read when the
+/// item is claimed) for upload at `key`; older pending items of the key are superseded. An
+/// item that is superseded or archived keeps no copy of its body: it is never uploaded again.
 pub(super) async fn enqueue(
     tx: &mut Tx,
     baseline_id: &str,
@@ -38,7 +38,11 @@ pub(super) async fn enqueue(
     Ok(())
 }
 
-/// Archives the current document of a baseline at `{prefix}/{date}/{id}.json`.
+/// Archives the current document of a baseline at `{prefix}/{date}/{id}.json`. The item holds
+/// the document's SHA-256 and no copy of it: the worker's claim reads the document from its
+/// baseline (a document of a large chain is about a megabyte, and every change of a baseline
+/// queues its document again). A claimed item whose baseline has changed since is superseded
+/// by the item that change queued.
 pub(super) async fn archive_document(
     tx: &mut Tx,
     prefix: &str,
@@ -50,12 +54,7 @@ pub(super) async fn archive_document(
         &stored.doc.created_at,
         &format!("{}.json", stored.doc.id),
     );
-    enqueue(tx, &stored.doc.id, &key, stored_body(stored), now).await
-}
-
-/// A stored document's bytes and their SHA-256 (computed when they were made).
-fn stored_body(stored: &StoredBaseline) -> (&str, &str) {
-    (&stored.bytes, &stored.sha256)
+    enqueue(tx, &stored.doc.id, &key, ("", &stored.sha256), now).await
 }
 
 /// An approval (or rollback) also writes the seed's `{prefix}/{date}/budget.json`.
@@ -66,7 +65,16 @@ pub(super) async fn archive_budget(
     now: &str,
 ) -> StoreResult<()> {
     let key = archive_key(prefix, &stored.doc.created_at, "budget.json");
-    enqueue(tx, &stored.doc.id, &key, stored_body(stored), now).await
+    // The document as approved: the baseline's own changes later (superseded) are not for
+    // this key, so the item keeps its copy.
+    enqueue(
+        tx,
+        &stored.doc.id,
+        &key,
+        (&stored.bytes, &stored.sha256),
+        now,
+    )
+    .await
 }
 
 #[async_trait]
@@ -91,17 +99,43 @@ impl Outbox for SqlStore {
                  AND NOT EXISTS (SELECT 1 FROM archive_outbox f WHERE f.object_key = o.object_key \
                                  AND f.id <> o.id AND f.locked_until IS NOT NULL AND f.locked_until >= $1) \
                ORDER BY o.id LIMIT $3 {skip_locked}) \
-             RETURNING {OUTBOX_ITEM_COLUMNS}"
+             RETURNING {OUTBOX_ITEM_COLUMNS}, baseline_id"
         ))
         .bind(now)
         .bind(lease_until)
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        let mut items = rows
-            .iter()
-            .map(outbox_item_from_row)
-            .collect::<StoreResult<Vec<_>>>()?;
+        let mut items = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let mut item = outbox_item_from_row(row)?;
+            // An item without a body archives its baseline's document (`archive_document`).
+            if item.body.is_empty() {
+                let baseline_id: String = row.try_get("baseline_id")?;
+                let document: Option<String> = sqlx::query_scalar(
+                    "SELECT document FROM baselines WHERE id = $1 AND sha256 = $2",
+                )
+                .bind(&baseline_id)
+                .bind(&item.sha256)
+                .fetch_optional(&self.pool)
+                .await?;
+                match document {
+                    Some(document) => item.body = document,
+                    None => {
+                        // Changed since it was queued: the change queued a newer item.
+                        sqlx::query(
+                            "UPDATE archive_outbox SET state = 'superseded', locked_until = NULL \
+                             WHERE id = $1 AND state = 'pending'",
+                        )
+                        .bind(item.id)
+                        .execute(&self.pool)
+                        .await?;
+                        continue;
+                    }
+                }
+            }
+            items.push(item);
+        }
         items.sort_by_key(|i| i.id);
         Ok(items)
     }
