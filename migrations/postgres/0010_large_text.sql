@@ -4,8 +4,8 @@
 UPDATE archive_outbox SET body = '' WHERE state <> 'pending';
 
 -- Large JSON text is compressed with lz4 rather than PostgreSQL's default pglz. A baseline
--- document of a 1 000-segment chain is about 0.9 MB of pretty JSON, and an upload that opens a
--- draft writes four of them (the draft, the draft it supersedes, both archive items): pglz took
+-- document of a 1 000-segment chain is about 0.9 MB of pretty JSON, and an upload that opened a
+-- draft wrote four of them (the draft, the draft it supersedes, both archive items): pglz took
 -- about 7 ms a document to compress, lz4 about half of that. Rows written before keep pglz
 -- (PostgreSQL reads both). A server built without lz4 keeps pglz and says so in a notice.
 DO $$
