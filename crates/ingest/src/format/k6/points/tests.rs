@@ -27,6 +27,19 @@ fn values(ndjson: &[u8]) -> BTreeMap<String, Vec<u64>> {
     out
 }
 
+/// `l`'s p99 and p999 are the exact nearest-rank ones of `sorted` (its values, µs) within
+/// HDR's 0.1 %.
+fn assert_nearest_rank(l: &LabelStats, sorted: &[u64]) {
+    for (q, got) in [(0.99, l.p99_us), (0.999, l.p999_us)] {
+        let exact = sorted[((q * sorted.len() as f64).ceil() as usize).max(1) - 1];
+        assert!(
+            got.abs_diff(exact) as f64 <= exact as f64 * 0.001,
+            "{}: {q}: {got} / {exact}",
+            l.label
+        );
+    }
+}
+
 /// The same run read from its NDJSON and its CSV: the same labels, samples and failures as
 /// k6 printed, and each percentile the exact nearest-rank one within HDR's 0.1 %.
 #[test]
@@ -53,14 +66,7 @@ fn json_and_csv_of_one_run_agree_with_the_exact_percentiles() {
             printed.trim_end().ends_with(&format!("count={}", v.len())),
             "{printed}"
         );
-        for (q, got) in [(0.99, l.p99_us), (0.999, l.p999_us)] {
-            let exact = v[((q * v.len() as f64).ceil() as usize).max(1) - 1];
-            assert!(
-                got.abs_diff(exact) as f64 <= exact as f64 * 0.001,
-                "{}: {q}: {got} / {exact}",
-                l.label
-            );
-        }
+        assert_nearest_rank(l, &v);
         assert_eq!(l.failures, Some(0), "{}", l.label);
     }
     assert_eq!(
@@ -110,14 +116,7 @@ fn the_gzipped_run_gives_the_figures_the_fixture_readme_shows() {
     for l in &json.labels {
         let v = values.get_mut(&l.label).unwrap();
         v.sort_unstable();
-        for (q, got) in [(0.99, l.p99_us), (0.999, l.p999_us)] {
-            let exact = v[((q * v.len() as f64).ceil() as usize).max(1) - 1];
-            assert!(
-                got.abs_diff(exact) as f64 <= exact as f64 * 0.001,
-                "{}: {q}: {got} / {exact}",
-                l.label
-            );
-        }
+        assert_nearest_rank(l, v);
         // k6 counted the same requests: "{ name:inventory }...: ... count=110".
         assert!(
             POINTS_TEXT
