@@ -19,10 +19,12 @@
 //! - [`capacity`]: every parent's need against its time, and how each budget is made;
 //! - [`diff`]: comparing two baselines segment by segment;
 //! - [`feedback`]: production figures from agents' reports (SPEC §8) and the alert rules;
+//! - [`canary`]: which agents a canary rollout selects and when it is promoted or aborted (SPEC §9);
 //! - [`conformance`]: the vectors every client library runs (SPEC §10), computed by the above.
 #![forbid(unsafe_code)]
 
 pub mod baseline;
+pub mod canary;
 pub mod capacity;
 pub mod checks;
 pub mod conformance;
