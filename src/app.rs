@@ -168,6 +168,7 @@ impl App {
                 .rollups
                 .spawn_flusher(Duration::from_millis(200)),
             feedback::alerts::spawn(state.clone()),
+            crate::service::rollouts::spawn(state.clone()),
             feedback::webhooks::Deliverer::new(state.store.clone(), &state.settings.feedback)
                 .spawn(Duration::from_millis(500)),
         ];
@@ -435,9 +436,15 @@ async fn load_demo(state: &AppState) -> anyhow::Result<bool> {
     let id = outcome
         .baseline_id
         .context("demo: the first run created no draft")?;
-    service::approve(state, &approver, &id, Some("demo: SPEC example A".into()))
-        .await
-        .map_err(err)?;
+    service::approve(
+        state,
+        &approver,
+        &id,
+        Some("demo: SPEC example A".into()),
+        None,
+    )
+    .await
+    .map_err(err)?;
     Ok(true)
 }
 

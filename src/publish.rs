@@ -15,7 +15,9 @@ use std::time::Duration;
 use budget_core::live::LiveChain;
 use tokio::sync::{watch, Mutex};
 
-use crate::store::{Store, StoreResult};
+use budget_core::canary::Selector;
+
+use crate::store::{Publication, Store, StoreResult, StoredBaseline};
 
 /// One chain's published config: core form, and its `budget.v1.ChainBudget` encoded once.
 #[derive(Debug)]
@@ -29,6 +31,25 @@ pub struct ChainEntry {
     services: BTreeSet<String>,
     /// When it was published (its `published_at`), for the delivery latency metric.
     pub published: std::time::SystemTime,
+    /// A canary baking on the chain (SPEC §9): the agents its selector picks get its entry
+    /// instead of this one.
+    canary: Option<(Selector, Arc<ChainEntry>)>,
+}
+
+/// What a Watch stream's agent is, for canary selection: its place in 0..100 and its labels.
+#[derive(Debug, Clone, Default)]
+pub struct Member {
+    pub bucket: u8,
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Member {
+    pub fn new(agent_id: &str, labels: BTreeMap<String, String>) -> Self {
+        Self {
+            bucket: budget_core::canary::bucket(agent_id),
+            labels,
+        }
+    }
 }
 
 impl ChainEntry {
@@ -39,6 +60,37 @@ impl ChainEntry {
     /// Whether `service` calls or serves any segment of this chain.
     pub fn involves(&self, service: &str) -> bool {
         self.services.contains(service)
+    }
+
+    /// The entry the agent `member` receives: the canary's, if it selects the agent.
+    pub fn for_agent<'a>(self: &'a Arc<Self>, member: &Member) -> &'a Arc<Self> {
+        match &self.canary {
+            Some((selector, canary)) if selector.selects_bucket(member.bucket, &member.labels) => {
+                canary
+            }
+            _ => self,
+        }
+    }
+
+    /// The canary baking on the chain, if any: its selector and entry.
+    pub fn canary(&self) -> Option<(&Selector, &Arc<Self>)> {
+        self.canary.as_ref().map(|(s, e)| (s, e))
+    }
+
+    /// The newest revision any agent of the chain receives.
+    pub fn newest_revision(&self) -> i64 {
+        self.canary
+            .as_ref()
+            .map_or(self.revision(), |(_, c)| c.revision().max(self.revision()))
+    }
+
+    /// Whether some agent of the chain receives `revision` now.
+    pub fn serves(&self, revision: i64) -> bool {
+        self.revision() == revision
+            || self
+                .canary
+                .as_ref()
+                .is_some_and(|(_, c)| c.revision() == revision)
     }
 
     pub fn new(live: LiveChain, published: std::time::SystemTime) -> Self {
@@ -58,6 +110,7 @@ impl ChainEntry {
             frame,
             services,
             published,
+            canary: None,
         }
     }
 }
@@ -99,23 +152,25 @@ impl Hub {
     pub async fn refresh(&self) -> StoreResult<usize> {
         let _one_at_a_time = self.refresh.lock().await;
         let current = self.current();
-        let after = current.values().map(|e| e.revision()).max().unwrap_or(0);
+        let after = current
+            .values()
+            .map(|e| e.newest_revision())
+            .max()
+            .unwrap_or(0);
         let newer = self.store.latest_publications(after).await?;
         if newer.is_empty() {
             return Ok(0);
         }
         let mut next = (*current).clone();
         for (publication, baseline) in &newer {
-            let live = LiveChain::from_baseline(
-                &baseline.doc,
-                publication.revision,
-                &publication.created_at,
-            );
-            let published = crate::observe::parse_time(&publication.created_at);
-            next.insert(
-                publication.chain.clone(),
-                Arc::new(ChainEntry::new(live, published)),
-            );
+            let entry = entry_of(publication, baseline);
+            let entry = if publication.kind == "canary" {
+                self.with_stable(entry, &publication.chain, &baseline.doc.id)
+                    .await?
+            } else {
+                entry
+            };
+            next.insert(publication.chain.clone(), Arc::new(entry));
         }
         tracing::info!(
             chains = newer.len(),
@@ -124,6 +179,25 @@ impl Hub {
         );
         self.tx.send_replace(Arc::new(next));
         Ok(newer.len())
+    }
+
+    /// A canary's `entry` as the overlay of the chain's stable publication, which every agent
+    /// its rollout does not select keeps.
+    async fn with_stable(
+        &self,
+        entry: ChainEntry,
+        chain: &str,
+        baseline_id: &str,
+    ) -> StoreResult<ChainEntry> {
+        let rollout = self.store.get_rollout(baseline_id).await?;
+        let stable = self.store.stable_publication(chain).await?;
+        let (Some(rollout), Some((publication, baseline))) = (rollout, stable) else {
+            tracing::warn!(%chain, %baseline_id, "a canary publication without its rollout or a stable publication: served to every agent");
+            return Ok(entry);
+        };
+        let mut stable = entry_of(&publication, &baseline);
+        stable.canary = Some((rollout.selector, Arc::new(entry)));
+        Ok(stable)
     }
 
     /// Refreshes every `every`, whatever notifications said.
@@ -161,6 +235,13 @@ impl Hub {
             }
         })
     }
+}
+
+fn entry_of(publication: &Publication, baseline: &StoredBaseline) -> ChainEntry {
+    let live =
+        LiveChain::from_baseline(&baseline.doc, publication.revision, &publication.created_at);
+    let published = crate::observe::parse_time(&publication.created_at);
+    ChainEntry::new(live, published)
 }
 
 /// Follows the store's notifications until the connection fails; `false` when the store

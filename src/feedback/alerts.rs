@@ -118,7 +118,7 @@ async fn evaluate_nacks(state: &AppState) -> StoreResult<()> {
     for n in &nacking {
         let mut matched = false;
         for c in &n.chains {
-            if hub.get(c).is_some_and(|e| e.revision() == n.revision) {
+            if hub.get(c).is_some_and(|e| e.serves(n.revision)) {
                 by_chain.entry(c.clone()).or_default().push(n);
                 matched = true;
             }

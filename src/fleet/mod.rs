@@ -332,6 +332,13 @@ impl Fleet {
         AckOutcome::Recorded
     }
 
+    /// The labels `agent_id` declared, if it has a slot here.
+    pub fn labels_of(&self, agent_id: &str) -> Option<BTreeMap<String, String>> {
+        let slot = lock(&self.agents).get(agent_id).cloned()?;
+        let labels = lock(&slot.status).labels.clone();
+        Some(labels)
+    }
+
     /// The identity of the token `agent_id` is bound to, if the agent has a slot here.
     pub fn token_of(&self, agent_id: &str) -> Option<String> {
         lock(&self.agents)

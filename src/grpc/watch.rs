@@ -32,7 +32,7 @@ use tokio::sync::mpsc;
 use super::Control;
 use crate::auth::Via;
 use crate::fleet::{Fleet, Slot, StreamPermit};
-use crate::publish::{ChainEntry, HubState};
+use crate::publish::{ChainEntry, HubState, Member};
 use crate::service::agents::{self, Selection};
 
 /// Largest Watch request read (a request names at most 256 chains and 32 labels).
@@ -45,6 +45,7 @@ pub struct Opened {
     known: i64,
     slot: Arc<Slot>,
     permit: StreamPermit,
+    member: Member,
 }
 
 /// Reads, authenticates and validates a Watch request; on success hands it to the
@@ -63,6 +64,7 @@ pub async fn open(
                 known: watch.known_revision,
                 slot: watch.slot,
                 permit: watch.permit,
+                member: watch.member,
             });
         }
         Err(status) => {
@@ -135,6 +137,8 @@ struct Stream {
     slot: Arc<Slot>,
     fleet: Fleet,
     _permit: StreamPermit,
+    /// Which canaries select the agent.
+    member: Member,
 }
 
 impl Drop for Stream {
@@ -160,7 +164,9 @@ impl Stream {
         let mut chains = Vec::new();
         let mut new_chains = Vec::new();
         let mut published = Vec::new();
+        let member = &self.member;
         let mut consider = |entry: &'s Arc<ChainEntry>| {
+            let entry = entry.for_agent(member);
             let rev = entry.revision();
             revision = revision.max(rev);
             let name = &entry.live.chain;
@@ -310,6 +316,7 @@ impl Watches {
             known,
             slot,
             permit,
+            member,
         } = opened;
         let mut head = Response::new(());
         head.headers_mut().insert(
@@ -335,6 +342,7 @@ impl Watches {
             slot,
             fleet: self.fleet.clone(),
             _permit: permit,
+            member,
         };
         let stream = self.streams.insert(stream);
         if !(self.streams[stream].deliver(state) && self.streams[stream].woken(state)) {

@@ -10,6 +10,7 @@ use super::check_chain_name;
 use crate::auth::{Principal, Role};
 use crate::error::{ApiError, ApiResult, Code};
 use crate::fleet::{AckOutcome, ConnectError, Slot, StreamPermit};
+use crate::publish::Member;
 use crate::state::AppState;
 use crate::store::{AgentCursor, AgentStatus};
 
@@ -37,7 +38,7 @@ pub async fn list(
 }
 
 /// The agents seen within the retention period that `keep` selects, read page by page.
-async fn agents_where(
+pub(super) async fn agents_where(
     state: &AppState,
     keep: impl Fn(&AgentStatus) -> bool,
 ) -> ApiResult<Vec<AgentStatus>> {
@@ -90,6 +91,7 @@ pub async fn rollout(state: &AppState, id: &str) -> ApiResult<Rollout> {
         connected,
         acked,
         nacked,
+        canary: super::rollouts::status(state, id).await?,
     })
 }
 
@@ -189,6 +191,8 @@ pub struct Watch {
     pub known_revision: i64,
     pub slot: Arc<Slot>,
     pub permit: StreamPermit,
+    /// What canary selection looks at (SPEC §9).
+    pub member: Member,
 }
 
 /// Opens a Watch stream for `principal` (an agent token): validates the request, takes one of
@@ -229,6 +233,7 @@ pub async fn watch(state: &AppState, principal: &Principal, req: WatchRequest) -
         ));
     };
     let labels: BTreeMap<String, String> = req.labels.into_iter().collect();
+    let member = Member::new(&req.agent_id, labels.clone());
     let slot = match state
         .fleet
         .connected(
@@ -255,6 +260,7 @@ pub async fn watch(state: &AppState, principal: &Principal, req: WatchRequest) -
         known_revision: req.known_revision,
         slot,
         permit,
+        member,
     })
 }
 

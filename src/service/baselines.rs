@@ -5,6 +5,7 @@
 
 use budget_api::baselines::{ApprovalBlocker, ApprovalCheck, BaselineSummary};
 use budget_core::baseline::BaselineState;
+use budget_core::canary::Rollout;
 use budget_core::capacity;
 use budget_core::diff::BaselineDiff;
 use budget_core::intake::{self, DraftOf};
@@ -195,13 +196,15 @@ pub async fn approval(
     })
 }
 
-/// Approves a draft and publishes it: no error finding, four eyes by owner (SPEC §7).
+/// Approves a draft and publishes it: no error finding, four eyes by owner (SPEC §7); with a
+/// `rollout`, to the canary's agents first (SPEC §9).
 #[tracing::instrument(skip_all, fields(baseline = ?id))]
 pub async fn approve(
     state: &AppState,
     principal: &Principal,
     id: &str,
     comment: Option<String>,
+    rollout: Option<&Rollout>,
 ) -> ApiResult<(StoredBaseline, Option<Published>)> {
     let stored = state.store.get_baseline(id).await?;
     let uploader = Uploader {
@@ -212,6 +215,11 @@ pub async fn approve(
         require_distinct_approver: state.settings.approval.require_distinct_approver,
     };
     lifecycle::approve(&stored.doc, uploader, &principal.owner, policy)?;
+    if let Some(rollout) = rollout {
+        let (approved, published) =
+            super::rollouts::approve(state, principal, &stored, comment, rollout).await?;
+        return Ok((approved, Some(published)));
+    }
     let audit = audit(
         principal,
         "baseline.approve",

@@ -1,6 +1,6 @@
 //! Chains: names, topologies and the live budgets.
 
-use budget_api::chains::{ChainSummary, TopologyVersion};
+use budget_api::chains::{ChainSummary, LiveBudgets, LiveCanary, TopologyVersion};
 use budget_core::live::LiveChain;
 use budget_core::Topology;
 use serde_json::{json, Value};
@@ -133,7 +133,7 @@ pub async fn put_topology(
 
 /// The live config of a chain: its latest publication.
 #[tracing::instrument(skip_all, fields(chain = ?chain))]
-pub async fn budgets(state: &AppState, chain: &str) -> ApiResult<LiveChain> {
+pub async fn budgets(state: &AppState, chain: &str) -> ApiResult<LiveBudgets> {
     check_chain_name(chain)?;
     let Some(publication) = state.store.latest_publication(chain).await? else {
         known(state, chain).await?;
@@ -142,11 +142,30 @@ pub async fn budgets(state: &AppState, chain: &str) -> ApiResult<LiveChain> {
         )));
     };
     let baseline = state.store.get_baseline(&publication.baseline_id).await?;
-    Ok(LiveChain::from_baseline(
-        &baseline.doc,
-        publication.revision,
-        &publication.created_at,
-    ))
+    let latest =
+        LiveChain::from_baseline(&baseline.doc, publication.revision, &publication.created_at);
+    if publication.kind != "canary" {
+        return Ok(LiveBudgets {
+            live: latest,
+            canary: None,
+        });
+    }
+    let rollout = state.store.get_rollout(&publication.baseline_id).await?;
+    let stable = state.store.stable_publication(chain).await?;
+    let (Some(rollout), Some((p, b))) = (rollout, stable) else {
+        return Ok(LiveBudgets {
+            live: latest,
+            canary: None,
+        });
+    };
+    Ok(LiveBudgets {
+        live: LiveChain::from_baseline(&b.doc, p.revision, &p.created_at),
+        canary: Some(LiveCanary {
+            selector: rollout.selector,
+            bake_ends_at: rollout.bake_ends_at,
+            budgets: latest,
+        }),
+    })
 }
 
 #[cfg(test)]

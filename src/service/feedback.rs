@@ -198,6 +198,9 @@ pub async fn report(
     if let Some(reason) = first_refusal {
         tracing::info!(agent = %agent_id, refused = total - n, %reason, "report windows skipped");
     }
+    super::rollouts::record_reports(state, &hub, agent_id, &accepted)
+        .await
+        .map_err(|e| ApiError::new(Code::Unavailable, format!("report not stored: {e}")))?;
     state
         .reports
         .rollups

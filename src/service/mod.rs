@@ -5,7 +5,8 @@
 //! result; they never name the store (a test checks it).
 //!
 //! One file per resource: [`chains`] (topologies, live budgets), [`runs`], [`baselines`]
-//! (recompute, decisions, rollback, diff), [`releases`], [`tokens`], [`agents`] (fleet,
+//! (recompute, decisions, rollback, diff), [`rollouts`] (canary approval, promote, abort and
+//! their evaluator), [`releases`], [`tokens`], [`agents`] (fleet,
 //! Watch and Ack), [`archive`], [`audit`], [`admin`] (readiness, gauges, export and import)
 //! and [`idempotency`] (the store's side of `Idempotency-Key`).
 
@@ -18,6 +19,7 @@ pub mod chains;
 pub mod feedback;
 pub mod idempotency;
 pub mod releases;
+pub mod rollouts;
 pub mod runs;
 pub mod tokens;
 

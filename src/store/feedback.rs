@@ -91,12 +91,14 @@ impl WebhookEvent {
     }
 
     /// The event of an audited decision (`baseline.approved`, `baseline.rejected`,
-    /// `baseline.rolled_back`), queued in the decision's transaction; `None` for other actions.
+    /// `baseline.rolled_back`, `rollout.promoted`, `rollout.aborted`), queued in the decision's transaction; `None` for other actions.
     pub fn of_audit(a: &super::Audit) -> Option<Self> {
         let (name, verb) = match a.action {
             "baseline.approve" => ("baseline.approved", "approved"),
             "baseline.reject" => ("baseline.rejected", "rejected"),
             "chain.rollback" => ("baseline.rolled_back", "rolled back to"),
+            "rollout.promote" => ("rollout.promoted", "promoted the canary of"),
+            "rollout.abort" => ("rollout.aborted", "aborted the canary of"),
             _ => return None,
         };
         let id = a.subject.as_deref().unwrap_or("");

@@ -28,6 +28,7 @@ mod releases;
 mod runs;
 
 pub mod postgres;
+pub mod rollouts;
 pub mod sql;
 pub mod sqlite;
 
@@ -48,6 +49,7 @@ pub use self::idempotency::{with_idempotency, IdemClaim, IdemLookup, IdemRespons
 pub use self::outbox::{archive_key, Outbox, OutboxItem, DEFAULT_ARCHIVE_PREFIX};
 pub use self::publications::{Publication, PublicationListener, Publications};
 pub use self::releases::Releases;
+pub use self::rollouts::{CanaryEnd, Rollouts, StoredRollout};
 pub use self::runs::{NewRun, Runs, StoredRun};
 
 /// Why a store operation failed.
@@ -107,6 +109,7 @@ sum_of! {
         + Runs
         + Baselines
         + Publications
+        + Rollouts
         + Outbox
         + Releases
         + Fleet

@@ -38,9 +38,21 @@ async fn acked(app: &TestApp, token: &str, agent_id: &str) -> (i64, Option<i64>,
     )
 }
 
-/// Example B computed and written straight into the store, bypassing the service's checks,
-/// then "approved" there: a forged publication the agent must refuse.
-async fn publish_inverted(app: &TestApp, run_id: &str) -> i64 {
+/// The actor of forged writes.
+pub fn forger_audit() -> Audit {
+    Audit {
+        actor: "forger".into(),
+        action: "test",
+        chain: Some("checkout".into()),
+        subject: None,
+        detail: json!({}),
+        at: budgetd::service::now(),
+    }
+}
+
+/// Example B computed and written straight into the store as a draft, bypassing the
+/// service's checks (its inversions are errors the API would refuse); its id.
+pub async fn insert_inverted(app: &TestApp, run_id: &str) -> String {
     let store = store::connect(&app.db_url).await.unwrap();
     let t: Topology = serde_json::from_str(CHECKOUT_TOPOLOGY_B).unwrap();
     let run = serde_json::from_str::<RunUpload>(CHECKOUT_RUN_A)
@@ -67,17 +79,21 @@ async fn publish_inverted(app: &TestApp, run_id: &str) -> i64 {
         decision: None,
         superseded_by: None,
     };
-    let audit = || Audit {
-        actor: "forger".into(),
-        action: "test",
-        chain: Some("checkout".into()),
-        subject: None,
-        detail: json!({}),
-        at: budgetd::service::now(),
-    };
-    let b = store.insert_baseline(doc, audit()).await.unwrap();
     store
-        .decide(&b.doc.id, Verdict::Approve, None, audit())
+        .insert_baseline(doc, forger_audit())
+        .await
+        .unwrap()
+        .doc
+        .id
+}
+
+/// [`insert_inverted`], then "approved" in the store: a forged publication the agent must
+/// refuse.
+async fn publish_inverted(app: &TestApp, run_id: &str) -> i64 {
+    let id = insert_inverted(app, run_id).await;
+    let store = store::connect(&app.db_url).await.unwrap();
+    store
+        .decide(&id, Verdict::Approve, None, forger_audit())
         .await
         .unwrap()
         .1

@@ -44,7 +44,8 @@ fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-fn hdr(values_us: &[u64]) -> Vec<u8> {
+/// Latencies (µs) as an HdrHistogram V2 compressed, as agents send them.
+pub fn hdr(values_us: &[u64]) -> Vec<u8> {
     let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).unwrap();
     for v in values_us {
         h.record(*v).unwrap();

@@ -7,6 +7,7 @@ mod agent;
 mod aliases;
 mod auth;
 mod bad_input;
+mod canary;
 mod crash;
 mod ctl_errors;
 mod deploy;

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 /// Every `(method, path)` the router serves, read from `src/http/mod.rs` and
 /// `src/http/api/*.rs` (the `/api/v1` routes are nested there). Update with the router.
-const ROUTES: [(&str, &str); 40] = [
+const ROUTES: [(&str, &str); 42] = [
     // src/http/mod.rs
     ("get", "/healthz"),
     ("get", "/readyz"),
@@ -33,6 +33,8 @@ const ROUTES: [(&str, &str); 40] = [
     ("get", "/api/v1/baselines/{id}/approval"),
     ("post", "/api/v1/baselines/{id}/approve"),
     ("post", "/api/v1/baselines/{id}/reject"),
+    ("post", "/api/v1/baselines/{id}/promote"),
+    ("post", "/api/v1/baselines/{id}/abort"),
     // src/http/api/audit.rs
     ("get", "/api/v1/audit"),
     // src/http/api/tokens.rs
@@ -296,6 +298,31 @@ fn openapi_schemas_match_the_typed_api() {
     .unwrap();
     let topology = include_str!("../../schemas/examples/checkout-topology.json");
     let live = budget_core::example::checkout_live(topology, 3).unwrap();
+    let canary = baselines::Canary {
+        state: budget_core::canary::CanaryState::Baking,
+        selector: budget_core::canary::Selector::Percent(10),
+        bake_s: 60,
+        auto: true,
+        revision: 2,
+        previous_baseline_id: "bl-20261130-001".into(),
+        started_at: String::new(),
+        started_by: "abe".into(),
+        bake_ends_at: String::new(),
+        members: vec!["a1".into()],
+        acked: 1,
+        nacked: 0,
+        health: vec![baselines::CanaryHealth {
+            segment: "order->inventory".into(),
+            calls: 1,
+            attempts: 1,
+            amplification: Some(1.0),
+            kill_rate: Some(0.0),
+        }],
+        reason: None,
+        ended_at: None,
+        ended_by: None,
+        end_revision: None,
+    };
     let mapping = runs::LabelMapping {
         mapped: [("POST /pay".to_owned(), "order->payment".to_owned())].into(),
         unmapped: vec!["GET /health".into()],
@@ -501,6 +528,28 @@ fn openapi_schemas_match_the_typed_api() {
                 connected: 0,
                 acked: 0,
                 nacked: 0,
+                canary: Some(canary.clone()),
+            }),
+        ),
+        (c("Canary"), field_names(&canary)),
+        (c("CanaryHealth"), field_names(&canary.health[0])),
+        (
+            c("ApproveRequest"),
+            field_names(&baselines::ApproveRequest {
+                comment: some("ok"),
+                rollout: Some(budget_core::canary::Rollout {
+                    canary: budget_core::canary::Selector::Percent(10),
+                    bake_s: 60,
+                    auto: true,
+                }),
+            }),
+        ),
+        (
+            c("RolloutRequest"),
+            field_names(&budget_core::canary::Rollout {
+                canary: budget_core::canary::Selector::Percent(10),
+                bake_s: 60,
+                auto: true,
             }),
         ),
         (
@@ -535,6 +584,25 @@ fn openapi_schemas_match_the_typed_api() {
             }),
         ),
         (c("LiveChain"), field_names(&live)),
+        (
+            c("LiveBudgets"),
+            field_names(&chains::LiveBudgets {
+                live: live.clone(),
+                canary: Some(chains::LiveCanary {
+                    selector: canary.selector.clone(),
+                    bake_ends_at: String::new(),
+                    budgets: live.clone(),
+                }),
+            }),
+        ),
+        (
+            c("LiveCanary"),
+            field_names(&chains::LiveCanary {
+                selector: canary.selector.clone(),
+                bake_ends_at: String::new(),
+                budgets: live.clone(),
+            }),
+        ),
         (
             c("RollbackRequest"),
             field_names(&chains::RollbackRequest::default()),

@@ -778,3 +778,171 @@ async fn sqlite_publications_are_notified() {
 async fn postgres_publications_are_notified() {
     publications_are_notified(Backend::Postgres).await;
 }
+
+/// Canary rollouts: approved for a selector while the previous baseline stays stable, ended
+/// once whichever handle tries (the second finds it ended), and canary health summed by any
+/// handle.
+async fn rollouts_contract(backend: Backend) {
+    use budget_core::canary::{CanaryState, Rollout, Selector};
+    use budget_core::feedback::Counts;
+    use budgetd::store::CanaryEnd;
+
+    let Some((_db, a, b)) = two_stores(backend).await else {
+        return;
+    };
+    a.put_topology("checkout", &topology(), audit("uma"))
+        .await
+        .unwrap();
+    let draft_of = |store: Arc<dyn Store>, current: Option<&str>| {
+        let current = current.map(str::to_owned);
+        async move {
+            let (run, _) = store
+                .insert_run(new_run("uma"), None, current, audit("uma"))
+                .await
+                .unwrap();
+            store
+                .insert_baseline(draft(&run.id), audit("uma"))
+                .await
+                .unwrap()
+                .doc
+                .id
+        }
+    };
+    let rollout = Rollout {
+        canary: Selector::Percent(25),
+        bake_s: 60,
+        auto: true,
+    };
+    let ends = budgetd::clock::after(std::time::Duration::from_secs(60));
+    // The chain's first baseline: no stable one for the others to keep.
+    let first = draft_of(a.clone(), None).await;
+    let none = a
+        .approve_canary(&first, None, &rollout, &ends, audit("abe"))
+        .await;
+    assert!(matches!(none, Err(StoreError::Conflict(_))), "{none:?}");
+    assert_eq!(
+        a.get_baseline(&first).await.unwrap().doc.state,
+        BaselineState::Draft
+    );
+    let (_, stable) = a
+        .decide(&first, Verdict::Approve, None, audit("abe"))
+        .await
+        .unwrap();
+    let stable_rev = stable.unwrap().revision;
+
+    let second = draft_of(b.clone(), Some(&first)).await;
+    let (_, canary) = b
+        .approve_canary(&second, None, &rollout, &ends, audit("abe"))
+        .await
+        .unwrap();
+    let r = a.get_rollout(&second).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            r.state,
+            r.selector.clone(),
+            r.revision,
+            r.previous_baseline_id.as_str(),
+            r.previous_revision
+        ),
+        (
+            CanaryState::Baking,
+            Selector::Percent(25),
+            canary.revision,
+            first.as_str(),
+            stable_rev
+        )
+    );
+    assert_eq!(a.baking_rollouts().await.unwrap(), vec![r]);
+    let (p, held) = a.stable_publication("checkout").await.unwrap().unwrap();
+    assert_eq!(
+        (p.revision, held.doc.id.as_str()),
+        (stable_rev, first.as_str())
+    );
+    assert_eq!(
+        a.latest_publication("checkout")
+            .await
+            .unwrap()
+            .unwrap()
+            .kind,
+        "canary"
+    );
+    // While it bakes, no other draft is approved.
+    let third = draft_of(a.clone(), Some(&second)).await;
+    let blocked = a.decide(&third, Verdict::Approve, None, audit("abe")).await;
+    assert!(
+        matches!(blocked, Err(StoreError::Conflict(ref m)) if m.contains("canary baking")),
+        "{blocked:?}"
+    );
+
+    let counts = |calls, attempts| Counts {
+        calls,
+        attempts,
+        ..Counts::default()
+    };
+    a.add_canary_health(&second, &[("order->inventory".into(), counts(10, 12))])
+        .await
+        .unwrap();
+    b.add_canary_health(
+        &second,
+        &[
+            ("order->inventory".into(), counts(5, 9)),
+            ("order->user".into(), counts(1, 1)),
+        ],
+    )
+    .await
+    .unwrap();
+    let health = a.canary_health(&second).await.unwrap();
+    assert_eq!(health["order->inventory"], counts(15, 21));
+    assert_eq!(health["order->user"], counts(1, 1));
+
+    // Abort: the previous baseline is approved again and live for everyone; once only.
+    let (ended, published) = a
+        .end_rollout(&second, CanaryEnd::Abort, "a NACK", audit("budgetd"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (ended.state, ended.reason.as_deref(), ended.end_revision),
+        (
+            CanaryState::Aborted,
+            Some("a NACK"),
+            Some(published.revision)
+        )
+    );
+    assert_eq!(published.baseline.doc.id, first);
+    assert_eq!(
+        a.get_baseline(&first).await.unwrap().doc.state,
+        BaselineState::Approved
+    );
+    let canary_doc = a.get_baseline(&second).await.unwrap().doc;
+    assert_eq!(
+        (canary_doc.state, canary_doc.superseded_by.as_deref()),
+        (BaselineState::Superseded, Some(first.as_str()))
+    );
+    let again = b
+        .end_rollout(&second, CanaryEnd::Promote, "late", audit("budgetd"))
+        .await;
+    assert!(
+        matches!(again, Err(StoreError::Conflict(ref m)) if m.contains("aborted already: a NACK")),
+        "{again:?}"
+    );
+    assert!(a.baking_rollouts().await.unwrap().is_empty());
+    let (p, _) = a.stable_publication("checkout").await.unwrap().unwrap();
+    assert_eq!((p.revision, p.kind.as_str()), (published.revision, "abort"));
+    let missing = a
+        .end_rollout(&first, CanaryEnd::Promote, "x", audit("abe"))
+        .await;
+    assert!(
+        matches!(missing, Err(StoreError::NotFound(_))),
+        "{missing:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_rollouts_contract() {
+    rollouts_contract(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_rollouts_contract() {
+    rollouts_contract(Backend::Postgres).await;
+}

@@ -77,6 +77,19 @@ pub struct Comment {
     pub comment: Option<String>,
 }
 
+/// The body of approve (OpenAPI `ApproveRequest`): a comment and, optionally, a canary
+/// rollout (SPEC §9); without one the baseline goes to every agent at once.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApproveRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<budget_core::canary::Rollout>,
+}
+
+/// The body of promote and abort (OpenAPI `Comment`): why, optionally.
+pub type CanaryDecision = Comment;
+
 /// `POST /baselines/{id}/approve` (OpenAPI `ApproveResult`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApproveResult {
@@ -134,7 +147,7 @@ pub struct DiffQuery {
 
 /// `GET /baselines/{id}/rollout` (OpenAPI `Rollout`): how many agents receiving the chain
 /// have ACKed (or NACKed) the baseline's publication.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rollout {
     pub baseline_id: String,
     pub chain: String,
@@ -157,6 +170,57 @@ pub struct Rollout {
     /// Of those, how many ACKed (or NACKed) the publication or a later revision.
     pub acked: u64,
     pub nacked: u64,
+    /// The baseline's canary rollout (SPEC §9); `null` when it went to every agent at once.
+    #[serde(default)]
+    pub canary: Option<Canary>,
+}
+
+/// A canary rollout (OpenAPI `Canary`): who is in, what they did, and what decides.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Canary {
+    pub state: budget_core::canary::CanaryState,
+    /// Which agents are in: `{"percent": N}` or `{"labels": {…}}`.
+    pub selector: budget_core::canary::Selector,
+    pub bake_s: u64,
+    pub auto: bool,
+    /// The revision canary agents received.
+    pub revision: i64,
+    /// The baseline every other agent keeps during the bake (and canary agents get back on
+    /// abort).
+    pub previous_baseline_id: String,
+    pub started_at: String,
+    pub started_by: String,
+    pub bake_ends_at: String,
+    /// The agent ids selected (connected or not), and how many of them ACKed or NACKed the
+    /// canary revision.
+    pub members: Vec<String>,
+    pub acked: u64,
+    pub nacked: u64,
+    /// The canary agents' counts since the bake began, per segment: what decides.
+    pub health: Vec<CanaryHealth>,
+    /// Why it was promoted or aborted (`null` while baking), by whom, when, and the revision
+    /// that ended it.
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub ended_at: Option<String>,
+    #[serde(default)]
+    pub ended_by: Option<String>,
+    #[serde(default)]
+    pub end_revision: Option<i64>,
+}
+
+/// One segment's figures on canary agents (OpenAPI `CanaryHealth`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CanaryHealth {
+    pub segment: String,
+    pub calls: u64,
+    pub attempts: u64,
+    /// attempts / calls (`null` without calls) and deadline-exceeded attempts / attempts.
+    #[serde(default)]
+    pub amplification: Option<f64>,
+    #[serde(default)]
+    pub kill_rate: Option<f64>,
 }
 
 /// `GET /baselines/{id}/tree` (OpenAPI `BaselineTree`): the call tree of a baseline in

@@ -63,3 +63,23 @@ pub struct RollbackResult {
     pub revision: i64,
     pub superseded: Option<String>,
 }
+
+/// `GET /chains/{chain}/budgets` (OpenAPI `LiveBudgets`): the live config every agent receives
+/// and, while a canary bakes (SPEC §9), the config its agents receive instead.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LiveBudgets {
+    #[serde(flatten)]
+    pub live: LiveChain,
+    /// `null` unless a canary is baking on the chain.
+    #[serde(default)]
+    pub canary: Option<LiveCanary>,
+}
+
+/// The config a baking canary's agents receive (OpenAPI `LiveCanary`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LiveCanary {
+    /// Which agents: `{"percent": N}` or `{"labels": {…}}`.
+    pub selector: budget_core::canary::Selector,
+    pub bake_ends_at: String,
+    pub budgets: LiveChain,
+}

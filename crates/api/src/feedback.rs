@@ -85,13 +85,15 @@ pub struct AlertList {
 
 /// What a webhook may subscribe to (`WebhookRequest.events`): `*` (every event), then each
 /// event name.
-pub const WEBHOOK_EVENTS: [&str; 7] = [
+pub const WEBHOOK_EVENTS: [&str; 9] = [
     "*",
     "alert.firing",
     "alert.resolved",
     "baseline.approved",
     "baseline.rejected",
     "baseline.rolled_back",
+    "rollout.promoted",
+    "rollout.aborted",
     "agent.nack",
 ];
 
@@ -104,7 +106,8 @@ pub struct WebhookRequest {
     /// Key of the `X-Budgetd-Signature: sha256=<hex HMAC-SHA256 of the body>` header.
     pub secret: String,
     /// Of [`WEBHOOK_EVENTS`]: event names (`alert.firing`, `alert.resolved`,
-    /// `baseline.approved`, `baseline.rejected`, `baseline.rolled_back`, `agent.nack`) or `*`;
+    /// `baseline.approved`, `baseline.rejected`, `baseline.rolled_back`, `rollout.promoted`,
+    /// `rollout.aborted`, `agent.nack`) or `*`;
     /// default `*`.
     #[serde(default)]
     pub events: Vec<String>,

@@ -8,8 +8,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use budget_api::baselines::{
-    ApprovalCheck, ApproveResult, BaselineDiff, BaselineList, BaselineListQuery, BaselineTree,
-    Comment, DiffQuery, RecomputeRequest, RejectResult,
+    ApprovalCheck, ApproveRequest, ApproveResult, BaselineDiff, BaselineList, BaselineListQuery,
+    BaselineTree, Canary, Comment, DiffQuery, RecomputeRequest, RejectResult,
 };
 use budget_core::baseline::{BaselineDocument, BaselineState};
 
@@ -31,6 +31,8 @@ pub fn router() -> Router<AppState> {
         .route("/baselines/{id}/approval", get(approval))
         .route("/baselines/{id}/approve", post(approve))
         .route("/baselines/{id}/reject", post(reject))
+        .route("/baselines/{id}/promote", post(promote))
+        .route("/baselines/{id}/abort", post(abort))
 }
 
 /// The baseline document exactly as stored (and archived).
@@ -164,6 +166,25 @@ impl RequestBody for Comment {
     }
 }
 
+/// Approve's body may be empty; a bad `rollout` is named with the shape it must have.
+impl RequestBody for ApproveRequest {
+    fn empty() -> Option<Self> {
+        Some(Self::default())
+    }
+
+    fn invalid(field: &str) -> ApiError {
+        if field == "rollout" {
+            violation(
+                "/rollout",
+                "rollout must be {\"canary\": {\"percent\": 1-99} or {\"canary\": {\"labels\": {\"key\": \"value\"}}}, \"bake_s\": seconds, \"auto\": true|false}",
+                "expected a canary rollout",
+            )
+        } else {
+            not_text(field)
+        }
+    }
+}
+
 /// Whether the caller may approve the baseline now, and every reason they may not.
 async fn approval(
     State(state): State<AppState>,
@@ -179,9 +200,16 @@ async fn approve(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
-    Json(request): Json<Comment>,
+    Json(request): Json<ApproveRequest>,
 ) -> ApiResult<Json<ApproveResult>> {
-    let (stored, published) = service::approve(&state, &principal, &id, request.comment).await?;
+    let (stored, published) = service::approve(
+        &state,
+        &principal,
+        &id,
+        request.comment,
+        request.rollout.as_ref(),
+    )
+    .await?;
     Ok(Json(ApproveResult {
         baseline: parse_document(&stored)?,
         revision: published.as_ref().map(|p| p.revision),
@@ -199,4 +227,30 @@ async fn reject(
     Ok(Json(RejectResult {
         baseline: parse_document(&stored)?,
     }))
+}
+
+/// Promotes a baking canary: every agent gets its baseline.
+async fn promote(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    Json(request): Json<Comment>,
+) -> ApiResult<Json<Canary>> {
+    let end = service::rollouts::CanaryEnd::Promote;
+    Ok(Json(
+        service::rollouts::decide(&state, &principal, &id, end, request.comment).await?,
+    ))
+}
+
+/// Aborts a baking canary: its agents get the previous baseline back, as a new revision.
+async fn abort(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    Json(request): Json<Comment>,
+) -> ApiResult<Json<Canary>> {
+    let end = service::rollouts::CanaryEnd::Abort;
+    Ok(Json(
+        service::rollouts::decide(&state, &principal, &id, end, request.comment).await?,
+    ))
 }

@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
 use budget_api::chains::{
-    ChainList, LiveChain, RollbackRequest, RollbackResult, TopologyQuery, TopologyVersion,
+    ChainList, LiveBudgets, RollbackRequest, RollbackResult, TopologyQuery, TopologyVersion,
 };
 
 use super::Json;
@@ -63,7 +63,7 @@ async fn budgets(
     State(state): State<AppState>,
     _: Principal,
     Path(chain): Path<String>,
-) -> ApiResult<Json<LiveChain>> {
+) -> ApiResult<Json<LiveBudgets>> {
     Ok(Json(service::budgets(&state, &chain).await?))
 }
 

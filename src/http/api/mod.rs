@@ -44,7 +44,11 @@ pub fn roles_for(method: &Method, route: &str) -> &'static [Role] {
         (false, "/chains/{chain}/baselines" | "/releases") => UPLOADER_OR_APPROVER,
         (
             false,
-            "/baselines/{id}/approve" | "/baselines/{id}/reject" | "/chains/{chain}/rollback",
+            "/baselines/{id}/approve"
+            | "/baselines/{id}/reject"
+            | "/baselines/{id}/promote"
+            | "/baselines/{id}/abort"
+            | "/chains/{chain}/rollback",
         ) => APPROVER,
         (false, _) => ADMIN,
     }

@@ -7,10 +7,12 @@
 use async_trait::async_trait;
 use budget_api::baselines::BaselineSummary;
 use budget_core::baseline::{BaselineDocument, BaselineState, Decision};
+use budget_core::canary::{CanaryState, Rollout};
 use budget_core::lifecycle;
 use sqlx::Row;
 
 use super::outbox::{archive_budget, archive_document};
+use super::rollouts::baking_on;
 use super::rows::{baseline_from_row, baseline_summary_from_row, BASELINE_COLUMNS};
 use super::tx::{commit, lock_chain, next_counter, publish, replayed, write_audit};
 use super::{compact_date, internal, sha256_hex, SqlStore, Tx};
@@ -218,6 +220,124 @@ async fn newest_baseline(tx: &mut Tx, chain: &str) -> StoreResult<Option<String>
         .await?)
 }
 
+impl SqlStore {
+    /// Approves or rejects a draft; an approval with `canary` publishes it for the canary's
+    /// agents only (kind `canary`) and records the rollout, baking until its end time.
+    pub(super) async fn decide_with(
+        &self,
+        id: &str,
+        verdict: Verdict,
+        comment: Option<String>,
+        audit: Audit,
+        canary: Option<(&Rollout, &str)>,
+    ) -> StoreResult<(StoredBaseline, Option<Published>)> {
+        let chain: String = sqlx::query("SELECT chain FROM baselines WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("baseline {id:?}")))?
+            .try_get(0)?;
+        let mut tx = self.begin().await?;
+        lock_chain(&mut tx, &chain, &audit.at).await?;
+        if let Some(done) = replayed(&mut tx).await? {
+            return Ok(done);
+        }
+        let decision = Decision {
+            by: audit.actor.clone(),
+            at: audit.at.clone(),
+            comment: comment.clone(),
+        };
+        // Check the draft first (core's rule, inside the transaction, the chain locked) so a
+        // non-draft, a superseded draft or an older draft answers Conflict before anything moves.
+        let draft = fetch_baseline(&mut tx, id).await?;
+        let newest = newest_baseline(&mut tx, &chain).await?;
+        let to = lifecycle::decide(&draft.doc, verdict, newest.as_deref())
+            .map_err(|e| StoreError::Conflict(e.to_string()))?;
+        if verdict == Verdict::Approve {
+            if let Some(baking) = baking_on(&mut tx, &chain).await? {
+                return Err(StoreError::Conflict(format!(
+                    "chain {chain} has a canary baking (baseline {baking}): promote or abort it first"
+                )));
+            }
+        }
+        let label = match verdict {
+            Verdict::Approve => "approved",
+            Verdict::Reject => "rejected",
+        };
+        let superseded = match verdict {
+            Verdict::Approve => {
+                supersede_current(&mut tx, &self.archive_prefix, &chain, id, &audit.at).await?
+            }
+            Verdict::Reject => None,
+        };
+        let change = Change {
+            decision: Some(decision),
+            ..Change::to(to)
+        };
+        let stored = transition(
+            &mut tx,
+            &self.archive_prefix,
+            id,
+            BaselineState::Draft,
+            change,
+            &audit.at,
+        )
+        .await?;
+        sqlx::query("INSERT INTO approvals (baseline_id, decision, actor, comment, created_at) VALUES ($1, $2, $3, $4, $5)")
+            .bind(id)
+            .bind(label)
+            .bind(&audit.actor)
+            .bind(comment)
+            .bind(&audit.at)
+            .execute(&mut *tx)
+            .await?;
+        let published = match verdict {
+            Verdict::Approve => {
+                archive_budget(&mut tx, &self.archive_prefix, &stored, &audit.at).await?;
+                let kind = if canary.is_some() {
+                    "canary"
+                } else {
+                    "approve"
+                };
+                let revision = publish(&mut tx, self.backend, &chain, id, kind, &audit).await?;
+                if let Some((rollout, bake_ends_at)) = canary {
+                    let previous = superseded.as_deref().ok_or_else(|| {
+                        StoreError::Conflict(format!(
+                            "chain {chain} has no approved baseline for the agents outside a canary to keep: approve without a rollout"
+                        ))
+                    })?;
+                    super::rollouts::insert_rollout(
+                        &mut tx,
+                        &chain,
+                        id,
+                        revision,
+                        previous,
+                        rollout,
+                        bake_ends_at,
+                        &audit,
+                    )
+                    .await?;
+                }
+                Some(Published {
+                    baseline: stored.clone(),
+                    revision,
+                    superseded,
+                })
+            }
+            Verdict::Reject => None,
+        };
+        let mut audit = audit;
+        audit.chain = Some(chain);
+        audit.subject = Some(id.to_owned());
+        if let Some(p) = &published {
+            audit.detail["revision"] = p.revision.into();
+            audit.detail["superseded"] = p.superseded.clone().into();
+        }
+        write_audit(&mut tx, &audit).await?;
+        commit(tx, (stored, published)).await
+    }
+}
+
 #[async_trait]
 impl Baselines for SqlStore {
     async fn insert_baseline(
@@ -311,81 +431,7 @@ impl Baselines for SqlStore {
         comment: Option<String>,
         audit: Audit,
     ) -> StoreResult<(StoredBaseline, Option<Published>)> {
-        let chain: String = sqlx::query("SELECT chain FROM baselines WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or_else(|| StoreError::NotFound(format!("baseline {id:?}")))?
-            .try_get(0)?;
-        let mut tx = self.begin().await?;
-        lock_chain(&mut tx, &chain, &audit.at).await?;
-        if let Some(done) = replayed(&mut tx).await? {
-            return Ok(done);
-        }
-        let decision = Decision {
-            by: audit.actor.clone(),
-            at: audit.at.clone(),
-            comment: comment.clone(),
-        };
-        // Check the draft first (core's rule, inside the transaction, the chain locked) so a
-        // non-draft, a superseded draft or an older draft answers Conflict before anything moves.
-        let draft = fetch_baseline(&mut tx, id).await?;
-        let newest = newest_baseline(&mut tx, &chain).await?;
-        let to = lifecycle::decide(&draft.doc, verdict, newest.as_deref())
-            .map_err(|e| StoreError::Conflict(e.to_string()))?;
-        let label = match verdict {
-            Verdict::Approve => "approved",
-            Verdict::Reject => "rejected",
-        };
-        let superseded = match verdict {
-            Verdict::Approve => {
-                supersede_current(&mut tx, &self.archive_prefix, &chain, id, &audit.at).await?
-            }
-            Verdict::Reject => None,
-        };
-        let change = Change {
-            decision: Some(decision),
-            ..Change::to(to)
-        };
-        let stored = transition(
-            &mut tx,
-            &self.archive_prefix,
-            id,
-            BaselineState::Draft,
-            change,
-            &audit.at,
-        )
-        .await?;
-        sqlx::query("INSERT INTO approvals (baseline_id, decision, actor, comment, created_at) VALUES ($1, $2, $3, $4, $5)")
-            .bind(id)
-            .bind(label)
-            .bind(&audit.actor)
-            .bind(comment)
-            .bind(&audit.at)
-            .execute(&mut *tx)
-            .await?;
-        let published = match verdict {
-            Verdict::Approve => {
-                archive_budget(&mut tx, &self.archive_prefix, &stored, &audit.at).await?;
-                let revision =
-                    publish(&mut tx, self.backend, &chain, id, "approve", &audit).await?;
-                Some(Published {
-                    baseline: stored.clone(),
-                    revision,
-                    superseded,
-                })
-            }
-            Verdict::Reject => None,
-        };
-        let mut audit = audit;
-        audit.chain = Some(chain);
-        audit.subject = Some(id.to_owned());
-        if let Some(p) = &published {
-            audit.detail["revision"] = p.revision.into();
-            audit.detail["superseded"] = p.superseded.clone().into();
-        }
-        write_audit(&mut tx, &audit).await?;
-        commit(tx, (stored, published)).await
+        self.decide_with(id, verdict, comment, audit, None).await
     }
 
     async fn rollback(&self, chain: &str, id: &str, audit: Audit) -> StoreResult<Published> {
@@ -414,6 +460,18 @@ impl Baselines for SqlStore {
         .await?;
         archive_budget(&mut tx, &self.archive_prefix, &stored, &audit.at).await?;
         let revision = publish(&mut tx, self.backend, chain, id, "rollback", &audit).await?;
+        if let Some(baking) = baking_on(&mut tx, chain).await? {
+            let reason = format!("rolled back to {id} by {}", audit.actor);
+            super::rollouts::finish(
+                &mut tx,
+                &baking,
+                CanaryState::Aborted,
+                &reason,
+                revision,
+                &audit,
+            )
+            .await?;
+        }
         let mut audit = audit;
         audit.subject = Some(id.to_owned());
         audit.detail["revision"] = revision.into();

@@ -36,6 +36,55 @@ fn u64_of(row: &AnyRow, col: &str) -> StoreResult<u64> {
     Ok(u64::try_from(row.try_get::<i64, _>(col)?).unwrap_or(0))
 }
 
+/// The counter columns of rollups and canary health, in [`Counts`]' order.
+pub(super) const COUNT_COLUMNS: [&str; 10] = [
+    "calls",
+    "attempts",
+    "retries_deadline",
+    "retries_unavailable",
+    "ok",
+    "deadline_exceeded",
+    "unavailable",
+    "business_error",
+    "budget_exhausted",
+    "retry_refused_no_key",
+];
+
+/// [`Counts`] in [`COUNT_COLUMNS`], as a row holds them.
+pub(super) fn counts_from_row(row: &AnyRow) -> StoreResult<Counts> {
+    let [calls, attempts, retries_deadline, retries_unavailable, ok, deadline_exceeded, unavailable, business_error, budget_exhausted, retry_refused_no_key] =
+        COUNT_COLUMNS;
+    Ok(Counts {
+        calls: u64_of(row, calls)?,
+        attempts: u64_of(row, attempts)?,
+        retries_deadline: u64_of(row, retries_deadline)?,
+        retries_unavailable: u64_of(row, retries_unavailable)?,
+        ok: u64_of(row, ok)?,
+        deadline_exceeded: u64_of(row, deadline_exceeded)?,
+        unavailable: u64_of(row, unavailable)?,
+        business_error: u64_of(row, business_error)?,
+        budget_exhausted: u64_of(row, budget_exhausted)?,
+        retry_refused_no_key: u64_of(row, retry_refused_no_key)?,
+    })
+}
+
+/// [`Counts`] in [`COUNT_COLUMNS`]' order, as bound.
+pub(super) fn counts_values(c: &Counts) -> [i64; 10] {
+    [
+        c.calls,
+        c.attempts,
+        c.retries_deadline,
+        c.retries_unavailable,
+        c.ok,
+        c.deadline_exceeded,
+        c.unavailable,
+        c.business_error,
+        c.budget_exhausted,
+        c.retry_refused_no_key,
+    ]
+    .map(i64_of)
+}
+
 fn rollup_from_row(row: &AnyRow) -> StoreResult<Rollup> {
     let hdr: String = row.try_get("latency_hdr")?;
     let agents: String = row.try_get("agents")?;
@@ -44,18 +93,7 @@ fn rollup_from_row(row: &AnyRow) -> StoreResult<Rollup> {
         segment: row.try_get("segment")?,
         minute: row.try_get("minute")?,
         writer: row.try_get("writer")?,
-        counts: Counts {
-            calls: u64_of(row, "calls")?,
-            attempts: u64_of(row, "attempts")?,
-            retries_deadline: u64_of(row, "retries_deadline")?,
-            retries_unavailable: u64_of(row, "retries_unavailable")?,
-            ok: u64_of(row, "ok")?,
-            deadline_exceeded: u64_of(row, "deadline_exceeded")?,
-            unavailable: u64_of(row, "unavailable")?,
-            business_error: u64_of(row, "business_error")?,
-            budget_exhausted: u64_of(row, "budget_exhausted")?,
-            retry_refused_no_key: u64_of(row, "retry_refused_no_key")?,
-        },
+        counts: counts_from_row(row)?,
         latency_hdr: base64::engine::general_purpose::STANDARD
             .decode(hdr)
             .map_err(internal)?,

@@ -22,6 +22,7 @@ mod idempotency;
 mod outbox;
 mod publications;
 mod releases;
+mod rollouts;
 mod rows;
 mod runs;
 mod tx;

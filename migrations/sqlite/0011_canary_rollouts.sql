@@ -1,0 +1,44 @@
+-- Canary rollouts (SPEC §9): an approval may publish to a subset of agents first.
+--
+-- One row per baseline approved with a rollout. The canary publication (kind 'canary') is the
+-- chain's newest while the row is 'baking'; every other agent keeps the chain's newest
+-- publication of another kind (previous_revision). Promote and abort each publish a new
+-- revision (kinds 'promote' and 'abort') for everyone, recorded in end_revision.
+CREATE TABLE rollouts (
+    baseline_id           TEXT PRIMARY KEY,
+    chain                 TEXT NOT NULL,
+    revision              BIGINT NOT NULL,
+    previous_baseline_id  TEXT NOT NULL,
+    previous_revision     BIGINT NOT NULL,
+    -- {"percent": N} or {"labels": {...}}
+    selector              TEXT NOT NULL,
+    bake_s                BIGINT NOT NULL,
+    auto                  BIGINT NOT NULL,
+    state                 TEXT NOT NULL CHECK (state IN ('baking', 'promoted', 'aborted')),
+    started_at            TEXT NOT NULL,
+    started_by            TEXT NOT NULL,
+    bake_ends_at          TEXT NOT NULL,
+    ended_at              TEXT,
+    ended_by              TEXT,
+    reason                TEXT,
+    end_revision          BIGINT
+);
+CREATE INDEX rollouts_state ON rollouts (state);
+
+-- What canary agents reported during the bake, per segment: running totals, added to by
+-- any replica that receives a canary agent's report.
+CREATE TABLE canary_health (
+    baseline_id           TEXT NOT NULL,
+    segment               TEXT NOT NULL,
+    calls                 BIGINT NOT NULL,
+    attempts              BIGINT NOT NULL,
+    retries_deadline      BIGINT NOT NULL,
+    retries_unavailable   BIGINT NOT NULL,
+    ok                    BIGINT NOT NULL,
+    deadline_exceeded     BIGINT NOT NULL,
+    unavailable           BIGINT NOT NULL,
+    business_error        BIGINT NOT NULL,
+    budget_exhausted      BIGINT NOT NULL,
+    retry_refused_no_key  BIGINT NOT NULL,
+    PRIMARY KEY (baseline_id, segment)
+);

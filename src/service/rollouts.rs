@@ -1,0 +1,269 @@
+//! Canary rollouts (SPEC §9): approve for a few agents first, then promote to all or abort —
+//! by a person, or by the evaluator any replica runs ([`spawn`]) on what the canary agents
+//! did: their ACKs and NACKs (fleet status) and their reports' counts (kept per canary by
+//! [`record_reports`]). The state machine is `budget_core::canary`'s; the state is the
+//! store's, so it survives restarts and every replica sees the same.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use budget_api::baselines::{Canary, CanaryHealth};
+use budget_core::canary::{self, Evidence, Judgement, Rollout};
+use budget_core::feedback::Counts;
+use serde_json::json;
+
+use super::{audit, republish};
+use crate::auth::Principal;
+use crate::error::{ApiError, ApiResult};
+use crate::feedback::rollup::Window;
+use crate::publish::HubState;
+use crate::state::AppState;
+pub use crate::store::CanaryEnd;
+use crate::store::{AgentStatus, Audit, Published, StoreError, StoredBaseline, StoredRollout};
+
+/// How often the evaluator looks at baking canaries.
+pub const EVALUATE_EVERY: Duration = Duration::from_secs(1);
+
+/// The actor the evaluator's decisions are audited under.
+pub const EVALUATOR: &str = "budgetd (canary evaluator)";
+
+/// Most member ids a rollout answer lists.
+pub const MAX_MEMBERS_LISTED: usize = 10_000;
+
+/// Approves a draft for the agents `rollout` selects; the others keep the chain's approved
+/// baseline until the canary is promoted.
+pub async fn approve(
+    state: &AppState,
+    principal: &Principal,
+    stored: &StoredBaseline,
+    comment: Option<String>,
+    rollout: &Rollout,
+) -> ApiResult<(StoredBaseline, Published)> {
+    rollout
+        .check()
+        .map_err(|e| super::violation(e.pointer(), e.to_string(), e.to_string()))?;
+    let bake_ends_at = crate::clock::after(Duration::from_secs(rollout.bake_s));
+    let audit = audit(
+        principal,
+        "baseline.approve",
+        Some(&stored.doc.chain),
+        json!({"comment": comment, "token": principal.name, "owner": principal.owner,
+               "rollout": rollout, "bake_ends_at": bake_ends_at}),
+    );
+    let (approved, published) = state
+        .store
+        .approve_canary(&stored.doc.id, comment, rollout, &bake_ends_at, audit)
+        .await?;
+    republish(state).await;
+    Ok((approved, published))
+}
+
+/// A person promotes (`Promote`) or aborts a baking canary.
+pub async fn decide(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+    end: CanaryEnd,
+    comment: Option<String>,
+) -> ApiResult<Canary> {
+    let verb = match end {
+        CanaryEnd::Promote => "promoted",
+        CanaryEnd::Abort => "aborted",
+    };
+    let reason = match comment.as_deref().map(str::trim).filter(|c| !c.is_empty()) {
+        Some(c) => format!("{verb} by {}: {c}", principal.name),
+        None => format!("{verb} by {}", principal.name),
+    };
+    let action = match end {
+        CanaryEnd::Promote => "rollout.promote",
+        CanaryEnd::Abort => "rollout.abort",
+    };
+    let audit = audit(
+        principal,
+        action,
+        None,
+        json!({"comment": comment, "token": principal.name, "owner": principal.owner}),
+    );
+    end_it(state, id, end, &reason, audit).await?;
+    status(state, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("baseline {id:?} has no canary rollout")))
+}
+
+async fn end_it(
+    state: &AppState,
+    id: &str,
+    end: CanaryEnd,
+    reason: &str,
+    audit: Audit,
+) -> ApiResult<()> {
+    let (ended, published) = state.store.end_rollout(id, end, reason, audit).await?;
+    tracing::info!(baseline = %id, chain = %ended.chain, state = ended.state.as_str(), revision = published.revision, %reason, "canary ended");
+    republish(state).await;
+    Ok(())
+}
+
+/// The agents of the chain the rollout selects, as the fleet knows them (every replica's,
+/// connected or not).
+async fn members(state: &AppState, r: &StoredRollout) -> ApiResult<Vec<AgentStatus>> {
+    state.fleet.flush().await;
+    super::agents::agents_where(state, |a| {
+        a.chains.contains(&r.chain) && r.selector.selects(&a.agent_id, &a.labels)
+    })
+    .await
+}
+
+/// What the fleet says of the rollout now.
+async fn evidence(state: &AppState, r: &StoredRollout) -> ApiResult<(Evidence, Vec<String>)> {
+    let members = members(state, r).await?;
+    let acked = members.iter().filter(|a| a.acked >= r.revision).count() as u64;
+    let nacks = members
+        .iter()
+        .filter(|a| {
+            a.nack_revision
+                .is_some_and(|n| n >= r.revision && n > a.acked)
+        })
+        .map(|a| (a.agent_id.clone(), a.nack_error.clone().unwrap_or_default()))
+        .collect();
+    let health = state.store.canary_health(&r.baseline_id).await?;
+    let evidence = Evidence {
+        members: members.len() as u64,
+        acked,
+        nacks,
+        health,
+        bake_over: crate::clock::now() >= r.bake_ends_at,
+    };
+    Ok((evidence, members.into_iter().map(|a| a.agent_id).collect()))
+}
+
+/// The canary of baseline `id` as `GET /baselines/{id}/rollout` shows it; `None` when it
+/// was published to every agent at once.
+pub async fn status(state: &AppState, id: &str) -> ApiResult<Option<Canary>> {
+    let Some(r) = state.store.get_rollout(id).await? else {
+        return Ok(None);
+    };
+    let (e, mut ids) = evidence(state, &r).await?;
+    ids.truncate(MAX_MEMBERS_LISTED);
+    let health = e
+        .health
+        .iter()
+        .map(|(segment, c)| CanaryHealth {
+            segment: segment.clone(),
+            calls: c.calls,
+            attempts: c.attempts,
+            amplification: c.amplification(),
+            kill_rate: c.kill_rate(),
+        })
+        .collect();
+    Ok(Some(Canary {
+        state: r.state,
+        selector: r.selector,
+        bake_s: r.bake_s,
+        auto: r.auto,
+        revision: r.revision,
+        previous_baseline_id: r.previous_baseline_id,
+        started_at: r.started_at,
+        started_by: r.started_by,
+        bake_ends_at: r.bake_ends_at,
+        members: ids,
+        acked: e.acked,
+        nacked: e.nacks.len() as u64,
+        health,
+        reason: r.reason,
+        ended_at: r.ended_at,
+        ended_by: r.ended_by,
+        end_revision: r.end_revision,
+    }))
+}
+
+/// One pass of the evaluator: every baking canary with `auto` promoted or aborted when its
+/// evidence says so (`budget_core::canary::judge`). Another replica ending the same canary
+/// first is not an error.
+pub async fn evaluate(state: &AppState) -> ApiResult<()> {
+    for r in state.store.baking_rollouts().await? {
+        if !r.auto {
+            continue;
+        }
+        let (e, _) = evidence(state, &r).await?;
+        let (end, reason) = match canary::judge(&state.settings.feedback.alerts, &e) {
+            Judgement::Wait => continue,
+            Judgement::Promote(reason) => (CanaryEnd::Promote, reason),
+            Judgement::Abort(reason) => (CanaryEnd::Abort, reason),
+        };
+        let action = match end {
+            CanaryEnd::Promote => "rollout.promote",
+            CanaryEnd::Abort => "rollout.abort",
+        };
+        let audit = Audit {
+            actor: EVALUATOR.to_owned(),
+            action,
+            chain: Some(r.chain.clone()),
+            subject: Some(r.baseline_id.clone()),
+            detail: json!({"members": e.members, "acked": e.acked, "nacked": e.nacks.len(),
+                           "health": e.health}),
+            at: crate::clock::now(),
+        };
+        match end_it(state, &r.baseline_id, end, &reason, audit).await {
+            Ok(()) => {}
+            Err(e) if e.code == crate::error::Code::Conflict => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Runs [`evaluate`] every [`EVALUATE_EVERY`].
+pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(EVALUATE_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(e) = evaluate(&state).await {
+                tracing::warn!(error = %e, "canary evaluation failed; will retry");
+            }
+        }
+    })
+}
+
+/// Adds the windows of a canary agent's report to its canaries' totals: windows of a chain
+/// whose canary selects `agent_id`, begun after the canary was published. Labels are those
+/// the agent declared on its Watch stream to this replica (an agent reports where it
+/// watches); percent selection needs none.
+pub async fn record_reports(
+    state: &AppState,
+    hub: &HubState,
+    agent_id: &str,
+    windows: &[Window],
+) -> Result<(), StoreError> {
+    let mut by_canary: BTreeMap<String, BTreeMap<String, Counts>> = BTreeMap::new();
+    let mut labels = None;
+    for w in windows {
+        let Some((selector, entry)) = hub.get(&w.chain).and_then(|e| e.canary()) else {
+            continue;
+        };
+        let labels =
+            labels.get_or_insert_with(|| state.fleet.labels_of(agent_id).unwrap_or_default());
+        if !selector.selects(agent_id, labels) {
+            continue;
+        }
+        let published_ms = entry
+            .published
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        if w.start_ms < published_ms.saturating_sub(published_ms % 1000) {
+            continue;
+        }
+        by_canary
+            .entry(entry.live.baseline_id.clone())
+            .or_default()
+            .entry(w.segment.clone())
+            .or_default()
+            .add(&w.counts);
+    }
+    for (baseline_id, counts) in by_canary {
+        let counts: Vec<(String, Counts)> = counts.into_iter().collect();
+        state.store.add_canary_health(&baseline_id, &counts).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,95 @@
+//! Canary rollouts (SPEC §9): a baseline approved for a subset of agents first, then promoted
+//! to every agent or aborted; and what canary agents reported meanwhile.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use budget_core::canary::{CanaryState, Rollout, Selector};
+use budget_core::feedback::Counts;
+
+use super::{Audit, Published, StoreResult, StoredBaseline};
+use crate::store::Publication;
+
+/// A rollout as stored.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StoredRollout {
+    pub baseline_id: String,
+    pub chain: String,
+    /// The canary publication.
+    pub revision: i64,
+    /// What every other agent keeps during the bake.
+    pub previous_baseline_id: String,
+    pub previous_revision: i64,
+    pub selector: Selector,
+    pub bake_s: u64,
+    pub auto: bool,
+    pub state: CanaryState,
+    pub started_at: String,
+    pub started_by: String,
+    pub bake_ends_at: String,
+    pub ended_at: Option<String>,
+    pub ended_by: Option<String>,
+    pub reason: Option<String>,
+    /// The publication (`promote` or `abort`) that ended it.
+    pub end_revision: Option<i64>,
+}
+
+/// How a canary ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CanaryEnd {
+    /// Every agent gets the canary's baseline.
+    Promote,
+    /// Every agent gets the previous baseline again; the canary's is superseded by it.
+    Abort,
+}
+
+#[async_trait]
+pub trait Rollouts: Send + Sync {
+    /// Approves the draft `id` like [`Baselines::decide`](super::Baselines::decide), but
+    /// publishes it (kind `canary`) for the agents `rollout` selects only, recording the
+    /// rollout as `baking` until `bake_ends_at`. Conflict when the chain has no approved
+    /// baseline for the other agents to keep, or a canary already baking.
+    async fn approve_canary(
+        &self,
+        id: &str,
+        comment: Option<String>,
+        rollout: &Rollout,
+        bake_ends_at: &str,
+        audit: Audit,
+    ) -> StoreResult<(StoredBaseline, Published)>;
+
+    /// The rollout of a baseline, if it was approved with one.
+    async fn get_rollout(&self, baseline_id: &str) -> StoreResult<Option<StoredRollout>>;
+
+    /// Every rollout still baking.
+    async fn baking_rollouts(&self) -> StoreResult<Vec<StoredRollout>>;
+
+    /// Ends a baking rollout: publishes, for every agent, the canary's baseline (`Promote`)
+    /// or the previous one (`Abort`: that one approved again, the canary's superseded by it),
+    /// records `reason`, audits and queues the webhook event, in one transaction.
+    /// Conflict when it is not baking (any more).
+    async fn end_rollout(
+        &self,
+        baseline_id: &str,
+        end: CanaryEnd,
+        reason: &str,
+        audit: Audit,
+    ) -> StoreResult<(StoredRollout, Published)>;
+
+    /// Adds what a canary agent reported to the canary's running totals, per segment.
+    async fn add_canary_health(
+        &self,
+        baseline_id: &str,
+        counts: &[(String, Counts)],
+    ) -> StoreResult<()>;
+
+    /// The canary agents' totals since the bake began, per segment.
+    async fn canary_health(&self, baseline_id: &str) -> StoreResult<BTreeMap<String, Counts>>;
+
+    /// The chain's newest publication that is not a canary: what agents outside a canary
+    /// keep, with its baseline.
+    async fn stable_publication(
+        &self,
+        chain: &str,
+    ) -> StoreResult<Option<(Publication, StoredBaseline)>>;
+}
