@@ -13,7 +13,7 @@ use self::help::{
     TOKEN_CREATE_ABOUT, TOPOLOGY_APPLY_ABOUT, WATCH_ABOUT, WEBHOOK_ADD_ABOUT,
     WEBHOOK_DELIVERIES_ABOUT,
 };
-use self::parse::{parse_date, parse_hook_url, parse_secret};
+use self::parse::{parse_bake, parse_canary, parse_date, parse_hook_url, parse_secret};
 use crate::client::parse_base_url;
 
 #[derive(Debug, Parser)]
@@ -73,6 +73,9 @@ pub enum Command {
     /// Show the live budgets of a chain
     #[command(subcommand)]
     Budgets(BudgetsCommand),
+    /// Follow, promote or abort a canary rollout (baseline approve --canary)
+    #[command(subcommand)]
+    Rollout(RolloutCommand),
     /// Republish an older approved baseline of a chain (approver)
     #[command(long_about = ROLLBACK_ABOUT)]
     Rollback {
@@ -259,6 +262,17 @@ pub enum BaselineCommand {
         /// Why, for the record
         #[arg(long)]
         comment: Option<String>,
+        /// Publish to a canary first: a share of agents (`10%`) or agents with labels
+        /// (`zone=a`, `zone=a,tier=web`)
+        #[arg(long, value_parser = parse_canary, value_name = "PERCENT%|KEY=VALUE")]
+        canary: Option<budget_core::canary::Selector>,
+        /// How long the canary bakes before it is promoted (e.g. 5m; with --canary)
+        #[arg(long, value_parser = parse_bake, requires = "canary", default_value = "5m")]
+        bake: u64,
+        /// Wait for a person to promote or abort (`budgetctl rollout promote|abort`) instead
+        /// of deciding from ACKs, NACKs and the canary agents' reports
+        #[arg(long, requires = "canary")]
+        manual: bool,
     },
     /// Reject a draft, saying why (approver)
     #[command(after_help = BASELINE_REF_HELP)]
@@ -395,6 +409,34 @@ pub enum WebhookCommand {
     Deliveries {
         /// The webhook's id, as `webhook list` shows it
         id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RolloutCommand {
+    /// A canary's state: members, their ACKs, the figures that decide, time left
+    #[command(after_help = BASELINE_REF_HELP)]
+    Status {
+        #[command(flatten)]
+        baseline: BaselineRef,
+    },
+    /// Promote a baking canary: every agent gets its baseline (approver)
+    #[command(after_help = BASELINE_REF_HELP)]
+    Promote {
+        #[command(flatten)]
+        baseline: BaselineRef,
+        /// Why, for the record
+        #[arg(long)]
+        comment: Option<String>,
+    },
+    /// Abort a baking canary: its agents get the previous baseline back (approver)
+    #[command(after_help = BASELINE_REF_HELP)]
+    Abort {
+        #[command(flatten)]
+        baseline: BaselineRef,
+        /// Why, for the record
+        #[arg(long)]
+        comment: Option<String>,
     },
 }
 

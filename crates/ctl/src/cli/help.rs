@@ -73,7 +73,15 @@ new revision, and the previous approved baseline is superseded.
 
 Needs the approver role, and the approver must not be whoever uploaded the run (four eyes,
 exit 6). A draft with error findings cannot be approved (exit 4, the findings are listed); only
-a draft can be approved (exit 5).";
+a draft can be approved (exit 5).
+
+With --canary the draft goes first to a share of agents (--canary 10%: agents whose id hashes
+below 10 of 100, the same ones every time) or to agents declaring labels (--canary zone=a);
+every other agent keeps the live baseline. After --bake (default 5m) it is promoted to every
+agent if every canary agent ACKed and none broke the amplification or kill-rate rule; a NACK
+or a broken rule aborts it at once (canary agents get the previous baseline back). With
+--manual a person decides: budgetctl rollout promote|abort. Follow it with budgetctl rollout
+status.";
 
 pub(super) const RELEASE_RECORD_ABOUT: &str = "\
 Record that a service's version ships with a baseline's budgets, under a change ticket. The

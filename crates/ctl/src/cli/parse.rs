@@ -39,3 +39,44 @@ pub(super) fn parse_secret(raw: &str) -> Result<String, String> {
         )),
     }
 }
+
+/// Parses `--canary`: `10%` (agents whose id hashes below 10 of 100) or `zone=a[,k=v…]`
+/// (agents declaring every one of these labels).
+pub(super) fn parse_canary(raw: &str) -> Result<budget_core::canary::Selector, String> {
+    use budget_core::canary::Selector;
+    let raw = raw.trim();
+    if let Some(pct) = raw.strip_suffix('%') {
+        return match pct.trim().parse::<u8>() {
+            Ok(p @ 1..=99) => Ok(Selector::Percent(p)),
+            _ => Err(format!(
+                "{raw:?}: a canary percent is 1% to 99% (100% is every agent: approve without --canary)"
+            )),
+        };
+    }
+    let mut labels = std::collections::BTreeMap::new();
+    for pair in raw.split(',') {
+        match pair.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => {
+                labels.insert(k.trim().to_owned(), v.trim().to_owned());
+            }
+            _ => {
+                return Err(format!(
+                    "{raw:?}: a canary is a percent (10%) or agents' labels (zone=a or zone=a,tier=web)"
+                ))
+            }
+        }
+    }
+    Ok(Selector::Labels(labels))
+}
+
+/// Parses `--bake`: a whole number of seconds, minutes, hours or days (`90s`, `5m`, `1h`).
+pub(super) fn parse_bake(raw: &str) -> Result<u64, String> {
+    let d: budget_core::HumanDuration = raw.trim().parse().map_err(|e| format!("{e}"))?;
+    let secs = d.as_ms() / 1000;
+    if d.as_ms() % 1000 != 0 || !(1..=budget_core::canary::MAX_BAKE_S).contains(&secs) {
+        return Err(format!(
+            "{raw:?}: a bake is whole seconds, 1s to 7d (e.g. 5m)"
+        ));
+    }
+    Ok(secs)
+}

@@ -336,3 +336,60 @@ fn a_baseline_is_an_id_or_an_alias_with_its_chain() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn canary_flags_parse_and_bad_ones_are_usage_errors() {
+    use budget_core::canary::Selector;
+    let parse = |extra: &[&str]| {
+        let mut args = vec!["budgetctl", "baseline", "approve", "bl-20261130-002"];
+        args.extend_from_slice(extra);
+        Cli::try_parse_from(args)
+    };
+    let approve = |extra: &[&str]| match parse(extra).unwrap().command {
+        Command::Baseline(BaselineCommand::Approve {
+            canary,
+            bake,
+            manual,
+            ..
+        }) => (canary, bake, manual),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        approve(&["--canary", "10%", "--bake", "90s"]),
+        (Some(Selector::Percent(10)), 90, false)
+    );
+    let labels = Selector::Labels(
+        [("tier", "web"), ("zone", "a")]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .into(),
+    );
+    assert_eq!(
+        approve(&["--canary", "zone=a,tier=web", "--manual"]),
+        (Some(labels), 300, true)
+    );
+    assert_eq!(approve(&[]), (None, 300, false));
+    for bad in [
+        &["--canary", "0%"][..],
+        &["--canary", "100%"],
+        &["--canary", "zone"],
+        &["--canary", "10%", "--bake", "0s"],
+        &["--canary", "10%", "--bake", "1500ms"],
+        &["--canary", "10%", "--bake", "8d"],
+        &["--manual"],
+        &["--bake", "5m"],
+    ] {
+        let err = parse(bad).unwrap_err();
+        assert_eq!(err.exit_code(), Exit::Usage as i32, "{bad:?}");
+    }
+    for verb in ["status", "promote", "abort"] {
+        let cli = Cli::try_parse_from([
+            "budgetctl",
+            "rollout",
+            verb,
+            "current",
+            "--chain",
+            "checkout",
+        ]);
+        assert!(cli.is_ok(), "rollout {verb}: {cli:?}");
+    }
+}

@@ -1,6 +1,7 @@
 //! `budgetctl baseline list|show|rollout|diff|approve|reject|recompute`.
 
-use budget_api::baselines::{Comment, RecomputeRequest};
+use budget_api::baselines::{ApproveRequest, Comment, RecomputeRequest};
+use budget_core::canary::Rollout;
 
 use super::resolve::{self, LATEST_DRAFT};
 use super::{body_of, get_and_show, post_and_show, with_query};
@@ -70,11 +71,39 @@ pub(super) async fn run(
             );
             get_and_show(client, url, json, render::diff).await
         }
-        BaselineCommand::Approve { baseline, comment } => {
+        BaselineCommand::Approve {
+            baseline,
+            comment,
+            canary,
+            bake,
+            manual,
+        } => {
             let id = resolve::reference(client, &baseline).await?;
             let url = client.url(&["baselines", &id, "approve"]);
-            let payload = comment.map(|c| body_of(&Comment { comment: Some(c) }));
-            post_and_show(client, url, payload, json, render::approved).await
+            let rollout = canary.map(|canary| Rollout {
+                canary,
+                bake_s: bake,
+                auto: !manual,
+            });
+            let hint = rollout.as_ref().map(|r| {
+                format!(
+                    "canary: {} for {} s, {}; follow it with: budgetctl rollout status {id}",
+                    render::selector(&r.canary),
+                    r.bake_s,
+                    if r.auto {
+                        "then promoted or aborted by what its agents do"
+                    } else {
+                        "then a person promotes or aborts it"
+                    }
+                )
+            });
+            let payload = (comment.is_some() || rollout.is_some())
+                .then(|| body_of(&ApproveRequest { comment, rollout }));
+            post_and_show(client, url, payload, json, render::approved).await?;
+            if let (Some(hint), false) = (hint, json) {
+                print(&hint);
+            }
+            Ok(())
         }
         BaselineCommand::Reject { baseline, comment } => {
             let id = resolve::reference(client, &baseline).await?;

@@ -15,6 +15,7 @@ mod chains;
 mod production;
 mod releases;
 mod resolve;
+mod rollouts;
 mod runs;
 mod tokens;
 mod webhooks;
@@ -36,6 +37,7 @@ pub(crate) async fn execute(command: Command, client: &Client, json: bool) -> Re
         Command::Run(cmd) => runs::run(cmd, client, json).await,
         Command::Baseline(cmd) => baselines::run(cmd, client, json).await,
         Command::Budgets(cmd) => budgets::run(cmd, client, json).await,
+        Command::Rollout(cmd) => rollouts::run(cmd, client, json).await,
         Command::Rollback { chain, baseline_id } => {
             budgets::rollback(&chain, &baseline_id, client, json).await
         }

@@ -2,9 +2,10 @@
 //! recompute, and a publication's rollout.
 
 use budget_api::baselines::{
-    ApproveResult, BaselineDiff, BaselineList, Change, RejectResult, Rollout,
+    ApproveResult, BaselineDiff, BaselineList, Canary, Change, RejectResult, Rollout,
 };
 use budget_core::baseline::{BaselineDocument, BaselineSegment};
+use budget_core::canary::Selector;
 
 use super::checks::{drift_table, findings};
 use super::{fields, flag, ms, ms_u, opt, pct, table, text, wire};
@@ -240,7 +241,7 @@ pub fn recomputed(v: &BaselineDocument) -> String {
 
 /// `GET /baselines/{id}/rollout`.
 pub fn rollout(v: &Rollout) -> String {
-    fields(&[
+    let head = fields(&[
         ("baseline", text(&v.baseline_id)),
         ("chain", text(&v.chain)),
         ("state", wire(&v.state)),
@@ -250,10 +251,12 @@ pub fn rollout(v: &Rollout) -> String {
             match (&v.kind, &v.published_at) {
                 (Some(kind), Some(at)) => format!(
                     "{} at {at} by {}",
-                    if kind == "rollback" {
-                        "by a rollback"
-                    } else {
-                        "on approval"
+                    match kind.as_str() {
+                        "rollback" => "by a rollback",
+                        "canary" => "to a canary",
+                        "promote" => "by a canary's promotion",
+                        "abort" => "by a canary's abort",
+                        _ => "on approval",
                     },
                     opt(&v.published_by)
                 ),
@@ -264,7 +267,88 @@ pub fn rollout(v: &Rollout) -> String {
         ("connected", v.connected.to_string()),
         ("acked", v.acked.to_string()),
         ("nacked", v.nacked.to_string()),
-    ])
+    ]);
+    match &v.canary {
+        Some(c) => format!("{head}\n\n{}", canary(c)),
+        None => head,
+    }
+}
+
+/// A canary selector: `10% of agents` or `agents labelled zone=a`.
+pub fn selector(s: &Selector) -> String {
+    match s {
+        Selector::Percent(p) => format!("{p}% of agents (by id)"),
+        Selector::Labels(l) => {
+            let pairs: Vec<String> = l.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            format!("agents labelled {}", pairs.join(","))
+        }
+    }
+}
+
+/// A canary rollout: state, members, ACKs, the figures that decide, time left.
+pub fn canary(c: &Canary) -> String {
+    let ended = match (&c.ended_at, &c.end_revision) {
+        (Some(at), Some(rev)) => format!("{at} by {} (revision {rev})", opt(&c.ended_by)),
+        _ => "-".into(),
+    };
+    let head = fields(&[
+        ("canary", wire(&c.state)),
+        ("selects", selector(&c.selector)),
+        ("canary revision", c.revision.to_string()),
+        ("others keep", text(&c.previous_baseline_id)),
+        (
+            "started",
+            format!("{} by {}", text(&c.started_at), text(&c.started_by)),
+        ),
+        (
+            "bake",
+            format!(
+                "{} s, ends {} ({})",
+                c.bake_s,
+                text(&c.bake_ends_at),
+                if c.auto {
+                    "decided automatically"
+                } else {
+                    "a person decides"
+                }
+            ),
+        ),
+        ("members", c.members.len().to_string()),
+        ("acked", c.acked.to_string()),
+        ("nacked", c.nacked.to_string()),
+        ("reason", opt(&c.reason)),
+        ("ended", ended),
+    ]);
+    let mut t = table(
+        &[
+            "segment",
+            "calls",
+            "attempts",
+            "amplification",
+            "kill rate %",
+        ],
+        &[1, 2, 3, 4],
+    );
+    for h in &c.health {
+        t.add_row(vec![
+            text(&h.segment),
+            h.calls.to_string(),
+            h.attempts.to_string(),
+            h.amplification.map_or("-".into(), |a| format!("{a:.3}")),
+            h.kill_rate
+                .map_or("-".into(), |k| format!("{:.2}", k * 100.0)),
+        ]);
+    }
+    let members = if c.members.is_empty() {
+        "no agent selected yet".to_owned()
+    } else {
+        format!("members: {}", c.members.join(", "))
+    };
+    if c.health.is_empty() {
+        format!("{head}\n{members}\nno report from canary agents yet")
+    } else {
+        format!("{head}\n{members}\n{t}")
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! A chain's live config (`budgets show`) and the answer of a rollback.
 
-use budget_api::chains::{LiveChain, RollbackResult};
+use budget_api::chains::{LiveBudgets, LiveChain, RollbackResult};
 use budget_core::rules::RetryPlan;
 
 use super::{fields, idempotency, ms_u, opt, table, text, wire};
@@ -31,8 +31,22 @@ fn retry_plan(r: &RetryPlan) -> String {
     }
 }
 
-/// `GET /chains/{chain}/budgets`: the live config.
-pub fn budgets(v: &LiveChain) -> String {
+/// `GET /chains/{chain}/budgets`: the live config and, while a canary bakes, what its
+/// agents receive instead.
+pub fn budgets(v: &LiveBudgets) -> String {
+    let live = live_chain(&v.live);
+    match &v.canary {
+        None => live,
+        Some(c) => format!(
+            "{live}\n\ncanary baking until {}: agents selected by {} receive instead:\n{}",
+            text(&c.bake_ends_at),
+            super::baselines::selector(&c.selector),
+            live_chain(&c.budgets)
+        ),
+    }
+}
+
+fn live_chain(v: &LiveChain) -> String {
     let head = fields(&[
         ("chain", text(&v.chain)),
         ("revision", v.revision.to_string()),

@@ -25,7 +25,9 @@ pub use agents::agents;
 pub use alerts::alerts;
 pub use archive::{archive_status, archive_verify};
 pub use audit::audit;
-pub use baselines::{approved, baseline, baselines, diff, recomputed, rejected, rollout};
+pub use baselines::{
+    approved, baseline, baselines, canary, diff, recomputed, rejected, rollout, selector,
+};
 pub use budgets::{budgets, rolled_back};
 pub use chains::{chains, topology};
 pub use checks::{drift_table, findings};
