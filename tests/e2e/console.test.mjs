@@ -33,7 +33,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
-import { latencies, report } from './report.mjs';
+import { latencies, report, watch } from './report.mjs';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const BIN = path.resolve(REPO, process.env.BUDGETD_BIN || 'target/debug/budgetd');
@@ -688,10 +688,57 @@ describe('budgetd console', { timeout: 10 * 60_000 }, () => {
     await shot(page, 'chains');
   });
 
+  it('a canary: approved for agents labelled zone=a, its members, ACKs and health shown, then promoted from the page', { timeout: STEP_TIMEOUT }, async () => {
+    const inA = watch(server.grpc, tokens.agent, 'e2e-canary-a', 'order', ['checkout'], { zone: 'a' });
+    const inB = watch(server.grpc, tokens.agent, 'e2e-canary-b', 'order', ['checkout'], { zone: 'b' });
+    try {
+      await until('both agents have the live config', async () => inA.revisions.length && inB.revisions.length, 10_000);
+      // the chain's topology back to the one without inversion (an earlier step applied B)
+      await api('PUT', '/chains/checkout/topology', tokens.uploader, example('checkout-topology.json'));
+      const up = await api('POST', '/chains/checkout/runs', tokens.uploader, example('checkout-run-c-drift.json'));
+      const page = tabs.approver;
+      await open(page, '#/baselines/' + up.baseline_id);
+      await page.locator('#canary-on').check();
+      await page.locator('#canary-select').fill('zone=a');
+      await page.locator('#canary-bake').fill('600');
+      await page.locator('#canary-auto').uncheck();
+      await page.locator('#decision-comment').fill('zone a first');
+      await page.locator('#approve').click();
+      await page.locator('.alert-ok', { hasText: 'to a canary first' }).waitFor();
+      const canary = await until('the canary publication', async () => (await api('GET', `/baselines/${up.baseline_id}/rollout`, tokens.reader)).canary, 10_000);
+      assert.deepEqual([canary.state, canary.selector], ['baking', { labels: { zone: 'a' } }]);
+      // only the zone-a agent got the canary's revision
+      await until('the canary agent gets it', async () => inA.revisions.includes(canary.revision), 10_000);
+      assert.ok(!inB.revisions.includes(canary.revision), `zone b got ${inB.revisions}`);
+      // its members and ACKs, on the page (reloaded until the ACK is stored)
+      await until('the page shows the ACK', async () => {
+        await open(page, '#/baselines/' + up.baseline_id);
+        return /1 of 1/.test(await page.locator('#canary-acked').innerText());
+      }, 15_000);
+      assert.equal(await page.locator('#canary-state').innerText(), 'baking');
+      assert.equal(await page.locator('#canary-members').innerText(), 'e2e-canary-a');
+      assert.match(await page.locator('#canary').innerText(), /agents labelled zone=a[\s\S]*a person decides/);
+      await shot(page, 'canary');
+      await page.setViewportSize({ width: 390, height: 844 });
+      assert.ok(await page.evaluate(() => document.documentElement.scrollWidth) <= 390, 'the canary view scrolls sideways at 390 px');
+      await page.setViewportSize({ width: 1440, height: 900 });
+      await page.locator('#canary-promote').click();
+      await page.locator('.alert-ok', { hasText: 'promoted' }).waitFor();
+      const ended = (await api('GET', `/baselines/${up.baseline_id}/rollout`, tokens.reader)).canary;
+      assert.deepEqual([ended.state, ended.reason], ['promoted', 'promoted by abe']);
+      await until('every agent gets the promotion', async () => inA.revisions.includes(ended.end_revision) && inB.revisions.includes(ended.end_revision), 10_000);
+      assert.equal(await page.locator('#canary-state').innerText(), 'promoted');
+      assert.equal(await page.locator('#canary-promote').count(), 0);
+    } finally {
+      inA.close();
+      inB.close();
+    }
+  });
+
   it('no CSP violation or script error happened, and the screenshots are copied to docs/', () => {
     assert.deepEqual(browser.problems, []);
     fs.mkdirSync(DOCS, { recursive: true });
-    for (const name of ['chains', 'runs', 'baseline', 'baseline-inverted', 'agents', 'history', 'production', 'alerts']) {
+    for (const name of ['chains', 'runs', 'baseline', 'baseline-inverted', 'agents', 'history', 'production', 'alerts', 'canary']) {
       fs.copyFileSync(path.join(SHOTS, `console-${name}.png`), path.join(DOCS, `console-${name}.png`));
     }
   });

@@ -1,5 +1,6 @@
-// What an agent sends: `BudgetControl.Report` over gRPC (SPEC §8), written by hand with node's
-// own http2, zlib and a few lines of protobuf, so the console test needs no gRPC package:
+// What an agent sends: `BudgetControl.Report` over gRPC (SPEC §8), and a minimal Watch that
+// ACKs every revision it receives, written by hand with node's own http2, zlib and a few
+// lines of protobuf, so the console test needs no gRPC package:
 //   - the latency histogram in the HdrHistogram V2 compressed encoding (microseconds, 3
 //     significant digits), as any language's HdrHistogram library writes it;
 //   - the ReportRequest message of proto/budget/v1/budget.proto;
@@ -101,7 +102,31 @@ const pb = {
   map(field, obj) {
     return Buffer.concat(Object.entries(obj || {}).map(([k, v]) => this.bytes(field, Buffer.concat([this.string(1, k), this.varint(2, v)]))));
   },
+  stringMap(field, obj) {
+    return Buffer.concat(Object.entries(obj || {}).map(([k, v]) => this.bytes(field, Buffer.concat([this.string(1, k), this.string(2, v)]))));
+  },
 };
+
+/** A gRPC message frame (uncompressed). */
+function grpcFrame(message) {
+  const frame = Buffer.alloc(5);
+  frame.writeUInt8(0, 0);
+  frame.writeUInt32BE(message.length, 1);
+  return Buffer.concat([frame, message]);
+}
+
+/** The leading varint field 1 of a message (a BudgetUpdate's revision, a ReportResponse's count). */
+function firstVarint(buf) {
+  if (buf[0] !== 0x08) throw new Error('unexpected message ' + buf.subarray(0, 8).toString('hex'));
+  let n = 0;
+  let mul = 1;
+  for (let i = 1; i < buf.length; i++) {
+    n += (buf[i] & 0x7f) * mul;
+    mul *= 128;
+    if (!(buf[i] & 0x80)) break;
+  }
+  return n;
+}
 
 /** A SegmentWindow: {chain, segment, startMs, endMs, calls, attempts, retries, outcomes, latenciesUs}. */
 function segmentWindow(w) {
@@ -116,16 +141,7 @@ function segmentWindow(w) {
 
 /** Decodes `accepted_windows` (field 1) of a ReportResponse. */
 function acceptedWindows(buf) {
-  if (!buf.length) return 0;
-  if (buf[0] !== 0x08) throw new Error('unexpected ReportResponse ' + buf.toString('hex'));
-  let n = 0;
-  let mul = 1;
-  for (let i = 1; i < buf.length; i++) {
-    n += (buf[i] & 0x7f) * mul;
-    mul *= 128;
-    if (!(buf[i] & 0x80)) break;
-  }
-  return n;
+  return buf.length ? firstVarint(buf) : 0;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -134,9 +150,6 @@ function acceptedWindows(buf) {
 /** `BudgetControl.Report` to `grpcUrl` (http://host:port) with an agent token; resolves to the accepted windows. */
 export function report(grpcUrl, token, agentId, windows) {
   const message = Buffer.concat([pb.string(1, agentId), ...windows.map((w) => pb.bytes(2, segmentWindow(w)))]);
-  const frame = Buffer.alloc(5);
-  frame.writeUInt8(0, 0);
-  frame.writeUInt32BE(message.length, 1);
   return new Promise((resolve, reject) => {
     const client = http2.connect(grpcUrl);
     client.on('error', reject);
@@ -163,8 +176,58 @@ export function report(grpcUrl, token, agentId, windows) {
       const body = Buffer.concat(chunks);
       resolve(acceptedWindows(body.subarray(5)));
     });
-    req.end(Buffer.concat([frame, message]));
+    req.end(grpcFrame(message));
   });
+}
+
+/** One unary call of `method` with an agent token; resolves once grpc-status is 0. */
+function unary(client, token, method, message) {
+  return new Promise((resolve, reject) => {
+    const req = client.request({
+      ':method': 'POST', ':path': '/budget.v1.BudgetControl/' + method,
+      'content-type': 'application/grpc', te: 'trailers', authorization: 'Bearer ' + token,
+    });
+    let status = null;
+    const take = (headers) => {
+      if (headers['grpc-status'] !== undefined) status = Number(headers['grpc-status']);
+    };
+    req.on('response', take);
+    req.on('trailers', take);
+    req.on('data', () => {});
+    req.on('error', reject);
+    req.on('end', () => (status === 0 ? resolve() : reject(new Error(`${method} answered grpc-status ${status}`))));
+    req.end(grpcFrame(message));
+  });
+}
+
+/**
+ * An agent: `BudgetControl.Watch` of `chains` with `labels`, ACKing every revision it
+ * receives. Returns {revisions (received, in order), close()}.
+ */
+export function watch(grpcUrl, token, agentId, service, chains, labels) {
+  const client = http2.connect(grpcUrl);
+  client.on('error', () => {});
+  const request = Buffer.concat([pb.string(1, agentId), pb.string(2, service), ...chains.map((c) => pb.string(3, c)),
+    pb.stringMap(5, labels), pb.string(6, 'node/e2e')]);
+  const req = client.request({
+    ':method': 'POST', ':path': '/budget.v1.BudgetControl/Watch',
+    'content-type': 'application/grpc', te: 'trailers', authorization: 'Bearer ' + token,
+  });
+  const revisions = [];
+  let pending = Buffer.alloc(0);
+  req.on('data', (chunk) => {
+    pending = Buffer.concat([pending, chunk]);
+    while (pending.length >= 5 && pending.length >= 5 + pending.readUInt32BE(1)) {
+      const len = pending.readUInt32BE(1);
+      const revision = firstVarint(pending.subarray(5, 5 + len));
+      pending = pending.subarray(5 + len);
+      revisions.push(revision);
+      unary(client, token, 'Ack', Buffer.concat([pb.string(1, agentId), pb.varint(2, revision), pb.varint(3, 1)])).catch(() => {});
+    }
+  });
+  req.on('error', () => {});
+  req.end(grpcFrame(request));
+  return { revisions, close: () => client.close() };
 }
 
 /**

@@ -1,5 +1,6 @@
 // One baseline: its decision (approve / reject), findings, segments with their change vs the live
-// baseline, the call tree to scale, rollout, archive and releases.
+// baseline, the call tree to scale, rollout (with a canary's members, ACKs, health and its
+// Promote / Abort), archive and releases.
 
 import { api, caps } from '../api.js';
 import { enc, h } from '../dom.js';
@@ -115,13 +116,14 @@ export async function baseline(root, [id], ctx) {
     ui.section('Rollout', rollout),
     ui.section('Archive', archive),
     ui.section('Releases citing it', releases)));
-  ui.fill(rollout, api.get('/baselines/' + idQ + '/rollout'), (r) => ui.facts([
+  const published = (kind) => ({ rollback: 'by a rollback', canary: 'to a canary', promote: "by the canary's promotion", abort: "by a canary's abort" })[kind] || 'on approval';
+  ui.fill(rollout, api.get('/baselines/' + idQ + '/rollout'), (r) => [ui.facts([
     ['Revision', r.revision === null ? 'never published' : String(r.revision)],
-    r.kind ? ['Published', h('span', { id: 'published-how' }, (r.kind === 'rollback' ? 'by a rollback' : 'on approval') + ' at ', ui.when(r.published_at), ' by ' + r.published_by)] : null,
+    r.kind ? ['Published', h('span', { id: 'published-how' }, published(r.kind) + ' at ', ui.when(r.published_at), ' by ' + r.published_by)] : null,
     ['Acked', r.acked + ' of ' + r.agents + ' agents'],
     ['Connected', String(r.connected)],
     ['NACKed', r.nacked ? h('strong', { class: 'text-error' }, String(r.nacked)) : '0'],
-  ]));
+  ]), r.canary ? canaryView(doc, r.canary, c, ctx) : null]);
   ui.fill(archive, api.get('/baselines/' + idQ + '/archive'), (a) => ui.facts([
     ['Key', h('code', { class: 'break' }, a.key)],
     ['State', h('span', { class: 'badge archive-' + a.state }, a.state)],
@@ -135,6 +137,61 @@ export async function baseline(root, [id], ctx) {
     ? ui.table([{ label: 'Service' }, { label: 'Version' }, { label: 'Ticket' }, { label: 'By' }, { label: 'At' }],
       r.releases.map((x) => [x.service, x.version, x.ticket, x.created_by, ui.when(x.created_at)]), { label: 'Releases' })
     : ui.note('No release cites this baseline yet.'));
+}
+
+/** A canary selector in words. */
+function selects(sel) {
+  if (sel.percent !== undefined) return sel.percent + '% of agents (by a hash of their id)';
+  return 'agents labelled ' + Object.entries(sel.labels).map(([k, v]) => k + '=' + v).join(', ');
+}
+
+/** How long until `iso`, or that it passed. */
+function left(iso) {
+  const ms = Date.parse(iso) - Date.now();
+  if (ms <= 0) return 'ended';
+  const s = Math.ceil(ms / 1000);
+  return s < 120 ? s + ' s left' : Math.ceil(s / 60) + ' min left';
+}
+
+/**
+ * A canary rollout: its state, members and their ACKs, the figures that decide, time left,
+ * and, while it bakes, Promote / Abort for approvers (the server decides).
+ */
+function canaryView(doc, k, c, ctx) {
+  const baking = k.state === 'baking';
+  const msg = h('div', { id: 'canary-msg', 'aria-live': 'polite' });
+  const act = (verb) => async () => {
+    msg.replaceChildren(ui.loading(verb === 'promote' ? 'Promoting…' : 'Aborting…'));
+    try {
+      const res = await api.post('/baselines/' + enc(doc.id) + '/' + verb, {});
+      ctx.flash(ui.ok('Canary of ' + doc.id + ' ' + res.state + ': every agent now runs revision ' + res.end_revision + '.'));
+    } catch (e) {
+      msg.replaceChildren(ui.error(e, verb === 'promote' ? 'Promotion failed' : 'Abort failed'));
+    }
+  };
+  const health = k.health.length
+    ? ui.table([{ label: 'Segment' }, { label: 'Calls', num: true }, { label: 'Attempts', num: true }, { label: 'Amplification', num: true }, { label: 'Kill rate', num: true }],
+      k.health.map((x) => [x.segment, String(x.calls), String(x.attempts),
+        x.amplification === null ? '—' : x.amplification.toFixed(3),
+        x.kill_rate === null ? '—' : (x.kill_rate * 100).toFixed(2) + ' %']), { id: 'canary-health', label: 'Canary health', stack: true })
+    : ui.note('No report from canary agents yet.');
+  return h('div', { id: 'canary', class: 'canary' },
+    h('h3', null, 'Canary'),
+    ui.facts([
+      ['State', h('span', { id: 'canary-state', class: 'badge canary-' + k.state }, k.state)],
+      ['Selects', selects(k.selector)],
+      ['Members', h('span', { id: 'canary-members' }, k.members.length ? k.members.join(', ') : 'none yet')],
+      ['Acked', h('span', { id: 'canary-acked' }, k.acked + ' of ' + k.members.length)],
+      ['NACKed', k.nacked ? h('strong', { class: 'text-error' }, String(k.nacked)) : '0'],
+      ['Others keep', ui.baselineLink(k.previous_baseline_id)],
+      ['Bake', h('span', null, ui.when(k.bake_ends_at), baking ? ' (' + left(k.bake_ends_at) + ', ' + (k.auto ? 'decided automatically' : 'a person decides') + ')' : '')],
+      k.reason ? ['Why it ended', h('span', { id: 'canary-reason' }, k.reason)] : null,
+    ]),
+    health,
+    baking && c.approve ? h('div', { class: 'buttons' },
+      h('button', { type: 'button', id: 'canary-promote', class: 'button-primary', onclick: act('promote') }, 'Promote to every agent'),
+      h('button', { type: 'button', id: 'canary-abort', class: 'button-danger', onclick: act('abort') }, 'Abort')) : null,
+    msg);
 }
 
 /** Blockers of `code` in the server's approval check (none without a check). */
@@ -175,6 +232,24 @@ function approvePanel(doc, errors, run, check, ctx) {
   const approveBlocked = reasons.length > 0;
   const comment = h('textarea', { id: 'decision-comment', name: 'comment', rows: 3, maxlength: 4096, 'aria-describedby': 'decision-help' });
   const msg = h('div', { id: 'decision-msg', 'aria-live': 'polite' });
+  const canaryOn = h('input', { type: 'checkbox', id: 'canary-on', name: 'canary' });
+  const canarySel = h('input', { type: 'text', id: 'canary-select', name: 'canary-select', value: '10%', size: 14, 'aria-describedby': 'canary-help' });
+  const canaryBake = h('input', { type: 'number', id: 'canary-bake', name: 'canary-bake', value: '300', min: 1, max: 604800, size: 7 });
+  const canaryAuto = h('input', { type: 'checkbox', id: 'canary-auto', name: 'canary-auto', checked: true });
+  const canaryBox = h('fieldset', { class: 'canary-options' },
+    h('legend', null, h('label', null, canaryOn, ' Publish to a canary first')),
+    h('label', { for: 'canary-select' }, 'Agents'), canarySel,
+    h('label', { for: 'canary-bake' }, 'Bake (s)'), canaryBake,
+    h('label', null, canaryAuto, ' Promote or abort automatically'),
+    h('p', { id: 'canary-help', class: 'help' }, 'A share of agents (10%) or agents with labels (zone=a, or zone=a,tier=web). The others keep the live baseline until the canary is promoted; a NACK or canary agents breaking the amplification or kill-rate rule abort it.'));
+  const rollout = () => {
+    if (!canaryOn.checked) return null;
+    const raw = canarySel.value.trim();
+    const canary = raw.endsWith('%')
+      ? { percent: Number(raw.slice(0, -1)) }
+      : { labels: Object.fromEntries(raw.split(',').map((p) => p.split('=').map((x) => x.trim()))) };
+    return { canary, bake_s: Number(canaryBake.value), auto: canaryAuto.checked };
+  };
   const approveBtn = h('button', { type: 'submit', id: 'approve', class: 'button-primary', value: 'approve', disabled: approveBlocked, 'aria-describedby': approveBlocked ? 'decision-reason' : null }, 'Approve and publish');
   const rejectBtn = h('button', { type: 'submit', id: 'reject', class: 'button-danger', value: 'reject', disabled: rejectBlocked }, 'Reject');
   const form = h('form', {
@@ -187,9 +262,12 @@ function approvePanel(doc, errors, run, check, ctx) {
       msg.replaceChildren(ui.loading(action === 'approve' ? 'Approving…' : 'Rejecting…'));
       const text = comment.value.trim();
       try {
-        const res = await api.post('/baselines/' + enc(doc.id) + '/' + action, { comment: text || null });
+        const body = { comment: text || null };
+        const canary = action === 'approve' ? rollout() : null;
+        if (canary) body.rollout = canary;
+        const res = await api.post('/baselines/' + enc(doc.id) + '/' + action, body);
         const done = action === 'approve'
-          ? 'Approved ' + doc.id + ' — published as revision ' + res.revision + (res.superseded ? ', superseding ' + res.superseded : '') + '.'
+          ? 'Approved ' + doc.id + ' — published as revision ' + res.revision + (canary ? ' to a canary first' : '') + (res.superseded ? ', superseding ' + res.superseded : '') + '.'
           : 'Rejected ' + doc.id + '.';
         ctx.flash(ui.ok(done));
       } catch (e) {
@@ -199,6 +277,7 @@ function approvePanel(doc, errors, run, check, ctx) {
       }
     },
   },
+  approveBlocked ? null : canaryBox,
   rejectBlocked ? null : h('label', { for: 'decision-comment' }, 'Comment (optional)'),
   rejectBlocked ? null : comment,
   rejectBlocked ? null : h('p', { id: 'decision-help', class: 'help' },
