@@ -41,7 +41,8 @@ type Options struct {
 	// Chains are the chains to watch; empty means every chain where Service is a caller or
 	// callee.
 	Chains []string
-	// Labels are free-form labels shown in fleet status (host, version …).
+	// Labels are free-form labels shown in fleet status (host, version …); a canary rollout
+	// may select agents by them (budgetctl baseline approve --canary zone=a).
 	Labels map[string]string
 	// CAFile is a PEM file of the CAs that signed budgetd's certificate: with it only they
 	// are trusted, without it the system's roots. It needs https:// endpoints.

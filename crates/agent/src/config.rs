@@ -26,7 +26,8 @@ pub struct AgentConfig {
     pub chains: Vec<String>,
     /// Where the last good config is cached; `None` disables the cache.
     pub cache_path: Option<PathBuf>,
-    /// Free-form labels shown in fleet status (host, version …).
+    /// Free-form labels shown in fleet status (host, version …); a canary rollout may select
+    /// agents by them (`--canary zone=a`).
     pub labels: BTreeMap<String, String>,
     /// Longest wait for a TCP/HTTP2 connection.
     pub connect_timeout: Duration,
