@@ -68,6 +68,8 @@ fn the_quickstart_runs_as_written() {
         "mktemp -d",
         "--quiet",
         "checkout-topology-b-inverted.json",
+        "--canary 10%",
+        "rollout abort",
     ] {
         assert!(
             script.contains(needed),
@@ -159,6 +161,12 @@ fn the_quickstart_runs_as_written() {
         // B: the inversion, refused
         "children of gateway->order need 909 ms (500 + 400 + 9), only 800 ms available — 109 ms over",
         "refused (exit 4)",
+        // the canary of C2: 10 % of the agents, a person decides, aborted
+        "canary: 10% of agents (by id) for 600 s, then a person promotes or aborts it",
+        "canary baking until ",
+        "canary:          baking",
+        "canary:          aborted",
+        "reason:          aborted by abe: not this week",
     ] {
         assert!(
             stdout.contains(expect),

@@ -24,7 +24,7 @@ pub(super) async fn run(
                 show(true, &v, render::rollout);
             } else if let Some(c) = &rollout.canary {
                 crate::output::print(&format!(
-                    "{} ({}): {}",
+                    "{} ({})\n{}",
                     rollout.baseline_id,
                     rollout.chain,
                     render::canary(c)
