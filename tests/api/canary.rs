@@ -68,6 +68,37 @@ async fn end_canary(
         .json()
 }
 
+/// Registers a webhook for the canary events (at a closed port: the deliveries are queued
+/// and logged whatever the receiver does); its id.
+async fn canary_hook(app: &TestApp) -> String {
+    let body = json!({"url": "http://127.0.0.1:9/hook", "secret": "0123456789abcdef",
+                      "events": ["rollout.promoted", "rollout.aborted"]});
+    app.post("/api/v1/webhooks", ADMIN_TOKEN, body)
+        .await
+        .expect(201)
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Waits until the webhook `hook` has a delivery of `event`.
+async fn delivered(app: &TestApp, hook: &str, event: &str) {
+    eventually(&format!("a {event} delivery"), || async {
+        let log = app
+            .get(&format!("/api/v1/webhooks/{hook}/deliveries"), ADMIN_TOKEN)
+            .await
+            .expect(200)
+            .json();
+        log["deliveries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["event"] == event)
+    })
+    .await;
+}
+
 /// Run A approved for everyone, then run C's drift draft: (A's id, its revision, C's id).
 async fn a_live_and_c_drafted(app: &TestApp, p: &People) -> (String, i64, String) {
     let a = draft_a(app, p).await;
@@ -273,6 +304,7 @@ async fn a_label_canary_aborted_by_a_person(app: &TestApp) {
         json!(["web-2"])
     );
 
+    let hook = canary_hook(app).await;
     let why = json!({"comment": "p99 up on zone a"});
     let ended = end_canary(app, &p.approver, &c, "abort", why, 200).await;
     assert_eq!(ended["state"], "aborted");
@@ -305,6 +337,7 @@ async fn a_label_canary_aborted_by_a_person(app: &TestApp) {
         (abort["actor"].as_str(), abort["subject"].as_str()),
         (Some("abe"), Some(c.as_str()))
     );
+    delivered(app, &hook, "rollout.aborted").await;
     for agent in agents {
         agent.shutdown();
     }
@@ -317,6 +350,7 @@ async fn a_clean_bake_is_promoted(app: &TestApp) {
     let (_, _, c) = a_live_and_c_drafted(app, &p).await;
     let ids: Vec<String> = ["svc-1", "svc-2"].map(String::from).to_vec();
     let agents = start_agents(app, &token, &ids, &["svc-1", "svc-2"]).await;
+    let hook = canary_hook(app).await;
     let body = json!({"canary": {"labels": {"zone": "a"}}, "bake_s": 2});
     approve_with(app, &p.approver, &c, body).await.expect(200);
     eventually("the bake promotes", || async {
@@ -331,6 +365,7 @@ async fn a_clean_bake_is_promoted(app: &TestApp) {
     assert_eq!(r["ended_by"], "budgetd (canary evaluator)");
     let rev_p = r["end_revision"].as_i64().unwrap();
     all_run(&agents, &ids, |_| (c.clone(), rev_p)).await;
+    delivered(app, &hook, "rollout.promoted").await;
     for agent in agents {
         agent.shutdown();
     }
