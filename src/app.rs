@@ -99,6 +99,7 @@ impl App {
                 settings.feedback.rollup_ms,
             ),
             bindings: Default::default(),
+            canary: Default::default(),
         });
         let state = AppState {
             store,

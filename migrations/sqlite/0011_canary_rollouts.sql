@@ -25,11 +25,13 @@ CREATE TABLE rollouts (
 );
 CREATE INDEX rollouts_state ON rollouts (state);
 
--- What canary agents reported during the bake, per segment: running totals, added to by
--- any replica that receives a canary agent's report.
+-- What canary agents reported during the bake, per segment: one row per writer (server
+-- process), its running totals, rewritten by that process only (as report_rollups); readers
+-- add up the writers.
 CREATE TABLE canary_health (
     baseline_id           TEXT NOT NULL,
     segment               TEXT NOT NULL,
+    writer                TEXT NOT NULL,
     calls                 BIGINT NOT NULL,
     attempts              BIGINT NOT NULL,
     retries_deadline      BIGINT NOT NULL,
@@ -40,5 +42,8 @@ CREATE TABLE canary_health (
     business_error        BIGINT NOT NULL,
     budget_exhausted      BIGINT NOT NULL,
     retry_refused_no_key  BIGINT NOT NULL,
-    PRIMARY KEY (baseline_id, segment)
+    -- Successful attempts' latencies (µs): HdrHistogram V2 compressed, base64.
+    latency_hdr           TEXT NOT NULL,
+    updated_at            TEXT NOT NULL,
+    PRIMARY KEY (baseline_id, segment, writer)
 );

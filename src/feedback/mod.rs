@@ -20,4 +20,6 @@ pub mod webhooks;
 pub struct Reports {
     pub rollups: rollup::Rollups,
     pub bindings: crate::service::feedback::Bindings,
+    /// Serialises this process's rewrites of its canary health rows.
+    pub canary: tokio::sync::Mutex<()>,
 }

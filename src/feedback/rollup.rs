@@ -134,6 +134,11 @@ impl Rollups {
         }
     }
 
+    /// This process's writer id (its rows are its own).
+    pub fn writer(&self) -> &str {
+        &self.writer
+    }
+
     pub fn rollup_ms(&self) -> i64 {
         self.rollup_ms
     }

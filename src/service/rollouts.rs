@@ -8,18 +8,21 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use budget_api::baselines::{Canary, CanaryHealth};
-use budget_core::canary::{self, Evidence, Judgement, Rollout};
-use budget_core::feedback::Counts;
+use budget_core::canary::{self, Evidence, Judgement, Rollout, SegmentHealth};
+use budget_core::feedback::{production_drift, Counts};
 use serde_json::json;
 
 use super::{audit, republish};
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
+use crate::feedback::hdr;
 use crate::feedback::rollup::Window;
 use crate::publish::HubState;
 use crate::state::AppState;
 pub use crate::store::CanaryEnd;
-use crate::store::{AgentStatus, Audit, Published, StoreError, StoredBaseline, StoredRollout};
+use crate::store::{
+    AgentStatus, Audit, CanaryHealthRow, Published, StoreError, StoredBaseline, StoredRollout,
+};
 
 /// How often the evaluator looks at baking canaries.
 pub const EVALUATE_EVERY: Duration = Duration::from_secs(1);
@@ -113,6 +116,46 @@ async fn members(state: &AppState, r: &StoredRollout) -> ApiResult<Vec<AgentStat
     .await
 }
 
+/// The canary agents' figures per segment: every writer's rows added up, the merged
+/// histogram's percentiles compared with the canary's baseline.
+async fn health(state: &AppState, r: &StoredRollout) -> ApiResult<BTreeMap<String, SegmentHealth>> {
+    let rows = state.store.canary_health(&r.baseline_id).await?;
+    let mut sums: BTreeMap<String, (Counts, hdrhistogram::Histogram<u64>)> = BTreeMap::new();
+    for row in &rows {
+        let (counts, latency) = sums
+            .entry(row.segment.clone())
+            .or_insert_with(|| (Counts::default(), hdr::empty()));
+        counts.add(&row.counts);
+        match hdr::decode(&row.latency_hdr) {
+            Ok(h) => hdr::add(latency, &h),
+            Err(e) => {
+                tracing::warn!(baseline = %r.baseline_id, segment = %row.segment, error = %e, "skipping a canary histogram that does not decode")
+            }
+        }
+    }
+    if sums.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let doc = state.store.get_baseline(&r.baseline_id).await?.doc;
+    Ok(sums
+        .into_iter()
+        .map(|(segment, (counts, h))| {
+            let latency = hdr::latency(&h);
+            let drift = doc
+                .segments
+                .iter()
+                .find(|s| s.id == segment)
+                .and_then(|b| production_drift(b, &latency));
+            let health = SegmentHealth {
+                counts,
+                latency,
+                drift,
+            };
+            (segment, health)
+        })
+        .collect())
+}
+
 /// What the fleet says of the rollout now.
 async fn evidence(state: &AppState, r: &StoredRollout) -> ApiResult<(Evidence, Vec<String>)> {
     let members = members(state, r).await?;
@@ -125,7 +168,7 @@ async fn evidence(state: &AppState, r: &StoredRollout) -> ApiResult<(Evidence, V
         })
         .map(|a| (a.agent_id.clone(), a.nack_error.clone().unwrap_or_default()))
         .collect();
-    let health = state.store.canary_health(&r.baseline_id).await?;
+    let health = health(state, r).await?;
     let evidence = Evidence {
         members: members.len() as u64,
         acked,
@@ -147,12 +190,19 @@ pub async fn status(state: &AppState, id: &str) -> ApiResult<Option<Canary>> {
     let health = e
         .health
         .iter()
-        .map(|(segment, c)| CanaryHealth {
-            segment: segment.clone(),
-            calls: c.calls,
-            attempts: c.attempts,
-            amplification: c.amplification(),
-            kill_rate: c.kill_rate(),
+        .map(|(segment, h)| {
+            let ms = |us: u64| (h.latency.samples > 0).then(|| us as f64 / 1000.0);
+            CanaryHealth {
+                segment: segment.clone(),
+                calls: h.counts.calls,
+                attempts: h.counts.attempts,
+                amplification: h.counts.amplification(),
+                kill_rate: h.counts.kill_rate(),
+                samples: h.latency.samples,
+                p99_ms: ms(h.latency.p99_us),
+                p999_ms: ms(h.latency.p999_us),
+                drift_pct: h.drift.as_ref().and_then(|d| d.drift_pct),
+            }
         })
         .collect();
     Ok(Some(Canary {
@@ -200,7 +250,7 @@ pub async fn evaluate(state: &AppState) -> ApiResult<()> {
             chain: Some(r.chain.clone()),
             subject: Some(r.baseline_id.clone()),
             detail: json!({"members": e.members, "acked": e.acked, "nacked": e.nacks.len(),
-                           "health": e.health}),
+                           "counts": e.health.iter().map(|(s, h)| (s.clone(), h.counts)).collect::<BTreeMap<_, _>>()}),
             at: crate::clock::now(),
         };
         match end_it(state, &r.baseline_id, end, &reason, audit).await {
@@ -227,16 +277,18 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
 }
 
 /// Adds the windows of a canary agent's report to its canaries' totals: windows of a chain
-/// whose canary selects `agent_id`, begun after the canary was published. Labels are those
-/// the agent declared on its Watch stream to this replica (an agent reports where it
-/// watches); percent selection needs none.
+/// whose canary selects `agent_id`, begun after the canary was published. This process keeps
+/// rows of its own (its running totals, rewritten one at a time), so replicas never contend.
+/// Labels are those the agent declared on its Watch stream to this replica (an agent reports
+/// where it watches); percent selection needs none.
 pub async fn record_reports(
     state: &AppState,
     hub: &HubState,
     agent_id: &str,
     windows: &[Window],
 ) -> Result<(), StoreError> {
-    let mut by_canary: BTreeMap<String, BTreeMap<String, Counts>> = BTreeMap::new();
+    type Sums = BTreeMap<String, (Counts, hdrhistogram::Histogram<u64>)>;
+    let mut by_canary: BTreeMap<String, Sums> = BTreeMap::new();
     let mut labels = None;
     for w in windows {
         let Some((selector, entry)) = hub.get(&w.chain).and_then(|e| e.canary()) else {
@@ -254,16 +306,48 @@ pub async fn record_reports(
         if w.start_ms < published_ms.saturating_sub(published_ms % 1000) {
             continue;
         }
-        by_canary
+        let (counts, latency) = by_canary
             .entry(entry.live.baseline_id.clone())
             .or_default()
             .entry(w.segment.clone())
-            .or_default()
-            .add(&w.counts);
+            .or_insert_with(|| (Counts::default(), hdr::empty()));
+        counts.add(&w.counts);
+        hdr::add(latency, &w.latency);
     }
-    for (baseline_id, counts) in by_canary {
-        let counts: Vec<(String, Counts)> = counts.into_iter().collect();
-        state.store.add_canary_health(&baseline_id, &counts).await?;
+    if by_canary.is_empty() {
+        return Ok(());
+    }
+    let _mine = state.reports.canary.lock().await;
+    let writer = state.reports.rollups.writer();
+    let at = crate::clock::now();
+    for (baseline_id, mut sums) in by_canary {
+        for old in state
+            .store
+            .writer_canary_health(&baseline_id, writer)
+            .await?
+        {
+            if let Some((counts, latency)) = sums.get_mut(&old.segment) {
+                counts.add(&old.counts);
+                match hdr::decode(&old.latency_hdr) {
+                    Ok(h) => hdr::add(latency, &h),
+                    Err(e) => {
+                        tracing::warn!(%baseline_id, segment = %old.segment, error = %e, "a canary histogram of this process does not decode; starting it again")
+                    }
+                }
+            }
+        }
+        let rows: Vec<CanaryHealthRow> = sums
+            .into_iter()
+            .map(|(segment, (counts, latency))| CanaryHealthRow {
+                baseline_id: baseline_id.clone(),
+                segment,
+                writer: writer.to_owned(),
+                counts,
+                latency_hdr: hdr::encode(&latency),
+                updated_at: at.clone(),
+            })
+            .collect();
+        state.store.put_canary_health(&rows).await?;
     }
     Ok(())
 }

@@ -1,8 +1,6 @@
 //! Canary rollouts (SPEC §9): a baseline approved for a subset of agents first, then promoted
 //! to every agent or aborted; and what canary agents reported meanwhile.
 
-use std::collections::BTreeMap;
-
 use async_trait::async_trait;
 use budget_core::canary::{CanaryState, Rollout, Selector};
 use budget_core::feedback::Counts;
@@ -32,6 +30,19 @@ pub struct StoredRollout {
     pub reason: Option<String>,
     /// The publication (`promote` or `abort`) that ended it.
     pub end_revision: Option<i64>,
+}
+
+/// What canary agents reported of one segment since the canary was published, as one server
+/// process (`writer`) received it: its running totals.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CanaryHealthRow {
+    pub baseline_id: String,
+    pub segment: String,
+    pub writer: String,
+    pub counts: Counts,
+    /// Successful attempts' latencies (µs), HdrHistogram V2 compressed.
+    pub latency_hdr: Vec<u8>,
+    pub updated_at: String,
 }
 
 /// How a canary ends.
@@ -76,15 +87,18 @@ pub trait Rollouts: Send + Sync {
         audit: Audit,
     ) -> StoreResult<(StoredRollout, Published)>;
 
-    /// Adds what a canary agent reported to the canary's running totals, per segment.
-    async fn add_canary_health(
+    /// The rows `writer` wrote of the canary of `baseline_id`.
+    async fn writer_canary_health(
         &self,
         baseline_id: &str,
-        counts: &[(String, Counts)],
-    ) -> StoreResult<()>;
+        writer: &str,
+    ) -> StoreResult<Vec<CanaryHealthRow>>;
 
-    /// The canary agents' totals since the bake began, per segment.
-    async fn canary_health(&self, baseline_id: &str) -> StoreResult<BTreeMap<String, Counts>>;
+    /// Writes rows (each replacing the same key's row): a writer's new running totals.
+    async fn put_canary_health(&self, rows: &[CanaryHealthRow]) -> StoreResult<()>;
+
+    /// Every writer's rows of the canary of `baseline_id`, by segment.
+    async fn canary_health(&self, baseline_id: &str) -> StoreResult<Vec<CanaryHealthRow>>;
 
     /// The chain's newest publication that is not a canary: what agents outside a canary
     /// keep, with its baseline.

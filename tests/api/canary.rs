@@ -470,13 +470,72 @@ async fn report(app: &TestApp, token: &str, agent: &str, window: SegmentWindow) 
 /// an agent outside it count for nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canary_agents_amplification_aborts_it() {
+    let (app, token, a, c, streams) = canary_with_two_watchers().await;
+    let start = chrono::Utc::now().timestamp_millis() + 1000;
+
+    report(&app, &token, "out", amplified_window(start)).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let r = rollout(&app, &c).await["canary"].clone();
+    assert_eq!(
+        (r["state"].as_str(), r["health"].as_array().map(Vec::len)),
+        (Some("baking"), Some(0)),
+        "{r:#}"
+    );
+
+    report(&app, &token, "in", amplified_window(start)).await;
+    eventually("the amplification aborts the canary", || async {
+        rollout(&app, &c).await["canary"]["state"] == "aborted"
+    })
+    .await;
+    let r = rollout(&app, &c).await["canary"].clone();
+    assert_eq!(
+        r["reason"],
+        "amplification on order->inventory: 3.000 > 2 on canary agents (10 calls, 30 attempts, 0 deadline-exceeded attempts)"
+    );
+    let h = &r["health"][0];
+    assert_eq!(
+        (
+            &h["segment"],
+            &h["calls"],
+            &h["attempts"],
+            &h["amplification"],
+            &h["kill_rate"],
+            &h["samples"]
+        ),
+        (
+            &json!("order->inventory"),
+            &json!(10),
+            &json!(30),
+            &json!(3.0),
+            &json!(0.0),
+            &json!(10)
+        ),
+        "{r:#}"
+    );
+    // 20 ms as HdrHistogram keeps it (3 significant digits), nearest rank.
+    let p99 = h["p99_ms"].as_f64().unwrap();
+    assert!((20.0..20.02).contains(&p99), "{p99}");
+    assert_eq!(app.baseline(&a).await["state"], "approved");
+    drop(streams);
+    app.stop().await;
+}
+
+/// A canary (agents labelled zone=a) over C, with two raw Watch streams: `in` (zone a) and
+/// `out`; the app, the agent token, A's and C's ids, the streams.
+async fn canary_with_two_watchers() -> (
+    TestApp,
+    String,
+    String,
+    String,
+    Vec<tonic::Streaming<budget_proto::v1::BudgetUpdate>>,
+) {
     let app = spawn_app(Backend::Sqlite).await.unwrap();
     let p = app.people().await;
     let token = app.token("agent", "order-agent").await;
     let (a, _, c) = a_live_and_c_drafted(&app, &p).await;
-    let mut member = watch_req("amp-in", &["checkout"], "order", 0);
+    let mut member = watch_req("in", &["checkout"], "order", 0);
     member.labels = [("zone".to_owned(), "a".to_owned())].into();
-    let outsider = watch_req("amp-out", &["checkout"], "order", 0);
+    let outsider = watch_req("out", &["checkout"], "order", 0);
     let mut streams = Vec::new();
     for req in [member, outsider] {
         let mut s = client(&app)
@@ -490,32 +549,49 @@ async fn canary_agents_amplification_aborts_it() {
     }
     let body = json!({"canary": {"labels": {"zone": "a"}}, "bake_s": 600});
     approve_with(&app, &p.approver, &c, body).await.expect(200);
-    let start = chrono::Utc::now().timestamp_millis() + 1000;
+    (app, token, a, c, streams)
+}
 
-    report(&app, &token, "amp-out", amplified_window(start)).await;
+/// Canary agents whose payment latencies drift more than 20 % from the canary's baseline,
+/// with the drift rule's 1,000 samples, abort it; 999 samples are not enough.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canary_agents_drift_aborts_it() {
+    let (app, token, _, c, streams) = canary_with_two_watchers().await;
+    let start = chrono::Utc::now().timestamp_millis() + 1000;
+    // C's payment: p99 210 ms, p999 390 ms, timeout 507 ms; these calls take 480 ms.
+    let slow = |n: u64, start_ms: i64| SegmentWindow {
+        chain: "checkout".into(),
+        segment: "order->payment".into(),
+        start_unix_ms: start_ms,
+        end_unix_ms: start_ms + 1000,
+        calls: n,
+        attempts: n,
+        retries: Default::default(),
+        outcomes: [("ok".to_owned(), n)].into(),
+        latency_hdr: crate::feedback::hdr(&vec![480_000; n as usize]),
+    };
+    report(&app, &token, "in", slow(999, start)).await;
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let r = rollout(&app, &c).await["canary"].clone();
-    assert_eq!(
-        (r["state"].as_str(), r["health"].as_array().map(Vec::len)),
-        (Some("baking"), Some(0)),
+    assert_eq!(r["state"], "baking", "{r:#}");
+    assert_eq!(r["health"][0]["samples"], 999);
+    assert!(
+        r["health"][0]["drift_pct"].as_f64().unwrap() > 20.0,
         "{r:#}"
     );
 
-    report(&app, &token, "amp-in", amplified_window(start)).await;
-    eventually("the amplification aborts the canary", || async {
+    report(&app, &token, "in", slow(1, start + 1000)).await;
+    eventually("the drift aborts the canary", || async {
         rollout(&app, &c).await["canary"]["state"] == "aborted"
     })
     .await;
     let r = rollout(&app, &c).await["canary"].clone();
-    assert_eq!(
-        r["reason"],
-        "amplification on order->inventory: 3.000 > 2 on canary agents (10 calls, 30 attempts, 0 deadline-exceeded attempts)"
+    let reason = r["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("drift on order->payment: +")
+            && reason.ends_with("from the canary's baseline on canary agents (p99 480255 µs, p999 480255 µs, 1000 samples)"),
+        "{reason}"
     );
-    assert_eq!(
-        r["health"],
-        json!([{"segment": "order->inventory", "calls": 10, "attempts": 30, "amplification": 3.0, "kill_rate": 0.0}])
-    );
-    assert_eq!(app.baseline(&a).await["state"], "approved");
     drop(streams);
     app.stop().await;
 }

@@ -785,7 +785,7 @@ async fn postgres_publications_are_notified() {
 async fn rollouts_contract(backend: Backend) {
     use budget_core::canary::{CanaryState, Rollout, Selector};
     use budget_core::feedback::Counts;
-    use budgetd::store::CanaryEnd;
+    use budgetd::store::{CanaryEnd, CanaryHealthRow};
 
     let Some((_db, a, b)) = two_stores(backend).await else {
         return;
@@ -879,21 +879,56 @@ async fn rollouts_contract(backend: Backend) {
         attempts,
         ..Counts::default()
     };
-    a.add_canary_health(&second, &[("order->inventory".into(), counts(10, 12))])
+    let row = |segment: &str, writer: &str, counts: Counts, hdr: &[u8]| CanaryHealthRow {
+        baseline_id: second.clone(),
+        segment: segment.into(),
+        writer: writer.into(),
+        counts,
+        latency_hdr: hdr.to_vec(),
+        updated_at: budgetd::service::now(),
+    };
+    // Each writer rewrites its own rows; a reader gets every writer's.
+    a.put_canary_health(&[row("order->inventory", "one", counts(10, 12), b"h1")])
         .await
         .unwrap();
-    b.add_canary_health(
-        &second,
-        &[
-            ("order->inventory".into(), counts(5, 9)),
-            ("order->user".into(), counts(1, 1)),
-        ],
-    )
+    b.put_canary_health(&[
+        row("order->inventory", "two", counts(5, 9), b"h2"),
+        row("order->user", "two", counts(1, 1), b""),
+    ])
     .await
     .unwrap();
-    let health = a.canary_health(&second).await.unwrap();
-    assert_eq!(health["order->inventory"], counts(15, 21));
-    assert_eq!(health["order->user"], counts(1, 1));
+    a.put_canary_health(&[row("order->inventory", "one", counts(11, 14), b"h3")])
+        .await
+        .unwrap();
+    let mine = b.writer_canary_health(&second, "one").await.unwrap();
+    assert_eq!(mine.len(), 1);
+    assert_eq!(
+        (mine[0].counts, mine[0].latency_hdr.as_slice()),
+        (counts(11, 14), &b"h3"[..])
+    );
+    let all: Vec<(String, String, Counts)> = a
+        .canary_health(&second)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.segment, r.writer, r.counts))
+        .collect();
+    assert_eq!(
+        all,
+        [
+            (
+                "order->inventory".to_owned(),
+                "one".to_owned(),
+                counts(11, 14)
+            ),
+            (
+                "order->inventory".to_owned(),
+                "two".to_owned(),
+                counts(5, 9)
+            ),
+            ("order->user".to_owned(), "two".to_owned(), counts(1, 1)),
+        ]
+    );
 
     // Abort: the previous baseline is approved again and live for everyone; once only.
     let (ended, published) = a

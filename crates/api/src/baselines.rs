@@ -221,6 +221,15 @@ pub struct CanaryHealth {
     pub amplification: Option<f64>,
     #[serde(default)]
     pub kill_rate: Option<f64>,
+    /// Successful attempts in the merged latency histogram, its nearest-rank p99 and p999
+    /// (`null` without samples), and R-drift's largest change from the canary's baseline.
+    pub samples: u64,
+    #[serde(default)]
+    pub p99_ms: Option<f64>,
+    #[serde(default)]
+    pub p999_ms: Option<f64>,
+    #[serde(default)]
+    pub drift_pct: Option<f64>,
 }
 
 /// `GET /baselines/{id}/tree` (OpenAPI `BaselineTree`): the call tree of a baseline in

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::feedback::{AlertThresholds, Counts, Rule};
+use crate::feedback::{evaluate_segment, AlertThresholds, Counts, Latency, ProductionDrift, Rule};
 
 /// Most labels a selector names (an agent declares at most 32).
 pub const MAX_LABELS: usize = 32;
@@ -149,10 +149,19 @@ pub struct Evidence {
     pub acked: u64,
     /// Canary agents that refused the canary revision, with their error (a few).
     pub nacks: Vec<(String, String)>,
-    /// The canary agents' counts since the bake began, per segment.
-    pub health: BTreeMap<String, Counts>,
+    /// What the canary agents did since the bake began, per segment.
+    pub health: BTreeMap<String, SegmentHealth>,
     /// Whether the bake time is over.
     pub bake_over: bool,
+}
+
+/// One segment on canary agents: their counts and, when they reported latencies, the
+/// percentiles of the merged histogram against the canary's baseline (R-drift).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SegmentHealth {
+    pub counts: Counts,
+    pub latency: Latency,
+    pub drift: Option<ProductionDrift>,
 }
 
 /// What to do with a baking canary.
@@ -163,31 +172,34 @@ pub enum Judgement {
     Abort(String),
 }
 
-/// The first rule the canary agents' counts break: amplification or kill rate over the bake
-/// so far, against the alert thresholds (SPEC §8's rules, on canary agents alone).
+/// The first SPEC §8 rule the canary agents break, in words with its numbers: amplification,
+/// kill rate and drift (with the alert rules' sample minimum), each over the bake so far,
+/// against the alert thresholds.
 pub fn unhealthy(
     thresholds: &AlertThresholds,
-    health: &BTreeMap<String, Counts>,
+    health: &BTreeMap<String, SegmentHealth>,
 ) -> Option<String> {
-    for (segment, c) in health {
-        let checks = [
-            (
-                Rule::Amplification,
-                c.amplification(),
-                thresholds.amplification,
-            ),
-            (Rule::KillRate, c.kill_rate(), thresholds.kill_rate),
-        ];
-        for (rule, value, threshold) in checks {
-            if let Some(v) = value.filter(|v| *v > threshold) {
-                return Some(format!(
-                    "{} on {segment}: {v:.3} > {threshold} on canary agents ({} calls, {} attempts, {} deadline-exceeded attempts)",
+    for (segment, h) in health {
+        let c = &h.counts;
+        let drift = h.drift.as_ref().map(|d| (d, &h.latency));
+        for v in evaluate_segment(thresholds, c, c, drift) {
+            if !v.firing {
+                continue;
+            }
+            let (value, threshold) = (v.value, v.threshold);
+            return Some(match v.rule {
+                Rule::Drift => format!(
+                    "drift on {segment}: {value:+.1} % > {threshold} % from the canary's baseline on canary agents (p99 {} µs, p999 {} µs, {} samples)",
+                    h.latency.p99_us, h.latency.p999_us, h.latency.samples
+                ),
+                rule => format!(
+                    "{} on {segment}: {value:.3} > {threshold} on canary agents ({} calls, {} attempts, {} deadline-exceeded attempts)",
                     rule.as_str(),
                     c.calls,
                     c.attempts,
                     c.deadline_attempts()
-                ));
-            }
+                ),
+            });
         }
     }
     None
@@ -323,17 +335,52 @@ mod tests {
             ..base.clone()
         };
         assert!(matches!(judge(&t, &nack), Judgement::Abort(r) if r.contains("a1: inversion")));
+        let health = |segment: &str, counts| {
+            BTreeMap::from([(
+                segment.to_owned(),
+                SegmentHealth {
+                    counts,
+                    ..SegmentHealth::default()
+                },
+            )])
+        };
         let amplified = Evidence {
-            health: [("order->inventory".to_owned(), counts(100, 250, 0))].into(),
+            health: health("order->inventory", counts(100, 250, 0)),
             ..base.clone()
         };
         assert!(
             matches!(judge(&t, &amplified), Judgement::Abort(r) if r.starts_with("amplification on order->inventory: 2.500 > 2"))
         );
         let killing = Evidence {
-            health: [("a->b".to_owned(), counts(100, 100, 2))].into(),
-            ..base
+            health: health("a->b", counts(100, 100, 2)),
+            ..base.clone()
         };
         assert!(matches!(judge(&t, &killing), Judgement::Abort(r) if r.starts_with("kill_rate")));
+        // Drift counts with the alert rule's sample minimum only.
+        let drifted = |samples| {
+            let mut h = health("a->b", counts(10, 10, 0));
+            let s = h.get_mut("a->b").unwrap();
+            s.latency = Latency {
+                samples,
+                p50_us: 1_000,
+                p99_us: 130_000,
+                p999_us: 200_000,
+            };
+            s.drift = Some(ProductionDrift {
+                entries: Vec::new(),
+                drift_pct: Some(30.0),
+                drift: true,
+            });
+            Evidence {
+                health: h,
+                ..base.clone()
+            }
+        };
+        assert_eq!(judge(&t, &drifted(999)), Judgement::Wait);
+        assert!(
+            matches!(judge(&t, &drifted(1000)), Judgement::Abort(r) if r.starts_with("drift on a->b: +30.0 % > 20 %")),
+            "{:?}",
+            judge(&t, &drifted(1000))
+        );
     }
 }

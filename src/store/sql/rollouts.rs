@@ -2,12 +2,10 @@
 //! publication, so two replicas ending the same canary take turns and the second finds it
 //! ended.
 
-use std::collections::BTreeMap;
-
 use async_trait::async_trait;
+use base64::Engine as _;
 use budget_core::baseline::BaselineState;
 use budget_core::canary::{CanaryState, Rollout, Selector};
-use budget_core::feedback::Counts;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
@@ -17,7 +15,7 @@ use super::outbox::archive_budget;
 use super::rows::{publication_with_baseline_from_row, BASELINE_COLUMNS};
 use super::tx::{commit, lock_chain, publish, replayed, write_audit};
 use super::{internal, placeholders, SqlStore, Tx};
-use crate::store::rollouts::{CanaryEnd, Rollouts, StoredRollout};
+use crate::store::rollouts::{CanaryEnd, CanaryHealthRow, Rollouts, StoredRollout};
 use crate::store::{
     Audit, Publication, Published, StoreError, StoreResult, StoredBaseline, Verdict,
 };
@@ -140,7 +138,25 @@ async fn rollout_in(tx: &mut Tx, baseline_id: &str) -> StoreResult<StoredRollout
     rollout_from_row(&row)
 }
 
-const HEALTH_WIDTH: usize = 12;
+/// The columns of a [`CanaryHealthRow`], in the order it is bound.
+const HEALTH_COLUMNS: &str = "baseline_id, segment, writer, calls, attempts, retries_deadline, \
+     retries_unavailable, ok, deadline_exceeded, unavailable, business_error, budget_exhausted, \
+     retry_refused_no_key, latency_hdr, updated_at";
+const HEALTH_WIDTH: usize = 15;
+
+fn health_from_row(r: &AnyRow) -> StoreResult<CanaryHealthRow> {
+    let hdr: String = r.try_get("latency_hdr")?;
+    Ok(CanaryHealthRow {
+        baseline_id: r.try_get("baseline_id")?,
+        segment: r.try_get("segment")?,
+        writer: r.try_get("writer")?,
+        counts: counts_from_row(r)?,
+        latency_hdr: base64::engine::general_purpose::STANDARD
+            .decode(hdr)
+            .map_err(internal)?,
+        updated_at: r.try_get("updated_at")?,
+    })
+}
 
 #[async_trait]
 impl Rollouts for SqlStore {
@@ -277,46 +293,58 @@ impl Rollouts for SqlStore {
         commit(tx, (ended, published)).await
     }
 
-    async fn add_canary_health(
+    async fn writer_canary_health(
         &self,
         baseline_id: &str,
-        counts: &[(String, Counts)],
-    ) -> StoreResult<()> {
-        if counts.is_empty() {
+        writer: &str,
+    ) -> StoreResult<Vec<CanaryHealthRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {HEALTH_COLUMNS} FROM canary_health WHERE baseline_id = $1 AND writer = $2"
+        ))
+        .bind(baseline_id)
+        .bind(writer)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(health_from_row).collect()
+    }
+
+    async fn put_canary_health(&self, rows: &[CanaryHealthRow]) -> StoreResult<()> {
+        if rows.is_empty() {
             return Ok(());
         }
-        let add = |c: &str| format!("{c} = canary_health.{c} + excluded.{c}");
+        let replace = |c: &str| format!("{c} = excluded.{c}");
         let sql = format!(
-            "INSERT INTO canary_health (baseline_id, segment, {}) VALUES {} \
-             ON CONFLICT (baseline_id, segment) DO UPDATE SET {}",
-            COUNT_COLUMNS.join(", "),
-            placeholders(self.backend, counts.len(), HEALTH_WIDTH),
-            COUNT_COLUMNS.map(add).join(", ")
+            "INSERT INTO canary_health ({HEALTH_COLUMNS}) VALUES {} \
+             ON CONFLICT (baseline_id, segment, writer) DO UPDATE SET {}, {}",
+            placeholders(self.backend, rows.len(), HEALTH_WIDTH),
+            COUNT_COLUMNS.map(replace).join(", "),
+            ["latency_hdr", "updated_at"].map(replace).join(", ")
         );
         let mut q = sqlx::query(&sql);
-        for (segment, c) in counts {
-            q = q.bind(baseline_id.to_owned()).bind(segment.clone());
-            for v in counts_values(c) {
+        for r in rows {
+            q = q
+                .bind(r.baseline_id.clone())
+                .bind(r.segment.clone())
+                .bind(r.writer.clone());
+            for v in counts_values(&r.counts) {
                 q = q.bind(v);
             }
+            q = q
+                .bind(base64::engine::general_purpose::STANDARD.encode(&r.latency_hdr))
+                .bind(r.updated_at.clone());
         }
         q.execute(&self.pool).await?;
         Ok(())
     }
 
-    async fn canary_health(&self, baseline_id: &str) -> StoreResult<BTreeMap<String, Counts>> {
+    async fn canary_health(&self, baseline_id: &str) -> StoreResult<Vec<CanaryHealthRow>> {
         let rows = sqlx::query(&format!(
-            "SELECT segment, {} FROM canary_health WHERE baseline_id = $1 ORDER BY segment",
-            COUNT_COLUMNS.join(", ")
+            "SELECT {HEALTH_COLUMNS} FROM canary_health WHERE baseline_id = $1 ORDER BY segment, writer"
         ))
         .bind(baseline_id)
         .fetch_all(&self.pool)
         .await?;
-        let mut out = BTreeMap::new();
-        for r in &rows {
-            out.insert(r.try_get("segment")?, counts_from_row(r)?);
-        }
-        Ok(out)
+        rows.iter().map(health_from_row).collect()
     }
 
     async fn stable_publication(

@@ -170,10 +170,14 @@ function canaryView(doc, k, c, ctx) {
     }
   };
   const health = k.health.length
-    ? ui.table([{ label: 'Segment' }, { label: 'Calls', num: true }, { label: 'Attempts', num: true }, { label: 'Amplification', num: true }, { label: 'Kill rate', num: true }],
-      k.health.map((x) => [x.segment, String(x.calls), String(x.attempts),
+    ? ui.table([{ label: 'Segment' }, { label: 'Calls', num: true }, { label: 'Amplification', num: true }, { label: 'Kill rate', num: true },
+      { label: 'p99', num: true }, { label: 'p999', num: true }, { label: 'Drift', num: true }],
+      k.health.map((x) => [x.segment, String(x.calls),
         x.amplification === null ? '—' : x.amplification.toFixed(3),
-        x.kill_rate === null ? '—' : (x.kill_rate * 100).toFixed(2) + ' %']), { id: 'canary-health', label: 'Canary health', stack: true })
+        x.kill_rate === null ? '—' : (x.kill_rate * 100).toFixed(2) + ' %',
+        fmt.ms(x.p99_ms), fmt.ms(x.p999_ms),
+        x.drift_pct === null ? '—' : (x.drift_pct > 0 ? '+' : '') + x.drift_pct.toFixed(1) + ' % (' + x.samples + ' samples)']),
+      { id: 'canary-health', label: 'Canary health', stack: true })
     : ui.note('No report from canary agents yet.');
   return h('div', { id: 'canary', class: 'canary' },
     h('h3', null, 'Canary'),
@@ -241,7 +245,7 @@ function approvePanel(doc, errors, run, check, ctx) {
     h('label', { for: 'canary-select' }, 'Agents'), canarySel,
     h('label', { for: 'canary-bake' }, 'Bake (s)'), canaryBake,
     h('label', null, canaryAuto, ' Promote or abort automatically'),
-    h('p', { id: 'canary-help', class: 'help' }, 'A share of agents (10%) or agents with labels (zone=a, or zone=a,tier=web). The others keep the live baseline until the canary is promoted; a NACK or canary agents breaking the amplification or kill-rate rule abort it.'));
+    h('p', { id: 'canary-help', class: 'help' }, 'A share of agents (10%) or agents with labels (zone=a, or zone=a,tier=web). The others keep the live baseline until the canary is promoted; a NACK or canary agents breaking the amplification, kill-rate or drift rule abort it.'));
   const rollout = () => {
     if (!canaryOn.checked) return null;
     const raw = canarySel.value.trim();

@@ -78,7 +78,7 @@ a draft can be approved (exit 5).
 With --canary the draft goes first to a share of agents (--canary 10%: agents whose id hashes
 below 10 of 100, the same ones every time) or to agents declaring labels (--canary zone=a);
 every other agent keeps the live baseline. After --bake (default 5m) it is promoted to every
-agent if every canary agent ACKed and none broke the amplification or kill-rate rule; a NACK
+agent if every canary agent ACKed and none broke the amplification, kill-rate or drift rule; a NACK
 or a broken rule aborts it at once (canary agents get the previous baseline back). With
 --manual a person decides: budgetctl rollout promote|abort. Follow it with budgetctl rollout
 status.";

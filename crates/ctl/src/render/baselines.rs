@@ -326,8 +326,12 @@ pub fn canary(c: &Canary) -> String {
             "attempts",
             "amplification",
             "kill rate %",
+            "samples",
+            "p99",
+            "p999",
+            "drift %",
         ],
-        &[1, 2, 3, 4],
+        &[1, 2, 3, 4, 5, 6, 7, 8],
     );
     for h in &c.health {
         t.add_row(vec![
@@ -337,6 +341,10 @@ pub fn canary(c: &Canary) -> String {
             h.amplification.map_or("-".into(), |a| format!("{a:.3}")),
             h.kill_rate
                 .map_or("-".into(), |k| format!("{:.2}", k * 100.0)),
+            h.samples.to_string(),
+            ms(h.p99_ms),
+            ms(h.p999_ms),
+            pct(h.drift_pct),
         ]);
     }
     let members = if c.members.is_empty() {
