@@ -181,23 +181,36 @@ impl Hub {
         Ok(newer.len())
     }
 
-    /// A canary's `entry` as the overlay of the chain's stable publication, which every agent
-    /// its rollout does not select keeps.
+    /// A canary's `entry` as the overlay of the chain's stable publication before it, which
+    /// every agent its rollout does not select keeps. Read after the canary, that publication
+    /// is the one before the canary's revision whatever was published since: a promotion or
+    /// an abort committed meanwhile has a higher revision, and the next refresh loads it.
     async fn with_stable(
         &self,
         entry: ChainEntry,
         chain: &str,
         baseline_id: &str,
     ) -> StoreResult<ChainEntry> {
+        let revision = entry.revision();
         let rollout = self.store.get_rollout(baseline_id).await?;
-        let stable = self.store.stable_publication(chain).await?;
-        let (Some(rollout), Some((publication, baseline))) = (rollout, stable) else {
-            tracing::warn!(%chain, %baseline_id, "a canary publication without its rollout or a stable publication: served to every agent");
-            return Ok(entry);
-        };
-        let mut stable = entry_of(&publication, &baseline);
-        stable.canary = Some((rollout.selector, Arc::new(entry)));
-        Ok(stable)
+        let stable = self.store.stable_publication(chain, revision).await?;
+        match (rollout, stable) {
+            (Some(rollout), Some((publication, baseline))) => {
+                let mut stable = entry_of(&publication, &baseline);
+                stable.canary = Some((rollout.selector, Arc::new(entry)));
+                Ok(stable)
+            }
+            // Nothing to keep the others on (not expected: a canary needs a live baseline):
+            // the canary goes to nobody rather than to everyone.
+            (_, Some((publication, baseline))) => {
+                tracing::warn!(%chain, %baseline_id, "a canary publication without its rollout: served to no agent");
+                Ok(entry_of(&publication, &baseline))
+            }
+            (_, None) => {
+                tracing::warn!(%chain, %baseline_id, "a canary publication with no publication before it: served to every agent");
+                Ok(entry)
+            }
+        }
     }
 
     /// Refreshes every `every`, whatever notifications said.

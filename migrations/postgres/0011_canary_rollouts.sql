@@ -21,7 +21,10 @@ CREATE TABLE rollouts (
     ended_at              TEXT,
     ended_by              TEXT,
     reason                TEXT,
-    end_revision          BIGINT
+    end_revision          BIGINT,
+    -- What decided, frozen when it ended (JSON: members, acked, health); null while baking
+    -- and for a canary a rollback ended.
+    figures               TEXT
 );
 CREATE INDEX rollouts_state ON rollouts (state);
 
@@ -46,4 +49,14 @@ CREATE TABLE canary_health (
     latency_hdr           TEXT NOT NULL,
     updated_at            TEXT NOT NULL,
     PRIMARY KEY (baseline_id, segment, writer)
+);
+
+-- Canary agents that refused the canary's revision (NACK), recorded when the NACK arrives and
+-- kept: a later ACK of another revision does not clear it.
+CREATE TABLE canary_nacks (
+    baseline_id           TEXT NOT NULL,
+    agent_id              TEXT NOT NULL,
+    error                 TEXT NOT NULL,
+    at                    TEXT NOT NULL,
+    PRIMARY KEY (baseline_id, agent_id)
 );

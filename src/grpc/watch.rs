@@ -164,9 +164,7 @@ impl Stream {
         let mut chains = Vec::new();
         let mut new_chains = Vec::new();
         let mut published = Vec::new();
-        let member = &self.member;
         let mut consider = |entry: &'s Arc<ChainEntry>| {
-            let entry = entry.for_agent(member);
             let rev = entry.revision();
             revision = revision.max(rev);
             let name = &entry.live.chain;
@@ -186,13 +184,17 @@ impl Stream {
                 entries.push(entry);
             }
         };
+        // Each chain's entry for this agent: a canary's where one selects it.
+        let member = &self.member;
         match &self.selection {
             Selection::Chains(set) => set
                 .iter()
                 .filter_map(|c| state.get(c))
+                .map(|e| e.for_agent(member))
                 .for_each(&mut consider),
             Selection::Service(service) => state
                 .values()
+                .map(|e| e.for_agent(member))
                 .filter(|e| e.involves(service))
                 .for_each(&mut consider),
         }

@@ -312,6 +312,7 @@ pub async fn ack(state: &AppState, principal: &Principal, req: AckRequest) -> Ap
     }
     if !req.accepted {
         tracing::warn!(agent = ?req.agent_id, revision = req.revision, error = ?error, "agent refused a config (NACK)");
+        super::rollouts::record_nack(state, &req.agent_id, req.revision, error).await?;
     }
     crate::observe::acked(req.accepted);
     Ok(())

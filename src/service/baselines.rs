@@ -187,6 +187,23 @@ pub async fn approval(
         message: b.to_string(),
     })
     .collect();
+    let mut blockers = blockers;
+    let chain = &stored.doc.chain;
+    if let Some(r) = state
+        .store
+        .baking_rollouts()
+        .await?
+        .into_iter()
+        .find(|r| &r.chain == chain)
+    {
+        blockers.push(ApprovalBlocker {
+            code: "canary_baking".into(),
+            message: format!(
+                "a canary of {chain} is baking (baseline {}, until {}): promote or abort it first",
+                r.baseline_id, r.bake_ends_at
+            ),
+        });
+    }
     Ok(ApprovalCheck {
         baseline_id: stored.doc.id,
         chain: stored.doc.chain,

@@ -151,7 +151,10 @@ pub async fn budgets(state: &AppState, chain: &str) -> ApiResult<LiveBudgets> {
         });
     }
     let rollout = state.store.get_rollout(&publication.baseline_id).await?;
-    let stable = state.store.stable_publication(chain).await?;
+    let stable = state
+        .store
+        .stable_publication(chain, publication.revision)
+        .await?;
     let (Some(rollout), Some((p, b))) = (rollout, stable) else {
         return Ok(LiveBudgets {
             live: latest,

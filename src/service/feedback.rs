@@ -112,7 +112,9 @@ fn check_window(
     let entry = hub
         .get(&w.chain)
         .ok_or_else(|| format!("chain {:?} has no published budgets", w.chain))?;
-    if !entry.live.segments.iter().any(|s| s.id == w.segment) {
+    let known = |e: &crate::publish::ChainEntry| e.live.segments.iter().any(|s| s.id == w.segment);
+    // A canary's baseline may hold segments the stable one does not (yet).
+    if !known(entry) && !entry.canary().is_some_and(|(_, c)| known(c)) {
         return Err(format!(
             "segment {:?} is not in {:?}'s live budgets",
             w.segment, w.chain

@@ -87,7 +87,13 @@ pub async fn decide(
         None,
         json!({"comment": comment, "token": principal.name, "owner": principal.owner}),
     );
-    end_it(state, id, end, &reason, audit).await?;
+    let rollout = state.store.get_rollout(id).await?.ok_or_else(|| {
+        ApiError::not_found(format!(
+            "baseline {id:?} was not approved with a canary rollout"
+        ))
+    })?;
+    let (e, members) = evidence(state, &rollout).await?;
+    end_it(state, id, end, &reason, &frozen(&e, members), audit).await?;
     status(state, id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("baseline {id:?} has no canary rollout")))
@@ -98,9 +104,14 @@ async fn end_it(
     id: &str,
     end: CanaryEnd,
     reason: &str,
+    figures: &Figures,
     audit: Audit,
 ) -> ApiResult<()> {
-    let (ended, published) = state.store.end_rollout(id, end, reason, audit).await?;
+    let figures = serde_json::to_value(figures).map_err(|e| ApiError::internal(e.into()))?;
+    let (ended, published) = state
+        .store
+        .end_rollout(id, end, reason, &figures, audit)
+        .await?;
     tracing::info!(baseline = %id, chain = %ended.chain, state = ended.state.as_str(), revision = published.revision, %reason, "canary ended");
     republish(state).await;
     Ok(())
@@ -160,14 +171,7 @@ async fn health(state: &AppState, r: &StoredRollout) -> ApiResult<BTreeMap<Strin
 async fn evidence(state: &AppState, r: &StoredRollout) -> ApiResult<(Evidence, Vec<String>)> {
     let members = members(state, r).await?;
     let acked = members.iter().filter(|a| a.acked >= r.revision).count() as u64;
-    let nacks = members
-        .iter()
-        .filter(|a| {
-            a.nack_revision
-                .is_some_and(|n| n >= r.revision && n > a.acked)
-        })
-        .map(|a| (a.agent_id.clone(), a.nack_error.clone().unwrap_or_default()))
-        .collect();
+    let nacks = state.store.canary_nacks(&r.baseline_id).await?;
     let health = health(state, r).await?;
     let evidence = Evidence {
         members: members.len() as u64,
@@ -185,8 +189,56 @@ pub async fn status(state: &AppState, id: &str) -> ApiResult<Option<Canary>> {
     let Some(r) = state.store.get_rollout(id).await? else {
         return Ok(None);
     };
-    let (e, mut ids) = evidence(state, &r).await?;
-    ids.truncate(MAX_MEMBERS_LISTED);
+    // An ended canary shows what decided it; a baking one (or one a rollback ended) the fleet
+    // as it is now.
+    let ended: Option<Figures> = r
+        .figures
+        .clone()
+        .and_then(|f| serde_json::from_value(f).ok());
+    let Figures {
+        mut members,
+        acked,
+        nacked,
+        health,
+    } = match ended {
+        Some(f) => f,
+        None => {
+            let (e, members) = evidence(state, &r).await?;
+            frozen(&e, members)
+        }
+    };
+    members.truncate(MAX_MEMBERS_LISTED);
+    Ok(Some(Canary {
+        state: r.state,
+        selector: r.selector,
+        bake_s: r.bake_s,
+        auto: r.auto,
+        revision: r.revision,
+        previous_baseline_id: r.previous_baseline_id,
+        started_at: r.started_at,
+        started_by: r.started_by,
+        bake_ends_at: r.bake_ends_at,
+        members,
+        acked,
+        nacked,
+        health,
+        reason: r.reason,
+        ended_at: r.ended_at,
+        ended_by: r.ended_by,
+        end_revision: r.end_revision,
+    }))
+}
+
+/// What a canary's status shows of the fleet, and what is kept when it ends.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Figures {
+    members: Vec<String>,
+    acked: u64,
+    nacked: u64,
+    health: Vec<CanaryHealth>,
+}
+
+fn frozen(e: &Evidence, members: Vec<String>) -> Figures {
     let health = e
         .health
         .iter()
@@ -205,25 +257,12 @@ pub async fn status(state: &AppState, id: &str) -> ApiResult<Option<Canary>> {
             }
         })
         .collect();
-    Ok(Some(Canary {
-        state: r.state,
-        selector: r.selector,
-        bake_s: r.bake_s,
-        auto: r.auto,
-        revision: r.revision,
-        previous_baseline_id: r.previous_baseline_id,
-        started_at: r.started_at,
-        started_by: r.started_by,
-        bake_ends_at: r.bake_ends_at,
-        members: ids,
+    Figures {
+        members,
         acked: e.acked,
         nacked: e.nacks.len() as u64,
         health,
-        reason: r.reason,
-        ended_at: r.ended_at,
-        ended_by: r.ended_by,
-        end_revision: r.end_revision,
-    }))
+    }
 }
 
 /// One pass of the evaluator: every baking canary with `auto` promoted or aborted when its
@@ -234,7 +273,7 @@ pub async fn evaluate(state: &AppState) -> ApiResult<()> {
         if !r.auto {
             continue;
         }
-        let (e, _) = evidence(state, &r).await?;
+        let (e, members) = evidence(state, &r).await?;
         let (end, reason) = match canary::judge(&state.settings.feedback.alerts, &e) {
             Judgement::Wait => continue,
             Judgement::Promote(reason) => (CanaryEnd::Promote, reason),
@@ -253,11 +292,36 @@ pub async fn evaluate(state: &AppState) -> ApiResult<()> {
                            "counts": e.health.iter().map(|(s, h)| (s.clone(), h.counts)).collect::<BTreeMap<_, _>>()}),
             at: crate::clock::now(),
         };
-        match end_it(state, &r.baseline_id, end, &reason, audit).await {
+        let figures = frozen(&e, members);
+        match end_it(state, &r.baseline_id, end, &reason, &figures, audit).await {
             Ok(()) => {}
             Err(e) if e.code == crate::error::Code::Conflict => {}
             Err(e) => return Err(e),
         }
+    }
+    Ok(())
+}
+
+/// An agent refused `revision`: if it is a canary's revision here, the refusal is kept for
+/// that canary (the fleet's status keeps only an agent's latest ACK and NACK, of any chain).
+pub async fn record_nack(
+    state: &AppState,
+    agent_id: &str,
+    revision: i64,
+    error: &str,
+) -> Result<(), StoreError> {
+    let hub = state.hub.current();
+    let canaries = hub
+        .values()
+        .filter_map(|e| e.canary())
+        .filter(|(_, c)| c.revision() == revision);
+    for (_, canary) in canaries {
+        let at = crate::clock::now();
+        state
+            .store
+            .record_canary_nack(&canary.live.baseline_id, agent_id, error, &at)
+            .await?;
+        tracing::warn!(agent = %agent_id, baseline = %canary.live.baseline_id, revision, "a canary agent refused the canary");
     }
     Ok(())
 }
@@ -279,8 +343,8 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
 /// Adds the windows of a canary agent's report to its canaries' totals: windows of a chain
 /// whose canary selects `agent_id`, begun after the canary was published. This process keeps
 /// rows of its own (its running totals, rewritten one at a time), so replicas never contend.
-/// Labels are those the agent declared on its Watch stream to this replica (an agent reports
-/// where it watches); percent selection needs none.
+/// Labels are those the agent declared on its Watch stream to this replica or, when it watches
+/// another, as the fleet last stored them; percent selection needs none.
 pub async fn record_reports(
     state: &AppState,
     hub: &HubState,
@@ -290,12 +354,24 @@ pub async fn record_reports(
     type Sums = BTreeMap<String, (Counts, hdrhistogram::Histogram<u64>)>;
     let mut by_canary: BTreeMap<String, Sums> = BTreeMap::new();
     let mut labels = None;
+    let empty = BTreeMap::new();
     for w in windows {
         let Some((selector, entry)) = hub.get(&w.chain).and_then(|e| e.canary()) else {
             continue;
         };
-        let labels =
-            labels.get_or_insert_with(|| state.fleet.labels_of(agent_id).unwrap_or_default());
+        if labels.is_none() {
+            // Declared on a Watch stream here, or, for an agent that watches elsewhere, as
+            // the fleet last stored them.
+            labels = Some(match state.fleet.labels_of(agent_id) {
+                Some(l) => l,
+                None => state
+                    .store
+                    .agent_labels(agent_id)
+                    .await?
+                    .unwrap_or_default(),
+            });
+        }
+        let labels = labels.as_ref().unwrap_or(&empty);
         if !selector.selects(agent_id, labels) {
             continue;
         }

@@ -191,8 +191,41 @@ pub const EXPORT_TABLES: &[ExportTable] = {
             ],
             identity: false,
         },
+        ExportTable {
+            name: "rollouts",
+            columns: &[
+                ("baseline_id", T),
+                ("chain", T),
+                ("revision", I),
+                ("previous_baseline_id", T),
+                ("previous_revision", I),
+                ("selector", T),
+                ("bake_s", I),
+                ("auto", I),
+                ("state", T),
+                ("started_at", T),
+                ("started_by", T),
+                ("bake_ends_at", T),
+                ("ended_at", T),
+                ("ended_by", T),
+                ("reason", T),
+                ("end_revision", I),
+                ("figures", T),
+            ],
+            identity: false,
+        },
+        ExportTable {
+            name: "canary_nacks",
+            columns: &[("baseline_id", T), ("agent_id", T), ("error", T), ("at", T)],
+            identity: false,
+        },
     ]
 };
+
+/// Tables added after the first export format, with the schema version that added them: an
+/// export from an older schema lacks them, and imports none of their rows. (Canary health,
+/// like report rollups, is runtime data and not exported.)
+pub const ADDED_TABLES: &[(&str, i64)] = &[("rollouts", 11), ("canary_nacks", 11)];
 
 /// Columns added after the first export format, with the schema version that added them: an
 /// export from an older schema lacks them and imports them as null (which the store reads as

@@ -96,6 +96,11 @@ pub trait Fleet: Send + Sync {
     }
     /// The identity of the token `agent_id` is bound to, if that token still exists.
     async fn agent_token(&self, agent_id: &str) -> StoreResult<Option<String>>;
+    /// The labels `agent_id` last declared, if the fleet knows it.
+    async fn agent_labels(
+        &self,
+        agent_id: &str,
+    ) -> StoreResult<Option<std::collections::BTreeMap<String, String>>>;
     /// Records agents' status: inserts new entries, updates those bound to the same token
     /// (an entry bound to another token is left alone).
     async fn upsert_agents(&self, agents: &[AgentStatus]) -> StoreResult<()>;

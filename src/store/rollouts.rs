@@ -30,6 +30,9 @@ pub struct StoredRollout {
     pub reason: Option<String>,
     /// The publication (`promote` or `abort`) that ended it.
     pub end_revision: Option<i64>,
+    /// What decided, frozen when it ended (as the service wrote it); `None` while baking and
+    /// for a canary a rollback ended.
+    pub figures: Option<serde_json::Value>,
 }
 
 /// What canary agents reported of one segment since the canary was published, as one server
@@ -77,15 +80,29 @@ pub trait Rollouts: Send + Sync {
 
     /// Ends a baking rollout: publishes, for every agent, the canary's baseline (`Promote`)
     /// or the previous one (`Abort`: that one approved again, the canary's superseded by it),
-    /// records `reason`, audits and queues the webhook event, in one transaction.
+    /// records `reason` and `figures`, audits and queues the webhook event, in one transaction.
     /// Conflict when it is not baking (any more).
     async fn end_rollout(
         &self,
         baseline_id: &str,
         end: CanaryEnd,
         reason: &str,
+        figures: &serde_json::Value,
         audit: Audit,
     ) -> StoreResult<(StoredRollout, Published)>;
+
+    /// Records that canary agent `agent_id` refused the canary of `baseline_id` (its first
+    /// refusal is kept).
+    async fn record_canary_nack(
+        &self,
+        baseline_id: &str,
+        agent_id: &str,
+        error: &str,
+        at: &str,
+    ) -> StoreResult<()>;
+
+    /// The agents that refused the canary of `baseline_id`, with their error, oldest first.
+    async fn canary_nacks(&self, baseline_id: &str) -> StoreResult<Vec<(String, String)>>;
 
     /// The rows `writer` wrote of the canary of `baseline_id`.
     async fn writer_canary_health(
@@ -100,10 +117,11 @@ pub trait Rollouts: Send + Sync {
     /// Every writer's rows of the canary of `baseline_id`, by segment.
     async fn canary_health(&self, baseline_id: &str) -> StoreResult<Vec<CanaryHealthRow>>;
 
-    /// The chain's newest publication that is not a canary: what agents outside a canary
-    /// keep, with its baseline.
+    /// The chain's newest publication before revision `before` that is not a canary: what
+    /// agents outside the canary published at `before` keep, with its baseline.
     async fn stable_publication(
         &self,
         chain: &str,
+        before: i64,
     ) -> StoreResult<Option<(Publication, StoredBaseline)>>;
 }

@@ -234,6 +234,13 @@ async fn a_percent_canary_reaches_the_same_agents_until_promoted(app: &TestApp) 
         .as_str()
         .unwrap()
         .to_owned();
+    let check = app
+        .get(&format!("/api/v1/baselines/{again}/approval"), &p.approver)
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(check["may_approve"], false, "{check:#}");
+    assert_eq!(check["blockers"][0]["code"], "canary_baking", "{check:#}");
     let refused = app.approve(&p.approver, &again).await.expect(409);
     assert!(refused.json()["error"]["message"]
         .as_str()
@@ -371,7 +378,86 @@ async fn a_clean_bake_is_promoted(app: &TestApp) {
     }
 }
 
+/// A rollback during a canary ends it (aborted, saying so) and its revision reaches every
+/// agent, canary or not.
+async fn a_rollback_ends_a_canary(app: &TestApp) {
+    let p = app.people().await;
+    let token = app.token("agent", "order-agent").await;
+    let (a, _, c) = a_live_and_c_drafted(app, &p).await;
+    // A third baseline, D (run A again, a drift from C), approved for everyone: A and C are
+    // both older approved baselines to roll back to.
+    let c_rev = app.approve(&p.approver, &c).await.expect(200).json()["revision"]
+        .as_i64()
+        .unwrap();
+    let d = app
+        .upload(&p.uploader, "checkout", example(CHECKOUT_RUN_A))
+        .await
+        .expect(201)
+        .json()["baseline_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ids: Vec<String> = ["rb-1", "rb-2"].map(String::from).to_vec();
+    let agents = start_agents(app, &token, &ids, &["rb-1"]).await;
+    all_run(&agents, &ids, |_| (c.clone(), c_rev)).await;
+    let body = json!({"canary": {"labels": {"zone": "a"}}, "bake_s": 600});
+    approve_with(app, &p.approver, &d, body).await.expect(200);
+    let rolled = app
+        .post(
+            "/api/v1/chains/checkout/rollback",
+            &p.approver,
+            json!({"baseline_id": a}),
+        )
+        .await
+        .expect(200)
+        .json();
+    let rev_r = rolled["revision"].as_i64().unwrap();
+    let r = rollout(app, &d).await["canary"].clone();
+    assert_eq!(
+        (
+            r["state"].as_str(),
+            r["reason"].as_str(),
+            r["end_revision"].as_i64()
+        ),
+        (
+            Some("aborted"),
+            Some(format!("rolled back to {a} by abe").as_str()),
+            Some(rev_r)
+        ),
+        "{r:#}"
+    );
+    all_run(&agents, &ids, |_| (a.clone(), rev_r)).await;
+    // Nothing bakes any more: the budgets view has no canary, and a promote finds it ended.
+    let live = app
+        .get("/api/v1/chains/checkout/budgets", ADMIN_TOKEN)
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(
+        (live["canary"].clone(), live["baseline_id"].clone()),
+        (Value::Null, json!(a))
+    );
+    end_canary(app, &p.approver, &d, "promote", json!({}), 409).await;
+    // Audited as the canary's end too.
+    let audit = app
+        .get("/api/v1/audit?chain=checkout", ADMIN_TOKEN)
+        .await
+        .expect(200)
+        .json();
+    let ended = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["action"] == "rollout.abort")
+        .unwrap_or_else(|| panic!("no rollout.abort in {audit:#}"));
+    assert_eq!(ended["subject"], json!(d));
+    for agent in agents {
+        agent.shutdown();
+    }
+}
+
 crate::on_both_backends!(
+    a_rollback_ends_a_canary,
     a_percent_canary_reaches_the_same_agents_until_promoted,
     a_label_canary_aborted_by_a_person,
     a_clean_bake_is_promoted,
@@ -423,9 +509,10 @@ async fn a_nack_aborts_the_canary() {
     assert!(rev_x > published.revision);
     // Both agents run A at the abort's revision: n-1 had kept A (it refused the canary).
     all_run(&agents, &ids, |_| (a.clone(), rev_x)).await;
-    // n-1 accepted the abort's revision since: no member refuses anything now.
+    // n-1 accepted the abort's revision since; its refusal of the canary stays on record.
     eventually("n-1's ACK of the abort is stored", || async {
-        rollout(&app, &forged).await["canary"]["nacked"] == 0
+        let r = rollout(&app, &forged).await;
+        r["acked"] == 2 && r["canary"]["nacked"] == 1
     })
     .await;
     for agent in agents {

@@ -286,6 +286,22 @@ async fn import_refuses_a_non_empty_store_and_bad_documents() {
     let e = store.import_all(&newer, &|_, _| {}).await.unwrap_err();
     assert!(e.to_string().contains("newer budgetd"), "{e}");
 
+    // The canary tables came with schema version 11: an export from before imports without
+    // them; one from after must hold them.
+    let mut older = export.clone();
+    older.tables.remove("rollouts");
+    older.tables.remove("canary_nacks");
+    let e = store.import_all(&older, &|_, _| {}).await.unwrap_err();
+    assert!(
+        e.to_string().contains("table \"rollouts\" is missing"),
+        "{e}"
+    );
+    older.schema_version = 10;
+    let fresh = TestDb::new(Backend::Sqlite).await.unwrap();
+    let other = budgetd::store::connect(&fresh.url).await.unwrap();
+    let counts = other.import_all(&older, &|_, _| {}).await.unwrap();
+    assert!(counts.contains(&("rollouts", 0)), "{counts:?}");
+
     export.tables.get_mut("counters").unwrap().rows = vec![vec![json!("publication"), json!(7)]];
     store.import_all(&export, &|_, _| {}).await.unwrap();
     let e = store.import_all(&export, &|_, _| {}).await.unwrap_err();

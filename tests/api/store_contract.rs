@@ -853,7 +853,11 @@ async fn rollouts_contract(backend: Backend) {
         )
     );
     assert_eq!(a.baking_rollouts().await.unwrap(), vec![r]);
-    let (p, held) = a.stable_publication("checkout").await.unwrap().unwrap();
+    let (p, held) = a
+        .stable_publication("checkout", canary.revision)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (p.revision, held.doc.id.as_str()),
         (stable_rev, first.as_str())
@@ -932,7 +936,13 @@ async fn rollouts_contract(backend: Backend) {
 
     // Abort: the previous baseline is approved again and live for everyone; once only.
     let (ended, published) = a
-        .end_rollout(&second, CanaryEnd::Abort, "a NACK", audit("budgetd"))
+        .end_rollout(
+            &second,
+            CanaryEnd::Abort,
+            "a NACK",
+            &json!({"acked": 1}),
+            audit("budgetd"),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -944,6 +954,7 @@ async fn rollouts_contract(backend: Backend) {
         )
     );
     assert_eq!(published.baseline.doc.id, first);
+    assert_eq!(ended.figures, Some(json!({"acked": 1})));
     assert_eq!(
         a.get_baseline(&first).await.unwrap().doc.state,
         BaselineState::Approved
@@ -954,17 +965,34 @@ async fn rollouts_contract(backend: Backend) {
         (BaselineState::Superseded, Some(first.as_str()))
     );
     let again = b
-        .end_rollout(&second, CanaryEnd::Promote, "late", audit("budgetd"))
+        .end_rollout(
+            &second,
+            CanaryEnd::Promote,
+            "late",
+            &json!({}),
+            audit("budgetd"),
+        )
         .await;
     assert!(
         matches!(again, Err(StoreError::Conflict(ref m)) if m.contains("aborted already: a NACK")),
         "{again:?}"
     );
     assert!(a.baking_rollouts().await.unwrap().is_empty());
-    let (p, _) = a.stable_publication("checkout").await.unwrap().unwrap();
+    let (p, _) = a
+        .stable_publication("checkout", i64::MAX)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((p.revision, p.kind.as_str()), (published.revision, "abort"));
+    // Before the canary's revision it is still the first approval.
+    let (p, _) = a
+        .stable_publication("checkout", canary.revision)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.revision, stable_rev);
     let missing = a
-        .end_rollout(&first, CanaryEnd::Promote, "x", audit("abe"))
+        .end_rollout(&first, CanaryEnd::Promote, "x", &json!({}), audit("abe"))
         .await;
     assert!(
         matches!(missing, Err(StoreError::NotFound(_))),

@@ -124,7 +124,8 @@ pub struct ApprovalCheck {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ApprovalBlocker {
-    /// `not_draft`, `superseded`, `not_newest`, `error_findings` or `four_eyes`.
+    /// `not_draft`, `superseded`, `not_newest`, `error_findings`, `four_eyes` or
+    /// `canary_baking`.
     pub code: String,
     /// What the approval would be refused with.
     pub message: String,

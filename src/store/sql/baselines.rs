@@ -465,12 +465,19 @@ impl Baselines for SqlStore {
             super::rollouts::finish(
                 &mut tx,
                 &baking,
-                CanaryState::Aborted,
-                &reason,
+                (CanaryState::Aborted, &reason, None),
                 revision,
                 &audit,
             )
             .await?;
+            // Audited (and sent to webhooks) as the canary's end, beside the rollback.
+            let ended = Audit {
+                action: "rollout.abort",
+                subject: Some(baking.clone()),
+                detail: serde_json::json!({"reason": reason, "revision": revision, "live_baseline": id}),
+                ..audit.clone()
+            };
+            write_audit(&mut tx, &ended).await?;
         }
         let mut audit = audit;
         audit.subject = Some(id.to_owned());

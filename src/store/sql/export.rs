@@ -8,7 +8,7 @@ use super::rows::export_row;
 use super::{internal, SqlStore, Tx};
 use crate::store::{
     Backend, ColumnKind, Export, ExportImport, Progress, StoreError, StoreResult, TableCounts,
-    ADDED_COLUMNS, EXPORT_FORMAT, EXPORT_TABLES,
+    ADDED_COLUMNS, ADDED_TABLES, EXPORT_FORMAT, EXPORT_TABLES,
 };
 
 #[async_trait]
@@ -128,10 +128,18 @@ impl ExportImport for SqlStore {
         }
         let mut counts = TableCounts::new();
         for table in EXPORT_TABLES {
-            let data = export
-                .tables
-                .get(table.name)
-                .ok_or_else(|| invalid(format!("table {:?} is missing", table.name)))?;
+            let added_later = ADDED_TABLES
+                .iter()
+                .any(|(t, version)| *t == table.name && export.schema_version < *version);
+            let data = match export.tables.get(table.name) {
+                Some(data) => data,
+                // A table added after the export's schema version: nothing to import.
+                None if added_later => {
+                    counts.push((table.name, 0));
+                    continue;
+                }
+                None => return Err(invalid(format!("table {:?} is missing", table.name))),
+            };
             // Where each of our columns is in the export's rows; none for a column added after
             // the export's schema version (imported as null).
             let mut positions = Vec::with_capacity(table.columns.len());

@@ -92,6 +92,20 @@ impl Fleet for SqlStore {
         Ok(row.map(|r| r.try_get(0)).transpose()?)
     }
 
+    async fn agent_labels(
+        &self,
+        agent_id: &str,
+    ) -> StoreResult<Option<std::collections::BTreeMap<String, String>>> {
+        let labels: Option<String> =
+            sqlx::query_scalar("SELECT labels FROM agents WHERE agent_id = $1")
+                .bind(agent_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        labels
+            .map(|l| serde_json::from_str(&l).map_err(internal))
+            .transpose()
+    }
+
     async fn upsert_agents(&self, agents: &[AgentStatus]) -> StoreResult<()> {
         if agents.is_empty() {
             return Ok(());

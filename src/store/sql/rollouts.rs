@@ -21,7 +21,7 @@ use crate::store::{
 };
 
 const ROLLOUT_COLUMNS: &str = "baseline_id, chain, revision, previous_baseline_id, previous_revision, selector, bake_s, auto, state, \
-     started_at, started_by, bake_ends_at, ended_at, ended_by, reason, end_revision";
+     started_at, started_by, bake_ends_at, ended_at, ended_by, reason, end_revision, figures";
 
 fn rollout_from_row(r: &AnyRow) -> StoreResult<StoredRollout> {
     let selector: String = r.try_get("selector")?;
@@ -44,6 +44,10 @@ fn rollout_from_row(r: &AnyRow) -> StoreResult<StoredRollout> {
         ended_by: r.try_get("ended_by")?,
         reason: r.try_get("reason")?,
         end_revision: r.try_get("end_revision")?,
+        figures: r
+            .try_get::<Option<String>, _>("figures")?
+            .map(|f| serde_json::from_str(&f).map_err(internal))
+            .transpose()?,
     })
 }
 
@@ -80,7 +84,7 @@ pub(super) async fn insert_rollout(
     .fetch_one(&mut **tx)
     .await?;
     sqlx::query(&format!(
-        "INSERT INTO rollouts ({ROLLOUT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'baking', $9, $10, $11, NULL, NULL, NULL, NULL)"
+        "INSERT INTO rollouts ({ROLLOUT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'baking', $9, $10, $11, NULL, NULL, NULL, NULL, NULL)"
     ))
     .bind(baseline_id)
     .bind(chain)
@@ -102,13 +106,12 @@ pub(super) async fn insert_rollout(
 pub(super) async fn finish(
     tx: &mut Tx,
     baseline_id: &str,
-    to: CanaryState,
-    reason: &str,
+    (to, reason, figures): (CanaryState, &str, Option<&serde_json::Value>),
     end_revision: i64,
     audit: &Audit,
 ) -> StoreResult<()> {
     let done = sqlx::query(
-        "UPDATE rollouts SET state = $2, ended_at = $3, ended_by = $4, reason = $5, end_revision = $6 \
+        "UPDATE rollouts SET state = $2, ended_at = $3, ended_by = $4, reason = $5, end_revision = $6, figures = $7 \
          WHERE baseline_id = $1 AND state = 'baking'",
     )
     .bind(baseline_id)
@@ -117,6 +120,7 @@ pub(super) async fn finish(
     .bind(&audit.actor)
     .bind(reason)
     .bind(end_revision)
+    .bind(figures.map(serde_json::Value::to_string))
     .execute(&mut **tx)
     .await?;
     if done.rows_affected() != 1 {
@@ -205,6 +209,7 @@ impl Rollouts for SqlStore {
         baseline_id: &str,
         end: CanaryEnd,
         reason: &str,
+        figures: &serde_json::Value,
         audit: Audit,
     ) -> StoreResult<(StoredRollout, Published)> {
         let chain: String = sqlx::query_scalar("SELECT chain FROM rollouts WHERE baseline_id = $1")
@@ -281,7 +286,14 @@ impl Rollouts for SqlStore {
                 (published, CanaryState::Aborted)
             }
         };
-        finish(&mut tx, baseline_id, to, reason, published.revision, &audit).await?;
+        finish(
+            &mut tx,
+            baseline_id,
+            (to, reason, Some(figures)),
+            published.revision,
+            &audit,
+        )
+        .await?;
         let ended = rollout_in(&mut tx, baseline_id).await?;
         let mut audit = audit;
         audit.chain = Some(chain);
@@ -291,6 +303,38 @@ impl Rollouts for SqlStore {
         audit.detail["live_baseline"] = published.baseline.doc.id.clone().into();
         write_audit(&mut tx, &audit).await?;
         commit(tx, (ended, published)).await
+    }
+
+    async fn record_canary_nack(
+        &self,
+        baseline_id: &str,
+        agent_id: &str,
+        error: &str,
+        at: &str,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO canary_nacks (baseline_id, agent_id, error, at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (baseline_id, agent_id) DO NOTHING",
+        )
+        .bind(baseline_id)
+        .bind(agent_id)
+        .bind(error)
+        .bind(at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn canary_nacks(&self, baseline_id: &str) -> StoreResult<Vec<(String, String)>> {
+        let rows = sqlx::query(
+            "SELECT agent_id, error FROM canary_nacks WHERE baseline_id = $1 ORDER BY at, agent_id",
+        )
+        .bind(baseline_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect()
     }
 
     async fn writer_canary_health(
@@ -350,13 +394,15 @@ impl Rollouts for SqlStore {
     async fn stable_publication(
         &self,
         chain: &str,
+        before: i64,
     ) -> StoreResult<Option<(Publication, StoredBaseline)>> {
         let row = sqlx::query(&format!(
             "SELECT p.revision, p.chain, p.baseline_id, p.kind, p.created_by, p.created_at, {BASELINE_COLUMNS} \
              FROM publications p JOIN baselines b ON b.id = p.baseline_id JOIN runs r ON r.id = b.run_id \
-             WHERE p.chain = $1 AND p.kind <> 'canary' ORDER BY p.revision DESC LIMIT 1"
+             WHERE p.chain = $1 AND p.kind <> 'canary' AND p.revision < $2 ORDER BY p.revision DESC LIMIT 1"
         ))
         .bind(chain)
+        .bind(before)
         .fetch_optional(&self.pool)
         .await?;
         row.as_ref()

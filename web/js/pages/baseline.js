@@ -226,6 +226,7 @@ function approvePanel(doc, errors, run, check, ctx) {
     rejectBlocked = true;
   }
   for (const b of blockers(check, 'not_newest')) reasons.push(b.message + '.');
+  for (const b of blockers(check, 'canary_baking')) reasons.push(b.message.charAt(0).toUpperCase() + b.message.slice(1) + '.');
   if (errors.length && (!check || blockers(check, 'error_findings').length)) {
     reasons.push('Approval is blocked by ' + errors.length + ' error finding' + (errors.length > 1 ? 's' : '') + ': ' +
       errors.map((f) => f.check + ' on ' + f.segment).join(', ') + '. Fix the topology or the run and recompute; rejecting is still possible.');
