@@ -29,12 +29,14 @@ CREATE TABLE rollouts (
 CREATE INDEX rollouts_state ON rollouts (state);
 
 -- What canary agents reported during the bake, per segment: one row per writer (server
--- process), its running totals, rewritten by that process only (as report_rollups); readers
--- add up the writers.
+-- process) and rollup (`minute`, its start in Unix milliseconds, as report_rollups; -1 for the
+-- whole bake so far), its running totals, rewritten by that process only; readers add up the
+-- writers.
 CREATE TABLE canary_health (
     baseline_id           TEXT NOT NULL,
     segment               TEXT NOT NULL,
     writer                TEXT NOT NULL,
+    minute                BIGINT NOT NULL,
     calls                 BIGINT NOT NULL,
     attempts              BIGINT NOT NULL,
     retries_deadline      BIGINT NOT NULL,
@@ -48,8 +50,9 @@ CREATE TABLE canary_health (
     -- Successful attempts' latencies (µs): HdrHistogram V2 compressed, base64.
     latency_hdr           TEXT NOT NULL,
     updated_at            TEXT NOT NULL,
-    PRIMARY KEY (baseline_id, segment, writer)
+    PRIMARY KEY (baseline_id, segment, writer, minute)
 );
+CREATE INDEX canary_health_minute ON canary_health (minute);
 
 -- Canary agents that refused the canary's revision (NACK), recorded when the NACK arrives and
 -- kept: a later ACK of another revision does not clear it.

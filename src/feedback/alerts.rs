@@ -223,6 +223,13 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
                     Ok(n) => tracing::info!(rows = n, "deleted rollups past their retention"),
                     Err(e) => tracing::warn!(error = %e, "failed to delete old rollups"),
                 }
+                match state.store.expire_canary_health(before).await {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        tracing::info!(rows = n, "deleted canary rollups past their retention")
+                    }
+                    Err(e) => tracing::warn!(error = %e, "failed to delete old canary rollups"),
+                }
                 last_sweep = Some(std::time::Instant::now());
             }
         }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use budget_api::baselines::{Canary, CanaryHealth};
-use budget_core::canary::{self, Evidence, Judgement, Rollout, SegmentHealth};
+use budget_core::canary::{self, Evidence, Judgement, Rollout, SegmentHealth, Spans};
 use budget_core::feedback::{production_drift, Counts};
 use serde_json::json;
 
@@ -16,12 +16,14 @@ use super::{audit, republish};
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::feedback::hdr;
+use crate::feedback::production::Span;
 use crate::feedback::rollup::Window;
 use crate::publish::HubState;
 use crate::state::AppState;
 pub use crate::store::CanaryEnd;
 use crate::store::{
     AgentStatus, Audit, CanaryHealthRow, Published, StoreError, StoredBaseline, StoredRollout,
+    WHOLE_BAKE,
 };
 
 /// How often the evaluator looks at baking canaries.
@@ -127,42 +129,66 @@ async fn members(state: &AppState, r: &StoredRollout) -> ApiResult<Vec<AgentStat
     .await
 }
 
-/// The canary agents' figures per segment: every writer's rows added up, the merged
-/// histogram's percentiles compared with the canary's baseline.
-async fn health(state: &AppState, r: &StoredRollout) -> ApiResult<BTreeMap<String, SegmentHealth>> {
-    let rows = state.store.canary_health(&r.baseline_id).await?;
-    let mut sums: BTreeMap<String, (Counts, hdrhistogram::Histogram<u64>)> = BTreeMap::new();
+/// The canary agents' figures per segment over the last complete minute, the last five and
+/// the whole bake: every writer's rows added up, each span's merged histogram compared with
+/// the canary's baseline.
+async fn health(state: &AppState, r: &StoredRollout) -> ApiResult<BTreeMap<String, Spans>> {
+    let rollup_ms = state.reports.rollups.rollup_ms();
+    let (from5, to) = Span::FiveMinutes.bounds(crate::clock::now_ms(), rollup_ms);
+    let from1 = to - rollup_ms;
+    let rows = state.store.canary_health(&r.baseline_id, from5).await?;
+    if rows.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    type Sum = (Counts, hdrhistogram::Histogram<u64>);
+    let empty = || (Counts::default(), hdr::empty());
+    // Per segment: the last minute's counts, the last five minutes', the whole bake's.
+    let mut sums: BTreeMap<String, (Counts, Sum, Sum)> = BTreeMap::new();
     for row in &rows {
-        let (counts, latency) = sums
+        let (last, five, bake) = sums
             .entry(row.segment.clone())
-            .or_insert_with(|| (Counts::default(), hdr::empty()));
-        counts.add(&row.counts);
+            .or_insert_with(|| (Counts::default(), empty(), empty()));
+        let into = match row.minute {
+            WHOLE_BAKE => bake,
+            m if m >= to => continue,
+            m => {
+                if m >= from1 {
+                    last.add(&row.counts);
+                }
+                five
+            }
+        };
+        into.0.add(&row.counts);
         match hdr::decode(&row.latency_hdr) {
-            Ok(h) => hdr::add(latency, &h),
+            Ok(h) => hdr::add(&mut into.1, &h),
             Err(e) => {
                 tracing::warn!(baseline = %r.baseline_id, segment = %row.segment, error = %e, "skipping a canary histogram that does not decode")
             }
         }
     }
-    if sums.is_empty() {
-        return Ok(BTreeMap::new());
-    }
     let doc = state.store.get_baseline(&r.baseline_id).await?.doc;
+    let judged = |segment: &str, (counts, h): Sum| {
+        let latency = hdr::latency(&h);
+        let drift = doc
+            .segments
+            .iter()
+            .find(|s| s.id == segment)
+            .and_then(|b| production_drift(b, &latency));
+        SegmentHealth {
+            counts,
+            latency,
+            drift,
+        }
+    };
     Ok(sums
         .into_iter()
-        .map(|(segment, (counts, h))| {
-            let latency = hdr::latency(&h);
-            let drift = doc
-                .segments
-                .iter()
-                .find(|s| s.id == segment)
-                .and_then(|b| production_drift(b, &latency));
-            let health = SegmentHealth {
-                counts,
-                latency,
-                drift,
+        .map(|(segment, (last_minute, five, bake))| {
+            let spans = Spans {
+                last_minute,
+                last_5m: judged(&segment, five),
+                bake: judged(&segment, bake),
             };
-            (segment, health)
+            (segment, spans)
         })
         .collect())
 }
@@ -242,7 +268,8 @@ fn frozen(e: &Evidence, members: Vec<String>) -> Figures {
     let health = e
         .health
         .iter()
-        .map(|(segment, h)| {
+        .map(|(segment, spans)| {
+            let h = &spans.bake;
             let ms = |us: u64| (h.latency.samples > 0).then(|| us as f64 / 1000.0);
             CanaryHealth {
                 segment: segment.clone(),
@@ -289,7 +316,7 @@ pub async fn evaluate(state: &AppState) -> ApiResult<()> {
             chain: Some(r.chain.clone()),
             subject: Some(r.baseline_id.clone()),
             detail: json!({"members": e.members, "acked": e.acked, "nacked": e.nacks.len(),
-                           "counts": e.health.iter().map(|(s, h)| (s.clone(), h.counts)).collect::<BTreeMap<_, _>>()}),
+                           "counts": e.health.iter().map(|(s, h)| (s.clone(), h.bake.counts)).collect::<BTreeMap<_, _>>()}),
             at: crate::clock::now(),
         };
         let figures = frozen(&e, members);
@@ -351,7 +378,7 @@ pub async fn record_reports(
     agent_id: &str,
     windows: &[Window],
 ) -> Result<(), StoreError> {
-    type Sums = BTreeMap<String, (Counts, hdrhistogram::Histogram<u64>)>;
+    type Sums = BTreeMap<(String, i64), (Counts, hdrhistogram::Histogram<u64>)>;
     let mut by_canary: BTreeMap<String, Sums> = BTreeMap::new();
     let mut labels = None;
     let empty = BTreeMap::new();
@@ -371,8 +398,7 @@ pub async fn record_reports(
                     .unwrap_or_default(),
             });
         }
-        let labels = labels.as_ref().unwrap_or(&empty);
-        if !selector.selects(agent_id, labels) {
+        if !selector.selects(agent_id, labels.as_ref().unwrap_or(&empty)) {
             continue;
         }
         let published_ms = entry
@@ -382,13 +408,15 @@ pub async fn record_reports(
         if w.start_ms < published_ms.saturating_sub(published_ms % 1000) {
             continue;
         }
-        let (counts, latency) = by_canary
-            .entry(entry.live.baseline_id.clone())
-            .or_default()
-            .entry(w.segment.clone())
-            .or_insert_with(|| (Counts::default(), hdr::empty()));
-        counts.add(&w.counts);
-        hdr::add(latency, &w.latency);
+        // The window's rollup, and the whole bake.
+        let sums = by_canary.entry(entry.live.baseline_id.clone()).or_default();
+        for minute in [state.reports.rollups.rollup_of(w.start_ms), WHOLE_BAKE] {
+            let (counts, latency) = sums
+                .entry((w.segment.clone(), minute))
+                .or_insert_with(|| (Counts::default(), hdr::empty()));
+            counts.add(&w.counts);
+            hdr::add(latency, &w.latency);
+        }
     }
     if by_canary.is_empty() {
         return Ok(());
@@ -397,27 +425,35 @@ pub async fn record_reports(
     let writer = state.reports.rollups.writer();
     let at = crate::clock::now();
     for (baseline_id, mut sums) in by_canary {
-        for old in state
+        let from = sums
+            .keys()
+            .map(|(_, m)| *m)
+            .filter(|m| *m != WHOLE_BAKE)
+            .min()
+            .unwrap_or(0);
+        let mine = state
             .store
-            .writer_canary_health(&baseline_id, writer)
-            .await?
-        {
-            if let Some((counts, latency)) = sums.get_mut(&old.segment) {
-                counts.add(&old.counts);
-                match hdr::decode(&old.latency_hdr) {
-                    Ok(h) => hdr::add(latency, &h),
-                    Err(e) => {
-                        tracing::warn!(%baseline_id, segment = %old.segment, error = %e, "a canary histogram of this process does not decode; starting it again")
-                    }
+            .writer_canary_health(&baseline_id, writer, from)
+            .await?;
+        for old in mine {
+            let Some((counts, latency)) = sums.get_mut(&(old.segment.clone(), old.minute)) else {
+                continue;
+            };
+            counts.add(&old.counts);
+            match hdr::decode(&old.latency_hdr) {
+                Ok(h) => hdr::add(latency, &h),
+                Err(e) => {
+                    tracing::warn!(%baseline_id, segment = %old.segment, error = %e, "a canary histogram of this process does not decode; starting it again")
                 }
             }
         }
         let rows: Vec<CanaryHealthRow> = sums
             .into_iter()
-            .map(|(segment, (counts, latency))| CanaryHealthRow {
+            .map(|((segment, minute), (counts, latency))| CanaryHealthRow {
                 baseline_id: baseline_id.clone(),
                 segment,
                 writer: writer.to_owned(),
+                minute,
                 counts,
                 latency_hdr: hdr::encode(&latency),
                 updated_at: at.clone(),

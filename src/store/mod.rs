@@ -49,7 +49,7 @@ pub use self::idempotency::{with_idempotency, IdemClaim, IdemLookup, IdemRespons
 pub use self::outbox::{archive_key, Outbox, OutboxItem, DEFAULT_ARCHIVE_PREFIX};
 pub use self::publications::{Publication, PublicationListener, Publications};
 pub use self::releases::Releases;
-pub use self::rollouts::{CanaryEnd, CanaryHealthRow, Rollouts, StoredRollout};
+pub use self::rollouts::{CanaryEnd, CanaryHealthRow, Rollouts, StoredRollout, WHOLE_BAKE};
 pub use self::runs::{NewRun, Runs, StoredRun};
 
 /// Why a store operation failed.

@@ -35,13 +35,18 @@ pub struct StoredRollout {
     pub figures: Option<serde_json::Value>,
 }
 
+/// The `minute` of a [`CanaryHealthRow`] holding the whole bake so far.
+pub const WHOLE_BAKE: i64 = -1;
+
 /// What canary agents reported of one segment since the canary was published, as one server
-/// process (`writer`) received it: its running totals.
+/// process (`writer`) received it: its running totals for one rollup (`minute`, its start in
+/// Unix milliseconds) or for the whole bake ([`WHOLE_BAKE`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CanaryHealthRow {
     pub baseline_id: String,
     pub segment: String,
     pub writer: String,
+    pub minute: i64,
     pub counts: Counts,
     /// Successful attempts' latencies (µs), HdrHistogram V2 compressed.
     pub latency_hdr: Vec<u8>,
@@ -104,18 +109,28 @@ pub trait Rollouts: Send + Sync {
     /// The agents that refused the canary of `baseline_id`, with their error, oldest first.
     async fn canary_nacks(&self, baseline_id: &str) -> StoreResult<Vec<(String, String)>>;
 
-    /// The rows `writer` wrote of the canary of `baseline_id`.
+    /// The rows `writer` wrote of the canary of `baseline_id`: its whole-bake rows and those of
+    /// rollups starting at or after `from`.
     async fn writer_canary_health(
         &self,
         baseline_id: &str,
         writer: &str,
+        from: i64,
     ) -> StoreResult<Vec<CanaryHealthRow>>;
 
     /// Writes rows (each replacing the same key's row): a writer's new running totals.
     async fn put_canary_health(&self, rows: &[CanaryHealthRow]) -> StoreResult<()>;
 
-    /// Every writer's rows of the canary of `baseline_id`, by segment.
-    async fn canary_health(&self, baseline_id: &str) -> StoreResult<Vec<CanaryHealthRow>>;
+    /// Every writer's rows of the canary of `baseline_id`: the whole-bake rows and those of
+    /// rollups starting at or after `from`, by segment.
+    async fn canary_health(
+        &self,
+        baseline_id: &str,
+        from: i64,
+    ) -> StoreResult<Vec<CanaryHealthRow>>;
+
+    /// Deletes canary rollup rows (not whole-bake ones) of rollups before `before`; how many.
+    async fn expire_canary_health(&self, before: i64) -> StoreResult<u64>;
 
     /// The chain's newest publication before revision `before` that is not a canary: what
     /// agents outside the canary published at `before` keep, with its baseline.

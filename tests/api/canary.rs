@@ -577,7 +577,7 @@ async fn canary_agents_amplification_aborts_it() {
     let r = rollout(&app, &c).await["canary"].clone();
     assert_eq!(
         r["reason"],
-        "amplification on order->inventory: 3.000 > 2 on canary agents (10 calls, 30 attempts, 0 deadline-exceeded attempts)"
+        "amplification on order->inventory: 3.000 > 2 on canary agents over the bake so far (10 calls, 30 attempts)"
     );
     let h = &r["health"][0];
     assert_eq!(
@@ -616,7 +616,19 @@ async fn canary_with_two_watchers() -> (
     String,
     Vec<tonic::Streaming<budget_proto::v1::BudgetUpdate>>,
 ) {
-    let app = spawn_app(Backend::Sqlite).await.unwrap();
+    canary_on(spawn_app(Backend::Sqlite).await.unwrap()).await
+}
+
+/// [`canary_with_two_watchers`] on `app`.
+async fn canary_on(
+    app: TestApp,
+) -> (
+    TestApp,
+    String,
+    String,
+    String,
+    Vec<tonic::Streaming<budget_proto::v1::BudgetUpdate>>,
+) {
     let p = app.people().await;
     let token = app.token("agent", "order-agent").await;
     let (a, _, c) = a_live_and_c_drafted(&app, &p).await;
@@ -637,6 +649,44 @@ async fn canary_with_two_watchers() -> (
     let body = json!({"canary": {"labels": {"zone": "a"}}, "bake_s": 600});
     approve_with(&app, &p.approver, &c, body).await.expect(200);
     (app, token, a, c, streams)
+}
+
+/// SPEC §8's windows, not only the bake's totals: a canary healthy over its bake so far whose
+/// last complete rollup amplifies 3× is aborted, naming the window. (Rollups of one second.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_regression_aborts_over_the_last_window() {
+    let db = TestDb::new(Backend::Sqlite).await.unwrap();
+    let app = crate::helpers::spawn_app_on(db, |url| {
+        let mut s = crate::helpers::settings_for(url);
+        s.feedback.rollup_ms = 1000;
+        s
+    })
+    .await;
+    let (app, token, _, c, streams) = canary_on(app).await;
+    let start = (chrono::Utc::now().timestamp_millis() / 1000 + 1) * 1000;
+    let mut healthy = amplified_window(start);
+    (healthy.calls, healthy.attempts) = (1000, 1000);
+    healthy.retries = Default::default();
+    healthy.outcomes = [("ok".to_owned(), 1000)].into();
+    report(&app, &token, "in", healthy).await;
+    report(&app, &token, "in", amplified_window(start + 1000)).await;
+    eventually(
+        "the last rollup's amplification aborts the canary",
+        || async { rollout(&app, &c).await["canary"]["state"] == "aborted" },
+    )
+    .await;
+    let r = rollout(&app, &c).await["canary"].clone();
+    assert_eq!(
+        r["reason"],
+        "amplification on order->inventory: 3.000 > 2 on canary agents over the last minute (10 calls, 30 attempts)"
+    );
+    // Over the whole bake: 1,010 calls in 1,030 attempts.
+    assert_eq!(
+        (&r["health"][0]["calls"], &r["health"][0]["attempts"]),
+        (&json!(1010), &json!(1030))
+    );
+    drop(streams);
+    app.stop().await;
 }
 
 /// Canary agents whose payment latencies drift more than 20 % from the canary's baseline,
@@ -676,7 +726,7 @@ async fn canary_agents_drift_aborts_it() {
     let reason = r["reason"].as_str().unwrap();
     assert!(
         reason.starts_with("drift on order->payment: +")
-            && reason.ends_with("from the canary's baseline on canary agents (p99 480255 µs, p999 480255 µs, 1000 samples)"),
+            && reason.ends_with("from the canary's baseline on canary agents over the bake so far (p99 480255 µs, p999 480255 µs, 1000 samples)"),
         "{reason}"
     );
     drop(streams);

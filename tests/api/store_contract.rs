@@ -785,7 +785,7 @@ async fn postgres_publications_are_notified() {
 async fn rollouts_contract(backend: Backend) {
     use budget_core::canary::{CanaryState, Rollout, Selector};
     use budget_core::feedback::Counts;
-    use budgetd::store::{CanaryEnd, CanaryHealthRow};
+    use budgetd::store::{CanaryEnd, CanaryHealthRow, WHOLE_BAKE};
 
     let Some((_db, a, b)) = two_stores(backend).await else {
         return;
@@ -883,56 +883,77 @@ async fn rollouts_contract(backend: Backend) {
         attempts,
         ..Counts::default()
     };
-    let row = |segment: &str, writer: &str, counts: Counts, hdr: &[u8]| CanaryHealthRow {
+    let row = |segment: &str, writer: &str, minute: i64, counts: Counts| CanaryHealthRow {
         baseline_id: second.clone(),
         segment: segment.into(),
         writer: writer.into(),
+        minute,
         counts,
-        latency_hdr: hdr.to_vec(),
+        latency_hdr: format!("{writer}@{minute}").into_bytes(),
         updated_at: budgetd::service::now(),
     };
-    // Each writer rewrites its own rows; a reader gets every writer's.
-    a.put_canary_health(&[row("order->inventory", "one", counts(10, 12), b"h1")])
-        .await
-        .unwrap();
-    b.put_canary_health(&[
-        row("order->inventory", "two", counts(5, 9), b"h2"),
-        row("order->user", "two", counts(1, 1), b""),
+    // Each writer rewrites its own rows (per rollup and for the whole bake); a reader gets
+    // every writer's whole-bake rows and the rollups from a minute on.
+    a.put_canary_health(&[
+        row("order->inventory", "one", 60_000, counts(4, 4)),
+        row("order->inventory", "one", WHOLE_BAKE, counts(10, 12)),
     ])
     .await
     .unwrap();
-    a.put_canary_health(&[row("order->inventory", "one", counts(11, 14), b"h3")])
+    b.put_canary_health(&[
+        row("order->inventory", "two", 120_000, counts(5, 9)),
+        row("order->inventory", "two", WHOLE_BAKE, counts(5, 9)),
+        row("order->user", "two", WHOLE_BAKE, counts(1, 1)),
+    ])
+    .await
+    .unwrap();
+    a.put_canary_health(&[row("order->inventory", "one", WHOLE_BAKE, counts(11, 14))])
         .await
         .unwrap();
-    let mine = b.writer_canary_health(&second, "one").await.unwrap();
-    assert_eq!(mine.len(), 1);
-    assert_eq!(
-        (mine[0].counts, mine[0].latency_hdr.as_slice()),
-        (counts(11, 14), &b"h3"[..])
-    );
-    let all: Vec<(String, String, Counts)> = a
-        .canary_health(&second)
+    let mut mine: Vec<(i64, Counts, Vec<u8>)> = b
+        .writer_canary_health(&second, "one", 0)
         .await
         .unwrap()
         .into_iter()
-        .map(|r| (r.segment, r.writer, r.counts))
+        .map(|r| (r.minute, r.counts, r.latency_hdr))
         .collect();
+    mine.sort_by_key(|m| m.0);
     assert_eq!(
-        all,
+        mine.iter().map(|m| (m.0, m.1)).collect::<Vec<_>>(),
+        [(WHOLE_BAKE, counts(11, 14)), (60_000, counts(4, 4))]
+    );
+    assert!(mine.iter().any(|m| m.2 == b"one@-1"));
+    let seen = |from| {
+        let a = a.clone();
+        let second = second.clone();
+        async move {
+            a.canary_health(&second, from)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| (r.segment, r.writer, r.minute, r.counts))
+                .collect::<Vec<_>>()
+        }
+    };
+    let inv = "order->inventory".to_owned();
+    assert_eq!(
+        seen(120_000).await,
         [
+            (inv.clone(), "one".to_owned(), WHOLE_BAKE, counts(11, 14)),
+            (inv.clone(), "two".to_owned(), WHOLE_BAKE, counts(5, 9)),
+            (inv.clone(), "two".to_owned(), 120_000, counts(5, 9)),
             (
-                "order->inventory".to_owned(),
-                "one".to_owned(),
-                counts(11, 14)
-            ),
-            (
-                "order->inventory".to_owned(),
+                "order->user".to_owned(),
                 "two".to_owned(),
-                counts(5, 9)
+                WHOLE_BAKE,
+                counts(1, 1)
             ),
-            ("order->user".to_owned(), "two".to_owned(), counts(1, 1)),
         ]
     );
+    assert_eq!(seen(0).await.len(), 5);
+    // Rollups expire; the whole-bake rows stay.
+    assert_eq!(a.expire_canary_health(120_000).await.unwrap(), 1);
+    assert_eq!(seen(0).await.len(), 4);
 
     // Abort: the previous baseline is approved again and live for everyone; once only.
     let (ended, published) = a

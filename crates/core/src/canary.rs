@@ -149,8 +149,8 @@ pub struct Evidence {
     pub acked: u64,
     /// Canary agents that refused the canary revision, with their error (a few).
     pub nacks: Vec<(String, String)>,
-    /// What the canary agents did since the bake began, per segment.
-    pub health: BTreeMap<String, SegmentHealth>,
+    /// What the canary agents did, per segment.
+    pub health: BTreeMap<String, Spans>,
     /// Whether the bake time is over.
     pub bake_over: bool,
 }
@@ -164,6 +164,15 @@ pub struct SegmentHealth {
     pub drift: Option<ProductionDrift>,
 }
 
+/// One segment on canary agents over the spans SPEC §8's rules look at (the last complete
+/// minute and five minutes) and over the whole bake so far.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Spans {
+    pub last_minute: Counts,
+    pub last_5m: SegmentHealth,
+    pub bake: SegmentHealth,
+}
+
 /// What to do with a baking canary.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Judgement {
@@ -172,34 +181,45 @@ pub enum Judgement {
     Abort(String),
 }
 
-/// The first SPEC §8 rule the canary agents break, in words with its numbers: amplification,
-/// kill rate and drift (with the alert rules' sample minimum), each over the bake so far,
-/// against the alert thresholds.
-pub fn unhealthy(
-    thresholds: &AlertThresholds,
-    health: &BTreeMap<String, SegmentHealth>,
-) -> Option<String> {
-    for (segment, h) in health {
-        let c = &h.counts;
-        let drift = h.drift.as_ref().map(|d| (d, &h.latency));
-        for v in evaluate_segment(thresholds, c, c, drift) {
-            if !v.firing {
-                continue;
+/// The first SPEC §8 rule the canary agents break, in words with its numbers: amplification
+/// over the last complete minute, kill rate and drift (with the alert rules' sample minimum)
+/// over the last five — as the alerts see them — and each over the whole bake so far (a bake
+/// shorter than a window is judged too), against the alert thresholds.
+pub fn unhealthy(thresholds: &AlertThresholds, health: &BTreeMap<String, Spans>) -> Option<String> {
+    for (segment, s) in health {
+        let spans = [
+            (
+                ["over the last minute", "over the last 5 minutes"],
+                &s.last_minute,
+                &s.last_5m,
+            ),
+            (["over the bake so far"; 2], &s.bake.counts, &s.bake),
+        ];
+        for (words, c1, h) in spans {
+            let drift = h.drift.as_ref().map(|d| (d, &h.latency));
+            for v in evaluate_segment(thresholds, c1, &h.counts, drift) {
+                if !v.firing {
+                    continue;
+                }
+                let (value, threshold) = (v.value, v.threshold);
+                return Some(match v.rule {
+                    Rule::Drift => format!(
+                        "drift on {segment}: {value:+.1} % > {threshold} % from the canary's baseline on canary agents {} (p99 {} µs, p999 {} µs, {} samples)",
+                        words[1], h.latency.p99_us, h.latency.p999_us, h.latency.samples
+                    ),
+                    Rule::Amplification => format!(
+                        "amplification on {segment}: {value:.3} > {threshold} on canary agents {} ({} calls, {} attempts)",
+                        words[0], c1.calls, c1.attempts
+                    ),
+                    rule => format!(
+                        "{} on {segment}: {value:.3} > {threshold} on canary agents {} ({} attempts, {} deadline-exceeded)",
+                        rule.as_str(),
+                        words[1],
+                        h.counts.attempts,
+                        h.counts.deadline_attempts()
+                    ),
+                });
             }
-            let (value, threshold) = (v.value, v.threshold);
-            return Some(match v.rule {
-                Rule::Drift => format!(
-                    "drift on {segment}: {value:+.1} % > {threshold} % from the canary's baseline on canary agents (p99 {} µs, p999 {} µs, {} samples)",
-                    h.latency.p99_us, h.latency.p999_us, h.latency.samples
-                ),
-                rule => format!(
-                    "{} on {segment}: {value:.3} > {threshold} on canary agents ({} calls, {} attempts, {} deadline-exceeded attempts)",
-                    rule.as_str(),
-                    c.calls,
-                    c.attempts,
-                    c.deadline_attempts()
-                ),
-            });
         }
     }
     None
@@ -335,12 +355,16 @@ mod tests {
             ..base.clone()
         };
         assert!(matches!(judge(&t, &nack), Judgement::Abort(r) if r.contains("a1: inversion")));
+        // The counts over the whole bake (the windows empty).
         let health = |segment: &str, counts| {
             BTreeMap::from([(
                 segment.to_owned(),
-                SegmentHealth {
-                    counts,
-                    ..SegmentHealth::default()
+                Spans {
+                    bake: SegmentHealth {
+                        counts,
+                        ..SegmentHealth::default()
+                    },
+                    ..Spans::default()
                 },
             )])
         };
@@ -349,17 +373,31 @@ mod tests {
             ..base.clone()
         };
         assert!(
-            matches!(judge(&t, &amplified), Judgement::Abort(r) if r.starts_with("amplification on order->inventory: 2.500 > 2"))
+            matches!(judge(&t, &amplified), Judgement::Abort(r) if r == "amplification on order->inventory: 2.500 > 2 on canary agents over the bake so far (100 calls, 250 attempts)")
         );
         let killing = Evidence {
             health: health("a->b", counts(100, 100, 2)),
             ..base.clone()
         };
         assert!(matches!(judge(&t, &killing), Judgement::Abort(r) if r.starts_with("kill_rate")));
+        // A healthy bake whose last minute amplifies: the window's rule fires.
+        let mut late = health("a->b", counts(1000, 1100, 0));
+        late.get_mut("a->b").unwrap().last_minute = counts(10, 30, 0);
+        let late = Evidence {
+            health: late,
+            ..base.clone()
+        };
+        assert_eq!(
+            judge(&t, &late),
+            Judgement::Abort(
+                "amplification on a->b: 3.000 > 2 on canary agents over the last minute (10 calls, 30 attempts)"
+                    .into()
+            )
+        );
         // Drift counts with the alert rule's sample minimum only.
         let drifted = |samples| {
             let mut h = health("a->b", counts(10, 10, 0));
-            let s = h.get_mut("a->b").unwrap();
+            let s = &mut h.get_mut("a->b").unwrap().bake;
             s.latency = Latency {
                 samples,
                 p50_us: 1_000,
@@ -378,7 +416,7 @@ mod tests {
         };
         assert_eq!(judge(&t, &drifted(999)), Judgement::Wait);
         assert!(
-            matches!(judge(&t, &drifted(1000)), Judgement::Abort(r) if r.starts_with("drift on a->b: +30.0 % > 20 %")),
+            matches!(judge(&t, &drifted(1000)), Judgement::Abort(r) if r.starts_with("drift on a->b: +30.0 % > 20 % from the canary's baseline on canary agents over the bake so far")),
             "{:?}",
             judge(&t, &drifted(1000))
         );

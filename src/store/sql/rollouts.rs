@@ -15,7 +15,7 @@ use super::outbox::archive_budget;
 use super::rows::{publication_with_baseline_from_row, BASELINE_COLUMNS};
 use super::tx::{commit, lock_chain, publish, replayed, write_audit};
 use super::{internal, placeholders, SqlStore, Tx};
-use crate::store::rollouts::{CanaryEnd, CanaryHealthRow, Rollouts, StoredRollout};
+use crate::store::rollouts::{CanaryEnd, CanaryHealthRow, Rollouts, StoredRollout, WHOLE_BAKE};
 use crate::store::{
     Audit, Publication, Published, StoreError, StoreResult, StoredBaseline, Verdict,
 };
@@ -143,10 +143,11 @@ async fn rollout_in(tx: &mut Tx, baseline_id: &str) -> StoreResult<StoredRollout
 }
 
 /// The columns of a [`CanaryHealthRow`], in the order it is bound.
-const HEALTH_COLUMNS: &str = "baseline_id, segment, writer, calls, attempts, retries_deadline, \
+const HEALTH_COLUMNS: &str =
+    "baseline_id, segment, writer, minute, calls, attempts, retries_deadline, \
      retries_unavailable, ok, deadline_exceeded, unavailable, business_error, budget_exhausted, \
      retry_refused_no_key, latency_hdr, updated_at";
-const HEALTH_WIDTH: usize = 15;
+const HEALTH_WIDTH: usize = 16;
 
 fn health_from_row(r: &AnyRow) -> StoreResult<CanaryHealthRow> {
     let hdr: String = r.try_get("latency_hdr")?;
@@ -154,6 +155,7 @@ fn health_from_row(r: &AnyRow) -> StoreResult<CanaryHealthRow> {
         baseline_id: r.try_get("baseline_id")?,
         segment: r.try_get("segment")?,
         writer: r.try_get("writer")?,
+        minute: r.try_get("minute")?,
         counts: counts_from_row(r)?,
         latency_hdr: base64::engine::general_purpose::STANDARD
             .decode(hdr)
@@ -341,12 +343,16 @@ impl Rollouts for SqlStore {
         &self,
         baseline_id: &str,
         writer: &str,
+        from: i64,
     ) -> StoreResult<Vec<CanaryHealthRow>> {
         let rows = sqlx::query(&format!(
-            "SELECT {HEALTH_COLUMNS} FROM canary_health WHERE baseline_id = $1 AND writer = $2"
+            "SELECT {HEALTH_COLUMNS} FROM canary_health WHERE baseline_id = $1 AND writer = $2 \
+             AND (minute = $3 OR minute >= $4)"
         ))
         .bind(baseline_id)
         .bind(writer)
+        .bind(WHOLE_BAKE)
+        .bind(from)
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(health_from_row).collect()
@@ -359,7 +365,7 @@ impl Rollouts for SqlStore {
         let replace = |c: &str| format!("{c} = excluded.{c}");
         let sql = format!(
             "INSERT INTO canary_health ({HEALTH_COLUMNS}) VALUES {} \
-             ON CONFLICT (baseline_id, segment, writer) DO UPDATE SET {}, {}",
+             ON CONFLICT (baseline_id, segment, writer, minute) DO UPDATE SET {}, {}",
             placeholders(self.backend, rows.len(), HEALTH_WIDTH),
             COUNT_COLUMNS.map(replace).join(", "),
             ["latency_hdr", "updated_at"].map(replace).join(", ")
@@ -369,7 +375,8 @@ impl Rollouts for SqlStore {
             q = q
                 .bind(r.baseline_id.clone())
                 .bind(r.segment.clone())
-                .bind(r.writer.clone());
+                .bind(r.writer.clone())
+                .bind(r.minute);
             for v in counts_values(&r.counts) {
                 q = q.bind(v);
             }
@@ -381,14 +388,29 @@ impl Rollouts for SqlStore {
         Ok(())
     }
 
-    async fn canary_health(&self, baseline_id: &str) -> StoreResult<Vec<CanaryHealthRow>> {
+    async fn canary_health(
+        &self,
+        baseline_id: &str,
+        from: i64,
+    ) -> StoreResult<Vec<CanaryHealthRow>> {
         let rows = sqlx::query(&format!(
-            "SELECT {HEALTH_COLUMNS} FROM canary_health WHERE baseline_id = $1 ORDER BY segment, writer"
+            "SELECT {HEALTH_COLUMNS} FROM canary_health WHERE baseline_id = $1 \
+             AND (minute = $2 OR minute >= $3) ORDER BY segment, minute, writer"
         ))
         .bind(baseline_id)
+        .bind(WHOLE_BAKE)
+        .bind(from)
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(health_from_row).collect()
+    }
+
+    async fn expire_canary_health(&self, before: i64) -> StoreResult<u64> {
+        let done = sqlx::query("DELETE FROM canary_health WHERE minute >= 0 AND minute < $1")
+            .bind(before)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
     }
 
     async fn stable_publication(
