@@ -208,7 +208,7 @@ async fn main() {
             let mut c = AgentConfig::new(
                 format!("http://127.0.0.1:{}", s.grpc),
                 &agent_token,
-                &format!("agent-{i}"),
+                format!("agent-{i}"),
                 "svc",
             );
             c.chains = vec![CHAIN.to_owned()];
