@@ -193,6 +193,16 @@ async fn health(state: &AppState, r: &StoredRollout) -> ApiResult<BTreeMap<Strin
         .collect())
 }
 
+/// What the canary's agents reported and refused, without walking the fleet: all the state
+/// machine needs before the bake is over (members and their ACKs count at its end only).
+async fn reports(state: &AppState, r: &StoredRollout) -> ApiResult<Evidence> {
+    Ok(Evidence {
+        nacks: state.store.canary_nacks(&r.baseline_id).await?,
+        health: health(state, r).await?,
+        ..Evidence::default()
+    })
+}
+
 /// What the fleet says of the rollout now.
 async fn evidence(state: &AppState, r: &StoredRollout) -> ApiResult<(Evidence, Vec<String>)> {
     let members = members(state, r).await?;
@@ -300,11 +310,23 @@ pub async fn evaluate(state: &AppState) -> ApiResult<()> {
         if !r.auto {
             continue;
         }
-        let (e, members) = evidence(state, &r).await?;
-        let (end, reason) = match canary::judge(&state.settings.feedback.alerts, &e) {
+        // The fleet is walked only when the members count: at the bake's end, or to keep the
+        // figures of a canary that ends now.
+        let bake_over = crate::clock::now() >= r.bake_ends_at;
+        let (seen, members) = if bake_over {
+            let (e, members) = evidence(state, &r).await?;
+            (e, Some(members))
+        } else {
+            (reports(state, &r).await?, None)
+        };
+        let (end, reason) = match canary::judge(&state.settings.feedback.alerts, &seen) {
             Judgement::Wait => continue,
             Judgement::Promote(reason) => (CanaryEnd::Promote, reason),
             Judgement::Abort(reason) => (CanaryEnd::Abort, reason),
+        };
+        let (e, members) = match members {
+            Some(members) => (seen, members),
+            None => evidence(state, &r).await?,
         };
         let action = match end {
             CanaryEnd::Promote => "rollout.promote",
