@@ -710,11 +710,8 @@ describe('budgetd console', { timeout: 10 * 60_000 }, () => {
       // only the zone-a agent got the canary's revision
       await until('the canary agent gets it', async () => inA.revisions.includes(canary.revision), 10_000);
       assert.ok(!inB.revisions.includes(canary.revision), `zone b got ${inB.revisions}`);
-      // its members and ACKs, on the page (reloaded until the ACK is stored)
-      await until('the page shows the ACK', async () => {
-        await open(page, '#/baselines/' + up.baseline_id);
-        return /1 of 1/.test(await page.locator('#canary-acked').innerText());
-      }, 15_000);
+      // its members and ACKs, on the page, which reads the rollout again while it bakes
+      await page.locator('#canary-acked', { hasText: '1 of 1' }).waitFor({ timeout: 15_000 });
       assert.equal(await page.locator('#canary-state').innerText(), 'baking');
       assert.equal(await page.locator('#canary-members').innerText(), 'e2e-canary-a');
       assert.match(await page.locator('#canary').innerText(), /agents labelled zone=a[\s\S]*a person decides/);

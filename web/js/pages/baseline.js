@@ -117,13 +117,20 @@ export async function baseline(root, [id], ctx) {
     ui.section('Archive', archive),
     ui.section('Releases citing it', releases)));
   const published = (kind) => ({ rollback: 'by a rollback', canary: 'to a canary', promote: "by the canary's promotion", abort: "by a canary's abort" })[kind] || 'on approval';
-  ui.fill(rollout, api.get('/baselines/' + idQ + '/rollout'), (r) => [ui.facts([
-    ['Revision', r.revision === null ? 'never published' : String(r.revision)],
-    r.kind ? ['Published', h('span', { id: 'published-how' }, published(r.kind) + ' at ', ui.when(r.published_at), ' by ' + r.published_by)] : null,
-    ['Acked', r.acked + ' of ' + r.agents + ' agents'],
-    ['Connected', String(r.connected)],
-    ['NACKed', r.nacked ? h('strong', { class: 'text-error' }, String(r.nacked)) : '0'],
-  ]), r.canary ? canaryView(doc, r.canary, c, ctx) : null]);
+  // The rollout; while a canary bakes, read again every 5 s (members, ACKs, health, time left).
+  let again = null;
+  ctx.onCleanup(() => clearTimeout(again));
+  const showRollout = () => ui.fill(rollout, api.get('/baselines/' + idQ + '/rollout'), (r) => {
+    if (r.canary && r.canary.state === 'baking' && ctx.alive) again = setTimeout(showRollout, 5000);
+    return [ui.facts([
+      ['Revision', r.revision === null ? 'never published' : String(r.revision)],
+      r.kind ? ['Published', h('span', { id: 'published-how' }, published(r.kind) + ' at ', ui.when(r.published_at), ' by ' + r.published_by)] : null,
+      ['Acked', r.acked + ' of ' + r.agents + ' agents'],
+      ['Connected', String(r.connected)],
+      ['NACKed', r.nacked ? h('strong', { class: 'text-error' }, String(r.nacked)) : '0'],
+    ]), r.canary ? canaryView(doc, r.canary, c, ctx) : null];
+  });
+  showRollout();
   ui.fill(archive, api.get('/baselines/' + idQ + '/archive'), (a) => ui.facts([
     ['Key', h('code', { class: 'break' }, a.key)],
     ['State', h('span', { class: 'badge archive-' + a.state }, a.state)],
