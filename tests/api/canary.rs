@@ -872,6 +872,8 @@ async fn bad_rollouts_name_the_field() {
         (json!({"canary": {"percent": 5}}), "/rollout"),
         (json!({"canary": {"share": 5}, "bake_s": 60}), "/rollout"),
         (json!("10%"), "/rollout"),
+        // Never read as "no rollout", which would publish to every agent.
+        (json!(null), "/rollout"),
     ] {
         let e = approve_with(&app, &p.approver, &a, rollout.clone())
             .await
@@ -882,6 +884,18 @@ async fn bad_rollouts_name_the_field() {
             "{rollout}: {e}"
         );
     }
+    // A misspelt `rollout` is refused, not ignored.
+    let typo = app
+        .post(
+            &format!("/api/v1/baselines/{a}/approve"),
+            &p.approver,
+            json!({"rolout": {"canary": {"percent": 10}, "bake_s": 60}}),
+        )
+        .await
+        .expect(422)
+        .json();
+    let message = typo["error"]["message"].as_str().unwrap();
+    assert!(message.contains("unknown field `rolout`"), "{typo}");
     assert_eq!(app.baseline(&a).await["state"], "draft");
     app.post(
         &format!("/api/v1/baselines/{a}/promote"),

@@ -78,13 +78,29 @@ pub struct Comment {
 }
 
 /// The body of approve (OpenAPI `ApproveRequest`): a comment and, optionally, a canary
-/// rollout (SPEC §9); without one the baseline goes to every agent at once.
+/// rollout (SPEC §9); without one the baseline goes to every agent at once. Strict: an unknown
+/// member (a misspelt `rollout`) or a `null` rollout is refused rather than read as "to every
+/// agent".
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ApproveRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     pub rollout: Option<budget_core::canary::Rollout>,
+}
+
+/// A member that, when present, must hold a value: `null` is an error, not `None`.
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
 }
 
 /// The body of promote and abort (OpenAPI `Comment`): why, optionally.

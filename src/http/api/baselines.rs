@@ -172,11 +172,17 @@ impl RequestBody for ApproveRequest {
         Some(Self::default())
     }
 
+    fn missing(field: &str) -> ApiError {
+        // Only a `null` rollout gets here (the member is optional): refused, since reading it
+        // as "no rollout" would publish to every agent.
+        Self::invalid(field)
+    }
+
     fn invalid(field: &str) -> ApiError {
         if field == "rollout" {
             violation(
                 "/rollout",
-                "rollout must be {\"canary\": {\"percent\": 1-99} or {\"canary\": {\"labels\": {\"key\": \"value\"}}}, \"bake_s\": seconds, \"auto\": true|false}",
+                "rollout must be {\"canary\": {\"percent\": 1-99} or {\"canary\": {\"labels\": {\"key\": \"value\"}}}, \"bake_s\": seconds, \"auto\": true|false} (leave it out to publish to every agent)",
                 "expected a canary rollout",
             )
         } else {

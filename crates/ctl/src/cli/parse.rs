@@ -57,7 +57,12 @@ pub(super) fn parse_canary(raw: &str) -> Result<budget_core::canary::Selector, S
     for pair in raw.split(',') {
         match pair.split_once('=') {
             Some((k, v)) if !k.trim().is_empty() => {
-                labels.insert(k.trim().to_owned(), v.trim().to_owned());
+                if labels.insert(k.trim().to_owned(), v.trim().to_owned()).is_some() {
+                    return Err(format!(
+                        "{raw:?}: label {:?} twice; a canary selects agents holding every pair (one value per key)",
+                        k.trim()
+                    ));
+                }
             }
             _ => {
                 return Err(format!(

@@ -372,6 +372,7 @@ fn canary_flags_parse_and_bad_ones_are_usage_errors() {
         &["--canary", "0%"][..],
         &["--canary", "100%"],
         &["--canary", "zone"],
+        &["--canary", "zone=a,zone=b"],
         &["--canary", "10%", "--bake", "0s"],
         &["--canary", "10%", "--bake", "1500ms"],
         &["--canary", "10%", "--bake", "8d"],
