@@ -8,6 +8,7 @@ mod aliases;
 mod auth;
 mod bad_input;
 mod canary;
+mod canary_health;
 mod crash;
 mod ctl_errors;
 mod deploy;
