@@ -98,20 +98,24 @@ async fn delivered(app: &TestApp, hook: &str, event: &str) {
     .await;
 }
 
+/// Uploads `run` to `checkout` as `token`; the draft it opened.
+async fn drafted(app: &TestApp, token: &str, run: &str) -> String {
+    app.upload(token, "checkout", example(run))
+        .await
+        .expect(201)
+        .json()["baseline_id"]
+        .as_str()
+        .expect("the upload opened a draft")
+        .to_owned()
+}
+
 /// Run A approved for everyone, then run C's drift draft: (A's id, its revision, C's id).
 pub(crate) async fn a_live_and_c_drafted(app: &TestApp, p: &People) -> (String, i64, String) {
     let a = draft_a(app, p).await;
     let rev_a = app.approve(&p.approver, &a).await.expect(200).json()["revision"]
         .as_i64()
         .unwrap();
-    let c = app
-        .upload(&p.uploader, "checkout", example(CHECKOUT_RUN_C))
-        .await
-        .expect(201)
-        .json()["baseline_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let c = drafted(app, &p.uploader, CHECKOUT_RUN_C).await;
     (a, rev_a, c)
 }
 
@@ -234,14 +238,7 @@ async fn a_percent_canary_reaches_the_same_agents_until_promoted(app: &TestApp) 
     all_run(&agents, &ids, want).await;
 
     // While it bakes, no other draft of the chain is approved.
-    let again = app
-        .upload(&p.uploader, "checkout", example(CHECKOUT_RUN_A))
-        .await
-        .expect(201)
-        .json()["baseline_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let again = drafted(app, &p.uploader, CHECKOUT_RUN_A).await;
     let check = app
         .get(&format!("/api/v1/baselines/{again}/approval"), &p.approver)
         .await
@@ -397,14 +394,7 @@ async fn a_rollback_ends_a_canary(app: &TestApp) {
     let c_rev = app.approve(&p.approver, &c).await.expect(200).json()["revision"]
         .as_i64()
         .unwrap();
-    let d = app
-        .upload(&p.uploader, "checkout", example(CHECKOUT_RUN_A))
-        .await
-        .expect(201)
-        .json()["baseline_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let d = drafted(app, &p.uploader, CHECKOUT_RUN_A).await;
     let ids: Vec<String> = ["rb-1", "rb-2"].map(String::from).to_vec();
     let agents = start_agents(app, &token, &ids, &["rb-1"]).await;
     all_run(&agents, &ids, |_| (c.clone(), c_rev)).await;
