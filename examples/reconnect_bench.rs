@@ -22,7 +22,11 @@ use std::time::{Duration, Instant};
 
 use budget_agent::{Agent, AgentConfig};
 use clap::Parser;
-use serde_json::{json, Value};
+use serde_json::json;
+
+#[path = "common/http.rs"]
+mod http;
+use http::call;
 
 #[derive(Parser)]
 struct Args {
@@ -77,26 +81,6 @@ impl Server {
     fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.http)
     }
-}
-
-async fn call(
-    http: &reqwest::Client,
-    method: reqwest::Method,
-    url: String,
-    token: &str,
-    body: Value,
-) -> Value {
-    let answer = http
-        .request(method, url)
-        .bearer_auth(token)
-        .json(&body)
-        .send()
-        .await
-        .expect("budgetd answers");
-    let status = answer.status();
-    let value: Value = answer.json().await.unwrap_or(Value::Null);
-    assert!(status.is_success(), "{status}: {value}");
-    value
 }
 
 /// Topology, run and approval of the bench chain; returns an agent token.

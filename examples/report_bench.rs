@@ -26,8 +26,12 @@ use budget_proto::v1::{ReportRequest, SegmentWindow};
 use clap::Parser;
 use hdrhistogram::serialization::{Serializer as _, V2DeflateSerializer};
 use hdrhistogram::Histogram;
-use serde_json::{json, Value};
+use serde_json::json;
 use tonic::metadata::MetadataValue;
+
+#[path = "common/http.rs"]
+mod http;
+use http::call;
 
 #[derive(Parser)]
 struct Args {
@@ -58,26 +62,6 @@ fn segment_ids() -> Vec<String> {
     let mut ids = vec!["edge->svc".to_owned()];
     ids.extend((0..CHILDREN).map(|i| format!("svc->dep{i}")));
     ids
-}
-
-async fn call(
-    http: &reqwest::Client,
-    method: reqwest::Method,
-    url: String,
-    token: &str,
-    body: Value,
-) -> Value {
-    let answer = http
-        .request(method, url)
-        .bearer_auth(token)
-        .json(&body)
-        .send()
-        .await
-        .expect("budgetd answers");
-    let status = answer.status();
-    let value: Value = answer.json().await.unwrap_or(Value::Null);
-    assert!(status.is_success(), "{status}: {value}");
-    value
 }
 
 /// Topology, run and approval of the bench chain; returns an agent token.

@@ -98,6 +98,22 @@ async fn delivered(app: &TestApp, hook: &str, event: &str) {
     .await;
 }
 
+/// The newest entry of `checkout`'s audit log with `action`.
+async fn audit_entry(app: &TestApp, action: &str) -> Value {
+    let audit = app
+        .get("/api/v1/audit?chain=checkout", ADMIN_TOKEN)
+        .await
+        .expect(200)
+        .json();
+    audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["action"] == action)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {action} in {audit:#}"))
+}
+
 /// Uploads `run` to `checkout` as `token`; the draft it opened.
 async fn drafted(app: &TestApp, token: &str, run: &str) -> String {
     app.upload(token, "checkout", example(run))
@@ -334,17 +350,7 @@ async fn a_label_canary_aborted_by_a_person(app: &TestApp) {
         (r["kind"].as_str(), r["revision"].as_i64()),
         (Some("abort"), Some(rev_x))
     );
-    let audit = app
-        .get("/api/v1/audit?chain=checkout", ADMIN_TOKEN)
-        .await
-        .expect(200)
-        .json();
-    let abort = audit["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["action"] == "rollout.abort")
-        .unwrap_or_else(|| panic!("no rollout.abort in {audit:#}"));
+    let abort = audit_entry(app, "rollout.abort").await;
     assert_eq!(
         (abort["actor"].as_str(), abort["subject"].as_str()),
         (Some("abe"), Some(c.as_str()))
@@ -437,17 +443,7 @@ async fn a_rollback_ends_a_canary(app: &TestApp) {
     );
     end_canary(app, &p.approver, &d, "promote", json!({}), 409).await;
     // Audited as the canary's end too.
-    let audit = app
-        .get("/api/v1/audit?chain=checkout", ADMIN_TOKEN)
-        .await
-        .expect(200)
-        .json();
-    let ended = audit["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["action"] == "rollout.abort")
-        .unwrap_or_else(|| panic!("no rollout.abort in {audit:#}"));
+    let ended = audit_entry(app, "rollout.abort").await;
     assert_eq!(ended["subject"], json!(d));
     for agent in agents {
         agent.shutdown();
