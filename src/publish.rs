@@ -181,36 +181,29 @@ impl Hub {
         Ok(newer.len())
     }
 
-    /// A canary's `entry` as the overlay of the chain's stable publication before it, which
-    /// every agent its rollout does not select keeps. Read after the canary, that publication
-    /// is the one before the canary's revision whatever was published since: a promotion or
-    /// an abort committed meanwhile has a higher revision, and the next refresh loads it.
+    /// A canary's `entry` as the overlay of the chain's stable publication before it
+    /// ([`resolve_canary`]).
     async fn with_stable(
         &self,
         entry: ChainEntry,
         chain: &str,
         baseline_id: &str,
     ) -> StoreResult<ChainEntry> {
-        let revision = entry.revision();
-        let rollout = self.store.get_rollout(baseline_id).await?;
-        let stable = self.store.stable_publication(chain, revision).await?;
-        match (rollout, stable) {
-            (Some(rollout), Some((publication, baseline))) => {
-                let mut stable = entry_of(&publication, &baseline);
-                stable.canary = Some((rollout.selector, Arc::new(entry)));
-                Ok(stable)
-            }
-            // Nothing to keep the others on (not expected: a canary needs a live baseline):
-            // the canary goes to nobody rather than to everyone.
-            (_, Some((publication, baseline))) => {
-                tracing::warn!(%chain, %baseline_id, "a canary publication without its rollout: served to no agent");
-                Ok(entry_of(&publication, &baseline))
-            }
-            (_, None) => {
-                tracing::warn!(%chain, %baseline_id, "a canary publication with no publication before it: served to every agent");
-                Ok(entry)
-            }
-        }
+        Ok(
+            match resolve_canary(&*self.store, chain, baseline_id, entry.revision()).await? {
+                Canary::Overlay {
+                    selector,
+                    stable: (publication, baseline),
+                    ..
+                } => {
+                    let mut stable = entry_of(&publication, &baseline);
+                    stable.canary = Some((selector, Arc::new(entry)));
+                    stable
+                }
+                Canary::Nobody(publication, baseline) => entry_of(&publication, &baseline),
+                Canary::Everyone => entry,
+            },
+        )
     }
 
     /// Refreshes every `every`, whatever notifications said.
@@ -248,6 +241,50 @@ impl Hub {
             }
         })
     }
+}
+
+/// Who gets a canary publication (of `baseline_id` at `revision`), as the hub serves it and
+/// `GET /chains/{chain}/budgets` shows it.
+pub enum Canary {
+    /// The agents `selector` picks; every other agent keeps `stable`, the chain's publication
+    /// before the canary's revision. Read after the canary, that is the one before it whatever
+    /// was published since: a promotion or abort committed meanwhile has a higher revision.
+    Overlay {
+        selector: Selector,
+        bake_ends_at: String,
+        stable: (Publication, StoredBaseline),
+    },
+    /// No agent (its rollout is missing, not expected): everyone keeps this publication.
+    Nobody(Publication, StoredBaseline),
+    /// Every agent (nothing was published before it, not expected: a canary needs a live
+    /// baseline).
+    Everyone,
+}
+
+/// Reads who gets the canary publication of `baseline_id` at `revision` on `chain`.
+pub async fn resolve_canary(
+    store: &dyn Store,
+    chain: &str,
+    baseline_id: &str,
+    revision: i64,
+) -> StoreResult<Canary> {
+    let rollout = store.get_rollout(baseline_id).await?;
+    let stable = store.stable_publication(chain, revision).await?;
+    Ok(match (rollout, stable) {
+        (Some(rollout), Some(stable)) => Canary::Overlay {
+            selector: rollout.selector,
+            bake_ends_at: rollout.bake_ends_at,
+            stable,
+        },
+        (None, Some((publication, baseline))) => {
+            tracing::warn!(%chain, %baseline_id, "a canary publication without its rollout: served to no agent");
+            Canary::Nobody(publication, baseline)
+        }
+        (_, None) => {
+            tracing::warn!(%chain, %baseline_id, "a canary publication with no publication before it: served to every agent");
+            Canary::Everyone
+        }
+    })
 }
 
 fn entry_of(publication: &Publication, baseline: &StoredBaseline) -> ChainEntry {

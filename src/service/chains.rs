@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use super::{audit, parse_with_schema, violations_of};
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
+use crate::publish::{resolve_canary, Canary};
 use crate::schemas::Schema;
 use crate::state::AppState;
 use crate::store::StoreError;
@@ -150,24 +151,37 @@ pub async fn budgets(state: &AppState, chain: &str) -> ApiResult<LiveBudgets> {
             canary: None,
         });
     }
-    let rollout = state.store.get_rollout(&publication.baseline_id).await?;
-    let stable = state
-        .store
-        .stable_publication(chain, publication.revision)
-        .await?;
-    let (Some(rollout), Some((p, b))) = (rollout, stable) else {
-        return Ok(LiveBudgets {
+    let live = |p: &crate::store::Publication, b: &crate::store::StoredBaseline| {
+        LiveChain::from_baseline(&b.doc, p.revision, &p.created_at)
+    };
+    let resolved = resolve_canary(
+        &*state.store,
+        chain,
+        &publication.baseline_id,
+        publication.revision,
+    )
+    .await?;
+    Ok(match resolved {
+        Canary::Overlay {
+            selector,
+            bake_ends_at,
+            stable: (p, b),
+        } => LiveBudgets {
+            live: live(&p, &b),
+            canary: Some(LiveCanary {
+                selector,
+                bake_ends_at,
+                budgets: latest,
+            }),
+        },
+        Canary::Nobody(p, b) => LiveBudgets {
+            live: live(&p, &b),
+            canary: None,
+        },
+        Canary::Everyone => LiveBudgets {
             live: latest,
             canary: None,
-        });
-    };
-    Ok(LiveBudgets {
-        live: LiveChain::from_baseline(&b.doc, p.revision, &p.created_at),
-        canary: Some(LiveCanary {
-            selector: rollout.selector,
-            bake_ends_at: rollout.bake_ends_at,
-            budgets: latest,
-        }),
+        },
     })
 }
 
