@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::checks::{self, Finding};
+use crate::distribution::{attempts_per_call, Cdfs, Kill};
 use crate::drift::DriftEntry;
 use crate::duration::HumanDuration;
 use crate::rules::{self, RetryPlan, TimeoutRule};
@@ -37,6 +38,31 @@ pub struct BaselineSegment {
     pub retry: RetryPlan,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency: Option<Idempotency>,
+    /// The share of the run's samples slower than `timeout_ms`, when the run holds a histogram
+    /// of the segment (exact to its 3 significant digits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill_rate: Option<f64>,
+    /// `[at least, at most]` of that share, when the run holds only percentile points.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill_rate_bounds: Option<[f64; 2]>,
+    /// `1 + kill_rate`: attempts per call when every killed call is retried once (segments that
+    /// retry on deadline, with a histogram).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts_per_call: Option<f64>,
+}
+
+impl BaselineSegment {
+    /// Fills the kill-rate fields from what `timeout_ms` kills of `cdf`.
+    pub fn set_kill(&mut self, kill: Option<Kill>) {
+        self.kill_rate = kill.and_then(|k| k.rate());
+        self.kill_rate_bounds = kill
+            .filter(|k| k.rate().is_none())
+            .map(|k| [k.at_least, k.at_most]);
+        self.attempts_per_call = self
+            .kill_rate
+            .filter(|_| self.retry.on_deadline.is_some())
+            .map(attempts_per_call);
+    }
 }
 
 /// The result of [`compute`]: segments in topology order and the findings of every check.
@@ -60,9 +86,14 @@ pub struct ComputeError {
     pub message: String,
 }
 
-/// Applies R-margin, R-retry and R-budget to every segment, then runs every check.
-/// The topology must be valid ([`Topology::validate`]).
-pub fn compute(topology: &Topology, run: &RunData) -> Result<Computation, Vec<ComputeError>> {
+/// Applies R-margin, R-retry and R-budget to every segment, says what each timeout kills of the
+/// run's distributions (`cdfs`: the run's distributions, decoded by the caller), then runs every
+/// check. The topology must be valid ([`Topology::validate`]).
+pub fn compute(
+    topology: &Topology,
+    run: &RunData,
+    cdfs: &Cdfs,
+) -> Result<Computation, Vec<ComputeError>> {
     let mut errors = Vec::new();
     let mut segments = Vec::with_capacity(topology.segments.len());
     for seg in &topology.segments {
@@ -75,7 +106,7 @@ pub fn compute(topology: &Topology, run: &RunData) -> Result<Computation, Vec<Co
             continue;
         };
         let retry = RetryPlan::for_segment(seg);
-        segments.push(BaselineSegment {
+        let mut computed = BaselineSegment {
             id: seg.id.clone(),
             caller: seg.caller.clone(),
             callee: seg.callee.clone(),
@@ -92,12 +123,18 @@ pub fn compute(topology: &Topology, run: &RunData) -> Result<Computation, Vec<Co
             reserve_ms: seg.reserve_ms,
             retry,
             idempotency: seg.idempotency.clone(),
-        });
+            kill_rate: None,
+            kill_rate_bounds: None,
+            attempts_per_call: None,
+        };
+        computed.set_kill(cdfs.get(&seg.id).map(|c| c.kill(timeout_ms * 1000)));
+        segments.push(computed);
     }
     if !errors.is_empty() {
         return Err(errors);
     }
-    let findings = checks::run_checks(topology, &segments, run);
+    let mut findings = checks::run_checks(topology, &segments, run);
+    findings.extend(crate::distribution::kill_findings(topology, &segments, cdfs));
     Ok(Computation { segments, findings })
 }
 

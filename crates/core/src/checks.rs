@@ -77,6 +77,20 @@ pub enum FindingKind {
         limit_ms: u64,
         entry_budget_ms: u64,
     },
+    /// The timeout kills more of the run's healthy calls than the chain allows (seed: a 100 ms
+    /// timeout on a P99-180 ms read killed 25 %). Only runs holding a histogram get it.
+    TimeoutKillRate {
+        timeout_ms: u64,
+        /// The share of the run's samples slower than the timeout (6 decimals).
+        kill_rate: f64,
+        killed: u64,
+        samples: u64,
+        /// `1 + kill_rate` when the segment retries on deadline; absent when it does not retry.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempts_per_call: Option<f64>,
+        /// The threshold crossed (the chain's warning or error share).
+        threshold: f64,
+    },
 }
 
 impl FindingKind {
@@ -90,6 +104,7 @@ impl FindingKind {
             Self::SampleSize { .. } => "sample_size",
             Self::FailureRate { .. } => "failure_rate",
             Self::ImplausibleLatency { .. } => "implausible_latency",
+            Self::TimeoutKillRate { .. } => "timeout_kill_rate",
         }
     }
 }

@@ -391,7 +391,7 @@ mod tests {
             .unwrap()
             .into_run(&topology)
             .unwrap();
-        let computed = crate::compute(&topology, &run).unwrap();
+        let computed = crate::compute(&topology, &run, &Default::default()).unwrap();
         let seg = topology
             .segments
             .iter()

@@ -9,6 +9,7 @@
 use serde::Serialize;
 
 use crate::baseline::{compute, BaselineDocument, BaselineReason, BaselineState, ComputeError};
+use crate::distribution::Cdfs;
 use crate::drift::{self, DriftEntry};
 use crate::run::RunData;
 use crate::topology::Topology;
@@ -89,6 +90,8 @@ pub struct DraftOf<'a> {
     /// The run's id; empty for a run not stored yet (the store fills it in).
     pub run_id: &'a str,
     pub run: &'a RunData,
+    /// The run's distributions, decoded ([`crate::distribution`]): what kill rates come from.
+    pub cdfs: &'a Cdfs,
     /// The actor (token name) creating the draft.
     pub created_by: &'a str,
     /// RFC 3339 UTC, as stored.
@@ -108,7 +111,7 @@ pub fn draft(
     drift: Vec<DriftEntry>,
     drift_baseline_id: Option<String>,
 ) -> Result<BaselineDocument, Vec<ComputeError>> {
-    let computation = compute(of.topology, of.run)?;
+    let computation = compute(of.topology, of.run, of.cdfs)?;
     Ok(BaselineDocument {
         id: String::new(),
         chain: of.chain.to_owned(),
@@ -157,6 +160,8 @@ mod tests {
         upload.into_run(t).unwrap()
     }
 
+    static NO_CDFS: Cdfs = Cdfs::new();
+
     fn of<'a>(t: &'a Topology, run: &'a RunData) -> DraftOf<'a> {
         DraftOf {
             chain: "checkout",
@@ -164,6 +169,7 @@ mod tests {
             topology: t,
             run_id: "",
             run,
+            cdfs: &NO_CDFS,
             created_by: "uma",
             created_at: AT,
         }

@@ -6,12 +6,13 @@
 //!
 //! - [`topology`]: the call tree of a chain and its structural validation;
 //! - [`run`]: one load test's percentiles per segment;
+//! - [`distribution`]: a run's latency distribution per segment and what a timeout kills;
 //! - [`rules`]: R-margin, R-retry and R-budget, as a baseline derives them;
 //! - [`retry`]: R-retry and R-budget as an agent applies them to a call (decisions, jitter,
 //!   attempt timeout, deadline), and [`outcome`]: how the call ended (SPEC §8);
 //! - [`checks`]: the findings (`inversion`, `breaker_window`, `idempotency_ttl`, `entry_headroom`),
 //!   and [`quality`]: the run's data-quality warnings (`sample_size`, `failure_rate`,
-//!   `implausible_latency`);
+//!   `implausible_latency`); `timeout_kill_rate` is [`distribution`]'s;
 //! - [`baseline`]: computing a baseline document from a topology and a run;
 //! - [`drift`]: R-drift, comparing a run with an approved baseline;
 //! - [`intake`]: whether a run opens a draft (first run, no approved baseline, drift), and the draft;
@@ -29,6 +30,7 @@ pub mod capacity;
 pub mod checks;
 pub mod conformance;
 pub mod diff;
+pub mod distribution;
 pub mod drift;
 pub mod duration;
 pub mod example;
@@ -48,6 +50,7 @@ mod proptests;
 
 pub use baseline::{compute, BaselineSegment, Computation, ComputeError};
 pub use checks::{Finding, FindingKind, Severity};
+pub use distribution::{Cdf, Cdfs, Distribution};
 pub use duration::HumanDuration;
 pub use run::{RunData, SegmentStats};
 pub use topology::{Segment, SegmentClass, Topology, TopologyError};

@@ -152,6 +152,7 @@ impl LiveChain {
             entry_budget_ms: self.entry_budget_ms,
             breaker_window_ms: self.breaker_window_ms,
             max_recovery: self.max_recovery,
+            kill_rate: None,
             segments: self
                 .segments
                 .iter()
@@ -221,6 +222,9 @@ impl LiveChain {
                 reserve_ms: s.reserve_ms,
                 retry: s.retry.clone(),
                 idempotency: s.idempotency.clone(),
+                kill_rate: None,
+                kill_rate_bounds: None,
+                attempts_per_call: None,
             })
             .collect();
         checks::check_budgets(&topology, &segments)

@@ -110,6 +110,7 @@ fn build(specs: &[SegSpec], order: &[usize], entry: u64, window: u64, recovery_h
         entry_budget_ms: entry,
         breaker_window_ms: window,
         max_recovery: HumanDuration::from_ms(recovery_h * 3_600_000),
+        kill_rate: None,
         segments: std::iter::once(0)
             .chain(order.iter().copied())
             .map(|k| tree[k].clone())
@@ -200,6 +201,7 @@ fn case() -> impl Strategy<Value = Case> {
                     p50_ms: s.p50_us.map(us_to_ms),
                     p99_ms: us_to_ms(s.p99_us),
                     p999_ms: us_to_ms(s.p999_us),
+                    distribution: None,
                 });
                 run.segments.insert(seg.id.clone(), s);
             }
@@ -212,7 +214,7 @@ fn case() -> impl Strategy<Value = Case> {
 }
 
 fn computed(t: &Topology, run: &RunData) -> Result<Computation, TestCaseError> {
-    compute(t, run).map_err(|e| TestCaseError::fail(format!("compute failed: {e:?}")))
+    compute(t, run, &Default::default()).map_err(|e| TestCaseError::fail(format!("compute failed: {e:?}")))
 }
 
 /// The children's need of `parent`, computed independently of `checks::stages_of`: children
@@ -269,7 +271,7 @@ proptest! {
         prop_assert_eq!(case.topology.validate(), Ok(()));
         let run = case.upload.clone().into_run(&case.topology);
         prop_assert_eq!(run, Ok(case.run.clone()));
-        prop_assert!(compute(&case.topology, &case.run).is_ok());
+        prop_assert!(compute(&case.topology, &case.run, &Default::default()).is_ok());
     }
 
     #[test]

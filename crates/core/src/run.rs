@@ -4,8 +4,13 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::distribution::{check_points, Distribution};
 use crate::ms_to_us;
 use crate::topology::{Topology, TopologyError};
+
+/// Longest base64 HdrHistogram accepted per segment (a 3-digit histogram of a load test is a
+/// few KiB).
+pub const MAX_HISTOGRAM_BASE64: usize = 256 * 1024;
 
 /// The native run upload (`schemas/run.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,6 +35,10 @@ pub struct SegmentUpload {
     pub p50_ms: Option<f64>,
     pub p99_ms: f64,
     pub p999_ms: f64,
+    /// The latency distribution the percentiles come from: an HdrHistogram (V2 compressed,
+    /// base64, µs) or percentile points. Kill rates and the `timeout_kill_rate` check need it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distribution: Option<Distribution>,
 }
 
 /// Percentiles of one segment in whole microseconds (SPEC §3: converted before any arithmetic).
@@ -44,10 +53,12 @@ pub struct SegmentStats {
     pub p999_us: u64,
 }
 
-/// A validated run: stats per segment id.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// A validated run: stats per segment id, and the distribution of each segment that has one.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunData {
     pub segments: BTreeMap<String, SegmentStats>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub distributions: BTreeMap<String, Distribution>,
 }
 
 fn valid_ms(v: f64) -> bool {
@@ -62,6 +73,7 @@ impl RunUpload {
         let mut push =
             |pointer: String, message: String| errors.push(TopologyError { pointer, message });
         let mut segments = BTreeMap::new();
+        let mut distributions = BTreeMap::new();
         let mut seen = BTreeSet::new();
         // Looked up once per row: a scan of the topology per row is quadratic in the chain.
         let known: HashSet<&str> = topology.segments.iter().map(|s| s.id.as_str()).collect();
@@ -102,6 +114,29 @@ impl RunUpload {
                 push(at("failures"), "failures exceed samples".into());
                 ok = false;
             }
+            match &s.distribution {
+                Some(Distribution::Histogram { hdr }) if hdr.is_empty() => {
+                    push(at("distribution/hdr"), "the histogram is empty".into());
+                    ok = false;
+                }
+                Some(Distribution::Histogram { hdr }) if hdr.len() > MAX_HISTOGRAM_BASE64 => {
+                    push(
+                        at("distribution/hdr"),
+                        format!(
+                            "{} bytes of base64, more than {MAX_HISTOGRAM_BASE64}",
+                            hdr.len()
+                        ),
+                    );
+                    ok = false;
+                }
+                Some(Distribution::Percentiles { points }) => {
+                    if let Err((j, why)) = check_points(points) {
+                        push(at(&format!("distribution/points/{j}")), why);
+                        ok = false;
+                    }
+                }
+                _ => {}
+            }
             if !ok {
                 continue;
             }
@@ -124,6 +159,9 @@ impl RunUpload {
                 continue;
             }
             segments.insert(s.id.clone(), stats);
+            if let Some(d) = &s.distribution {
+                distributions.insert(s.id.clone(), d.clone());
+            }
         }
         for seg in &topology.segments {
             // Every row naming a segment of the chain is in `seen`, valid or not.
@@ -139,7 +177,10 @@ impl RunUpload {
             }
         }
         if errors.is_empty() {
-            Ok(RunData { segments })
+            Ok(RunData {
+                segments,
+                distributions,
+            })
         } else {
             Err(errors)
         }
@@ -159,6 +200,7 @@ mod tests {
             p50_ms: None,
             p99_ms,
             p999_ms,
+            distribution: None,
         }
     }
 

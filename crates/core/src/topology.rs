@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use crate::distribution::KillRateThresholds;
 use crate::duration::HumanDuration;
 
 /// Default circuit-breaker window (seed §"联动纪律": a 5 s window).
@@ -12,7 +13,7 @@ pub const DEFAULT_BREAKER_WINDOW_MS: u64 = 5_000;
 pub const DEFAULT_MAX_RECOVERY: HumanDuration = HumanDuration::from_ms(18 * 3_600_000);
 
 /// One version of a chain's topology, as uploaded (and validated by the JSON Schema first).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Topology {
     /// The root segment's timeout, fixed by policy (R3: 800 ms).
@@ -21,6 +22,9 @@ pub struct Topology {
     pub breaker_window_ms: u64,
     #[serde(default = "default_max_recovery")]
     pub max_recovery: HumanDuration,
+    /// Thresholds of the `timeout_kill_rate` check; 1 % and 10 % when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill_rate: Option<KillRateThresholds>,
     pub segments: Vec<Segment>,
 }
 
@@ -96,6 +100,13 @@ pub struct RetryFlags {
     pub on_deadline: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_unavailable: Option<bool>,
+}
+
+impl Topology {
+    /// The chain's kill-rate thresholds, or the defaults.
+    pub fn kill_rate_thresholds(&self) -> KillRateThresholds {
+        self.kill_rate.unwrap_or_default()
+    }
 }
 
 impl Segment {
@@ -184,6 +195,9 @@ impl Topology {
         }
         if self.breaker_window_ms == 0 {
             push("/breaker_window_ms".into(), "must be greater than 0".into());
+        }
+        if let Some(Err((field, why))) = self.kill_rate.map(|t| t.check()) {
+            push(format!("/kill_rate/{field}"), why);
         }
         if self.segments.is_empty() {
             push(

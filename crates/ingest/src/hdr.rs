@@ -1,6 +1,9 @@
 //! Percentiles of raw samples through an HDR histogram: 3 significant digits, memory bounded
 //! whatever the number of samples.
 
+use base64::Engine as _;
+use budget_core::distribution::Distribution;
+use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
 
 /// Records latencies in microseconds; values up to one hour at 3 significant digits.
@@ -55,6 +58,11 @@ impl Recorder {
         self.hist.value_at_quantile(quantile)
     }
 
+    /// The samples as a stored distribution: the histogram, V2 compressed, base64.
+    pub fn distribution(&self) -> Distribution {
+        histogram(&self.hist)
+    }
+
     /// `LabelStats` for `label`, or `None` without samples.
     pub fn stats(&self, label: &str) -> Option<crate::LabelStats> {
         (self.samples() > 0).then(|| crate::LabelStats {
@@ -66,6 +74,29 @@ impl Recorder {
             p999_us: self.quantile_us(0.999),
         })
     }
+}
+
+/// `h` (values in µs) as a stored distribution: V2 compressed, base64.
+pub fn histogram(h: &Histogram<u64>) -> Distribution {
+    let mut bytes = Vec::new();
+    V2DeflateSerializer::new()
+        .serialize(h, &mut bytes)
+        .expect("a histogram serializes into memory");
+    Distribution::Histogram {
+        hdr: base64::engine::general_purpose::STANDARD.encode(bytes),
+    }
+}
+
+/// `h`, whose values are in `unit`, as a histogram in µs at 3 significant digits: each bucket's
+/// count recorded at its lowest value converted (clamped to 1 µs ..= 1 h).
+pub fn to_us(h: &Histogram<u64>, unit: crate::TimeUnit) -> Histogram<u64> {
+    let mut out = Histogram::new_with_bounds(1, MAX_US, 3).expect("valid HDR bounds");
+    for v in h.iter_recorded() {
+        let lowest = h.lowest_equivalent(v.value_iterated_to());
+        let us = (unit.to_us(lowest as f64).round() as u64).clamp(1, MAX_US);
+        out.saturating_record_n(us, v.count_at_value());
+    }
+    out
 }
 
 #[cfg(test)]

@@ -31,7 +31,10 @@ pub mod reader;
 #[cfg(test)]
 mod testkit;
 
+use std::collections::BTreeMap;
 use std::fmt;
+
+use budget_core::distribution::Distribution;
 
 use serde::{Deserialize, Serialize};
 
@@ -223,12 +226,16 @@ pub struct LabelStats {
 }
 
 /// What a parser extracted from one file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Extracted {
     pub format: Format,
     /// The tool and version when the file says, e.g. `"JMeter 5.6"`.
     pub tool: Option<String>,
     pub labels: Vec<LabelStats>,
+    /// The latency distribution of each label that has one, by label: the HDR histogram of
+    /// formats with raw samples or histograms, the percentile points of summary formats.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub distributions: BTreeMap<String, Distribution>,
     /// What a reader of the run should know about these numbers, in plain words (failures that
     /// are unknown, latencies corrected for coordinated omission, …): kept as the run's evidence.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

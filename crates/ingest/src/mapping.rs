@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use budget_core::distribution::Distribution;
 use budget_core::run::{RunUpload, SegmentUpload};
 use budget_core::topology::{Topology, TopologyError};
 
@@ -113,7 +114,8 @@ pub fn to_upload(
         ignored: Vec::new(),
     };
     let mut found = Vec::new();
-    let mut chosen: BTreeMap<String, (&LabelStats, String)> = BTreeMap::new();
+    let mut chosen: BTreeMap<String, (&LabelStats, String, Option<&Distribution>)> =
+        BTreeMap::new();
     let mut tool = None;
     for file in files {
         tool = tool.or_else(|| file.tool.clone());
@@ -131,7 +133,7 @@ pub fn to_upload(
                 }
                 continue;
             };
-            if let Some((_, other)) = chosen.get(&segment) {
+            if let Some((_, other, _)) = chosen.get(&segment) {
                 errors.push(TopologyError {
                     pointer: "/map".into(),
                     message: format!(
@@ -142,7 +144,8 @@ pub fn to_upload(
                 continue;
             }
             mapping.mapped.insert(stats.label.clone(), segment.clone());
-            chosen.insert(segment, (stats, stats.label.clone()));
+            let distribution = file.distributions.get(&stats.label);
+            chosen.insert(segment, (stats, stats.label.clone(), distribution));
         }
     }
     let missing: Vec<String> = topology
@@ -176,14 +179,15 @@ pub fn to_upload(
     let segments = topology
         .segments
         .iter()
-        .filter_map(|s| chosen.get(&s.id).map(|(stats, _)| (s, stats)))
-        .map(|(s, stats)| SegmentUpload {
+        .filter_map(|s| chosen.get(&s.id).map(|(stats, _, d)| (s, stats, d)))
+        .map(|(s, stats, distribution)| SegmentUpload {
             id: s.id.clone(),
             samples: stats.samples,
             failures: stats.failures,
             p50_ms: stats.p50_us.map(budget_core::us_to_ms),
             p99_ms: budget_core::us_to_ms(stats.p99_us),
             p999_ms: budget_core::us_to_ms(stats.p999_us),
+            distribution: distribution.cloned(),
         })
         .collect();
     let format = files.first().map(|f| f.format.as_str()).unwrap_or("native");
@@ -316,6 +320,7 @@ mod tests {
 
     fn file(format: Format, labels: &[&str]) -> Extracted {
         Extracted {
+            distributions: Default::default(),
             format,
             tool: None,
             labels: labels

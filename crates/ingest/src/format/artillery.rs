@@ -325,6 +325,7 @@ fn extract(doc: Report) -> Result<Extracted, IngestError> {
         ));
     }
     Ok(Extracted {
+        distributions: Default::default(),
         format: Format::Artillery,
         tool: Some("Artillery".to_owned()),
         labels,

@@ -229,6 +229,7 @@ fn extract(doc: Doc, label: Option<String>) -> Result<Extracted, IngestError> {
             .to_owned(),
     };
     Ok(Extracted {
+        distributions: Default::default(),
         format: Format::Autocannon,
         tool: Some("autocannon".to_owned()),
         labels: vec![LabelStats {

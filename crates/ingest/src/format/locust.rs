@@ -201,6 +201,7 @@ impl Body {
             }
         }
         Ok(Extracted {
+            distributions: Default::default(),
             format: Format::Locust,
             tool: Some("locust".to_owned()),
             labels,

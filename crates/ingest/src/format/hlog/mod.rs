@@ -225,12 +225,17 @@ impl HlogParser {
             ));
         }
         let totals = &log.main.counts;
+        let mut distributions = std::collections::BTreeMap::new();
         let labels: Vec<LabelStats> = log
             .tags
             .iter()
             .map(|(label, &tag)| (label, totals[tag].histogram()))
             .filter(|(_, h)| !h.is_empty())
-            .map(|(label, h)| stats(label, &h, log.unit))
+            .map(|(label, h)| {
+                let us = crate::hdr::to_us(&h, log.unit);
+                distributions.insert(label.clone(), crate::hdr::histogram(&us));
+                stats(label, &h, log.unit)
+            })
             .collect();
         if labels.is_empty() {
             return Err(IngestError::new(format!(
@@ -242,6 +247,7 @@ impl HlogParser {
             format: Format::Hdrhistogram,
             tool: Some("HdrHistogram".to_owned()),
             labels,
+            distributions,
             notes: vec![
                 "failures: unknown — an HdrHistogram log records latencies only".to_owned(),
             ],

@@ -239,10 +239,18 @@ impl Body {
             .map(whole_ms)
             .collect();
         labels.sort_by(|a, b| a.label.cmp(&b.label));
+        let distributions = self
+            .labels
+            .recorders
+            .iter()
+            .filter(|(_, r)| r.samples() > 0)
+            .map(|(name, r)| (name.clone(), r.distribution()))
+            .collect();
         Ok(Extracted {
             format: Format::Jmeter,
             tool: Some("JMeter".to_owned()),
             labels,
+            distributions,
             notes: Vec::new(),
         })
     }

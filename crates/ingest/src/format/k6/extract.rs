@@ -319,6 +319,7 @@ pub(super) fn extract(doc: &K6Doc) -> Result<Extracted, IngestError> {
         )]
     };
     Ok(Extracted {
+        distributions: Default::default(),
         format: Format::K6,
         tool: Some("k6".to_owned()),
         labels,

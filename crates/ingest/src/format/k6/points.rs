@@ -363,11 +363,13 @@ impl Labels {
 
     fn result(self) -> Result<Extracted, IngestError> {
         let mut labels = Vec::new();
+        let mut distributions = std::collections::BTreeMap::new();
         let mut unknown = Vec::new();
         for (name, l) in &self.by_name {
             let Some(mut stats) = l.recorder.stats(name) else {
                 continue;
             };
+            distributions.insert(name.clone(), l.recorder.distribution());
             if !l.failures_known {
                 stats.failures = None;
                 unknown.push(name.as_str());
@@ -392,6 +394,7 @@ impl Labels {
             format: Format::K6Points,
             tool: Some("k6".to_owned()),
             labels,
+            distributions,
             notes,
         })
     }

@@ -323,6 +323,7 @@ fn extract(doc: OhaDoc, label: Option<String>) -> Result<Extracted, IngestError>
         .checked_add(errors)
         .ok_or_else(|| IngestError::new("request counts overflow"))?;
     Ok(Extracted {
+        distributions: Default::default(),
         format: Format::Oha,
         tool: Some("oha".to_owned()),
         labels: vec![LabelStats {

@@ -351,6 +351,7 @@ impl Output {
             return Err(IngestError::new("wrk2 recorded no requests").field("Total count"));
         }
         Ok(Extracted {
+            distributions: Default::default(),
             format: Format::Wrk2,
             tool: Some("wrk2".to_owned()),
             labels: vec![LabelStats {
