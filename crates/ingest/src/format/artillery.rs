@@ -19,6 +19,10 @@
 //! from a DDSketch of 1 % relative accuracy, rounded to 0.1 ms; `p99` and `p999` are required.
 //! Artillery times a response to its first byte (`firstByte`).
 //!
+//! **Distribution.** The label's percentile points are the summary's `min` (0), `p50` (or
+//! `median`), `p75`, `p90`, `p95`, `p99`, `p999` (99.9) and `max` (100), those it holds with a
+//! plausible number of ms.
+//!
 //! **Samples** = the summary's `count` (responses) + the label's `…errors.<code>` counters
 //! (requests without a response). **Failures** = responses with status 400 and above (the
 //! `…codes.<status>` counters) + those errors. For the whole run the counters are
@@ -31,6 +35,7 @@ use std::collections::BTreeMap;
 
 use serde::de::MapAccess;
 
+use crate::format::percentile_points;
 use crate::framing::json::{
     contains, count, field_error, json_object_start, pointer, skip, Fold, JsonBuffer, Obj, Scalar,
 };
@@ -161,6 +166,39 @@ struct Summary {
     median: Option<Scalar>,
     p99: Option<Scalar>,
     p999: Option<Scalar>,
+    /// `min`, `p75`, `p90`, `p95` and `max`: only percentile points.
+    others: [Option<Scalar>; 5],
+}
+
+/// The stats of [`Summary::others`], with their percentiles.
+const OTHERS: [(&str, f64); 5] = [
+    ("min", 0.0),
+    ("p75", 75.0),
+    ("p90", 90.0),
+    ("p95", 95.0),
+    ("max", 100.0),
+];
+
+impl Summary {
+    /// The percentile points the summary holds: each stat with a plausible number of ms.
+    fn points(&self) -> Option<budget_core::distribution::Distribution> {
+        let median = self.p50.as_ref().or(self.median.as_ref());
+        let named = [
+            (median, 50.0),
+            (self.p99.as_ref(), 99.0),
+            (self.p999.as_ref(), 99.9),
+        ];
+        let others = OTHERS
+            .iter()
+            .zip(&self.others)
+            .map(|(&(_, percentile), v)| (v.as_ref(), percentile));
+        percentile_points(
+            named
+                .into_iter()
+                .chain(others)
+                .filter_map(|(v, percentile)| Some((percentile, micros(&[], v?).ok()?))),
+        )
+    }
 }
 
 impl Fold for Summary {
@@ -171,7 +209,10 @@ impl Fold for Summary {
             "median" => &mut self.median,
             "p99" => &mut self.p99,
             "p999" => &mut self.p999,
-            _ => return skip(map),
+            _ => match OTHERS.iter().position(|(k, _)| *k == key) {
+                Some(i) => &mut self.others[i],
+                None => return skip(map),
+            },
         };
         *slot = Some(map.next_value()?);
         Ok(())
@@ -246,6 +287,7 @@ fn extract(doc: Report) -> Result<Extracted, IngestError> {
     }
     let by_endpoint = summaries.kept.keys().any(|k| k.starts_with(ENDPOINT_TIME));
     let mut labels = Vec::new();
+    let mut distributions = BTreeMap::new();
     for (key, summary) in &summaries.kept {
         let (label, codes, errors) = match key.strip_prefix(ENDPOINT_TIME) {
             Some(name) => (
@@ -308,6 +350,9 @@ fn extract(doc: Report) -> Result<Extracted, IngestError> {
             ))
             .field(pointer(&["aggregate", "counters"])));
         }
+        if let Some(d) = s.points() {
+            distributions.insert(label.clone(), d);
+        }
         labels.push(LabelStats {
             label,
             samples,
@@ -325,7 +370,7 @@ fn extract(doc: Report) -> Result<Extracted, IngestError> {
         ));
     }
     Ok(Extracted {
-        distributions: Default::default(),
+        distributions,
         format: Format::Artillery,
         tool: Some("Artillery".to_owned()),
         labels,
@@ -372,6 +417,60 @@ mod tests {
             ]
         );
         assert_eq!(crate::detect(REPORT), Some(Format::Artillery));
+    }
+
+    /// The points of `label`, checked as an upload is.
+    fn points(e: &Extracted, label: &str) -> Vec<(f64, u64)> {
+        let Some(budget_core::distribution::Distribution::Percentiles { points }) =
+            e.distributions.get(label)
+        else {
+            panic!("no percentile points for {label}: {:?}", e.distributions)
+        };
+        assert_eq!(budget_core::distribution::check_points(points), Ok(()));
+        points.iter().map(|p| (p.percentile, p.us)).collect()
+    }
+
+    /// `report.json`, `plugins.metrics-by-endpoint.response_time./payment`: min 13, p50 16.9,
+    /// p75 18, p90 19.9, p95 22, p99 63.4, p999 63.4, max 81 (ms).
+    #[test]
+    fn fixture_summary_gives_the_percentile_points() {
+        let e = read(REPORT).unwrap();
+        assert_eq!(
+            points(&e, "/payment"),
+            [
+                (0.0, 13_000),
+                (50.0, 16_900),
+                (75.0, 18_000),
+                (90.0, 19_900),
+                (95.0, 22_000),
+                (99.0, 63_400),
+                (99.9, 63_400),
+                (100.0, 81_000),
+            ]
+        );
+        assert_eq!(
+            e.distributions.keys().collect::<Vec<_>>(),
+            ["/inventory", "/payment", "/user"]
+        );
+    }
+
+    /// A DDSketch median below the exact min (Artillery's `http.response_time.4xx` of the
+    /// fixture: min 11, p50 10.9) is raised to it; `median` stands for `p50`; stats that are
+    /// missing or not numbers give no point.
+    #[test]
+    fn summary_points_are_monotone_and_partial() {
+        let d = br#"{"aggregate": {"summaries": {"http.response_time":
+            {"count": 2, "min": 11, "median": 10.9, "p75": "x", "p99": 10.9, "p999": 10.9, "max": 11}}}}"#;
+        assert_eq!(
+            points(&read(d).unwrap(), "http.response_time"),
+            [
+                (0.0, 11_000),
+                (50.0, 11_000),
+                (99.0, 11_000),
+                (99.9, 11_000),
+                (100.0, 11_000)
+            ]
+        );
     }
 
     #[test]

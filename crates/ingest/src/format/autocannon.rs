@@ -19,11 +19,17 @@
 //!   `latency.totalCount` exceeds the responses. The file does not name the flags: a
 //!   `totalCount` above the responses is how such a run is told, and the evidence then says that
 //!   its latencies are corrected for coordinated omission.
+//! * **Distribution**: the label's percentile points are every `latency.p<N>` key (`p0_001` is
+//!   0.001 %, `p2_5` 2.5 %, … `p99_999`), with `min` as 0 and `max` as 100; a value that is not
+//!   a plausible number of ms gives no point.
 //! * **Label**: [`Options::label`] (the upload part's name), else the file's `url`.
 //! * Size and memory as every JSON summary ([`MAX_JSON_SUMMARY_BYTES`](crate::MAX_JSON_SUMMARY_BYTES)).
 
 use serde::de::MapAccess;
 
+use budget_core::distribution::MAX_POINTS;
+
+use crate::format::percentile_points;
 use crate::framing::json::{
     contains, count, field_error, json_object_start, skip, Fold, JsonBuffer, Obj, Scalar,
 };
@@ -102,19 +108,55 @@ struct Latency {
     p99: Option<Scalar>,
     p999: Option<Scalar>,
     total: Option<Scalar>,
+    /// Every `p<N>`, `min` (0) and `max` (100) whose value is a number: (key, percentile, ms),
+    /// at most [`MAX_POINTS`].
+    points: Vec<(String, f64, Scalar)>,
 }
 
 impl Fold for Latency {
     fn member<'de, A: MapAccess<'de>>(&mut self, key: String, map: &mut A) -> Result<(), A::Error> {
-        let slot = match key.as_str() {
-            "p50" => &mut self.p50,
-            "p99" => &mut self.p99,
-            "p99_9" => &mut self.p999,
-            "totalCount" => &mut self.total,
-            _ => return skip(map),
-        };
-        *slot = Some(map.next_value()?);
+        let percentile = point_percentile(&key);
+        let named = matches!(key.as_str(), "p50" | "p99" | "p99_9" | "totalCount");
+        if percentile.is_none() && !named {
+            return skip(map);
+        }
+        let v: Scalar = map.next_value()?;
+        if let Some(percentile) = percentile {
+            self.point(&key, percentile, &v);
+        }
+        match key.as_str() {
+            "p50" => self.p50 = Some(v),
+            "p99" => self.p99 = Some(v),
+            "p99_9" => self.p999 = Some(v),
+            "totalCount" => self.total = Some(v),
+            _ => {}
+        }
         Ok(())
+    }
+}
+
+impl Latency {
+    /// Keeps `key` as a point when its value is a number (a repeated key keeps its last value).
+    fn point(&mut self, key: &str, percentile: f64, v: &Scalar) {
+        self.points.retain(|(k, _, _)| k != key);
+        if matches!(v, Scalar::Number(_)) && self.points.len() < MAX_POINTS {
+            self.points.push((key.to_owned(), percentile, v.clone()));
+        }
+    }
+}
+
+/// The percentile a `latency` key names: `p99_9` is 99.9, `min` 0, `max` 100.
+fn point_percentile(key: &str) -> Option<f64> {
+    match key {
+        "min" => Some(0.0),
+        "max" => Some(100.0),
+        _ => {
+            let n = key.strip_prefix('p')?;
+            if !n.bytes().all(|b| b.is_ascii_digit() || b == b'_') {
+                return None;
+            }
+            n.replace('_', ".").parse().ok()
+        }
     }
 }
 
@@ -228,8 +270,14 @@ fn extract(doc: Doc, label: Option<String>) -> Result<Extracted, IngestError> {
         _ => "latencies of every response (autocannon records none for a request without one)"
             .to_owned(),
     };
+    let points = percentile_points(
+        latency
+            .points
+            .iter()
+            .filter_map(|(key, percentile, ms)| Some((*percentile, micros(key, ms).ok()?))),
+    );
     Ok(Extracted {
-        distributions: Default::default(),
+        distributions: points.map(|d| (label.clone(), d)).into_iter().collect(),
         format: Format::Autocannon,
         tool: Some("autocannon".to_owned()),
         labels: vec![LabelStats {
@@ -248,6 +296,7 @@ fn extract(doc: Doc, label: Option<String>) -> Result<Extracted, IngestError> {
 mod tests {
     use super::*;
     use crate::testkit::{self, kit_tests};
+    use budget_core::distribution::Distribution;
 
     const INVENTORY: &[u8] = include_bytes!("../../../../tests/fixtures/autocannon/inventory.json");
     const PAYMENT_RATE: &[u8] =
@@ -296,6 +345,53 @@ mod tests {
         }
         assert!(sniff(INVENTORY) && sniff(PAYMENT_RATE));
         assert_eq!(crate::detect(INVENTORY), Some(Format::Autocannon));
+    }
+
+    /// `inventory.json`'s `latency`: `min` 4 as 0, `p0_001` 4 … `p99_999` 87, `max` 87 as 100
+    /// (whole ms). A repeated key keeps its last value; a value that is not a number of ms
+    /// gives no point.
+    #[test]
+    fn fixture_latency_gives_the_percentile_points() {
+        let points = |e: &Extracted| -> Vec<(f64, u64)> {
+            let Some(Distribution::Percentiles { points }) =
+                e.distributions.get("http://127.0.0.1:18080/inventory")
+            else {
+                panic!("no points: {:?}", e.distributions)
+            };
+            assert_eq!(budget_core::distribution::check_points(points), Ok(()));
+            points.iter().map(|p| (p.percentile, p.us)).collect()
+        };
+        assert_eq!(
+            points(&read(INVENTORY).unwrap()),
+            [
+                (0.0, 4_000),
+                (0.001, 4_000),
+                (0.01, 4_000),
+                (0.1, 4_000),
+                (1.0, 4_000),
+                (2.5, 4_000),
+                (10.0, 4_000),
+                (25.0, 5_000),
+                (50.0, 5_000),
+                (75.0, 6_000),
+                (90.0, 8_000),
+                (97.5, 20_000),
+                (99.0, 32_000),
+                (99.9, 82_000),
+                (99.99, 87_000),
+                (99.999, 87_000),
+                (100.0, 87_000),
+            ]
+        );
+        let text = std::str::from_utf8(INVENTORY).unwrap();
+        let edited = text
+            .replace("\"p10\":4,", "\"p10\":4,\"p10\":4.5,")
+            .replace("\"p25\":5,", "\"p25\":\"5\",")
+            .replace("\"max\":87,", "\"max\":9000000,");
+        let got = points(&read(edited.as_bytes()).unwrap());
+        assert_eq!(got.len(), 15, "{got:?}");
+        assert!(got.contains(&(10.0, 4_500)), "{got:?}");
+        assert_eq!(got.last(), Some(&(99.999, 87_000)));
     }
 
     #[test]

@@ -6,19 +6,29 @@
 //! `Request Count`, failures = `Failure Count`, p50 / p99 / p99.9 = the `50%`, `99%` and `99.9%`
 //! columns: milliseconds as Locust rounded them, turned into µs.
 //!
+//! - **Distribution**: each label's percentile points are every `N%` column of its row (`50%`,
+//!   `66%` … `99.99%`, `100%`: ms as Locust rounded them), `Min Response Time` as percentile 0
+//!   and, without a `100%` column, `Max Response Time` as 100 (both exact ms). A cell that is
+//!   `N/A` or not a number gives no point (and no error).
 //! - A row without requests has `N/A` percentiles: it gives no label (and is no error).
 //! - The `Aggregated` row is a label like the others; the mapping layer ignores it unless mapped.
 //! - When one `Name` has rows of several `Type`s (`GET user` and `POST user`), those rows are
 //!   labelled `"{Type} {Name}"`.
 //! - Locust always ends the file with `Aggregated`: a file without it is taken as truncated.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
+use budget_core::distribution::Distribution;
+
+use crate::format::percentile_points;
 use crate::framing::csv::{first_line, parse_u64, shown, unquote, CsvRecords, Record};
 use crate::{Extracted, Format, Ingest, IngestError, LabelStats, Options};
 
 /// Rows accepted (Locust writes one per request name; this bounds memory).
 const MAX_ROWS: usize = 10_000;
+/// Most `N%` columns read as percentile points (Locust writes 11; `PERCENTILES_TO_REPORT` can
+/// change them): with [`MAX_ROWS`], this bounds the points kept.
+const MAX_PERCENTILE_COLUMNS: usize = 64;
 /// `Name` of Locust's total row.
 const AGGREGATED: &str = "Aggregated";
 
@@ -77,6 +87,10 @@ struct Columns {
     p50: usize,
     p99: usize,
     p999: usize,
+    /// `Min Response Time`.
+    min: Option<usize>,
+    /// `Max Response Time`, when there is no `100%` column.
+    max: Option<usize>,
     fields: usize,
 }
 
@@ -86,11 +100,15 @@ struct Row {
     name: String,
     /// `None` for a row without requests (`N/A` percentiles).
     stats: Option<LabelStats>,
+    /// The row's percentile points, for a row with `stats`.
+    distribution: Option<Distribution>,
 }
 
 #[derive(Default)]
 struct Body {
     columns: Option<Columns>,
+    /// The header's `N%` columns: (index, percentile N).
+    percentiles: Vec<(usize, f64)>,
     rows: Vec<Row>,
     aggregated: bool,
 }
@@ -99,6 +117,7 @@ impl Body {
     fn record(&mut self, rec: &Record<'_>) -> Result<(), IngestError> {
         let Some(c) = self.columns else {
             self.columns = Some(header(rec)?);
+            self.percentiles = percentile_columns(rec);
             return Ok(());
         };
         if rec.len() != c.fields {
@@ -152,14 +171,32 @@ impl Body {
                 p999_us: p999?,
             })
         };
+        let distribution = stats.as_ref().and_then(|_| self.points(&c, rec));
         self.aggregated |= name == AGGREGATED;
         self.rows.push(Row {
             line: rec.line(),
             kind,
             name,
             stats,
+            distribution,
         });
         Ok(())
+    }
+
+    /// The percentile points of a data row: its `N%` cells, `Min Response Time` as 0 and
+    /// `Max Response Time` as 100 (when there is no `100%` column); cells that are not a number
+    /// of ms (`N/A`) are left out.
+    fn points(&self, c: &Columns, rec: &Record<'_>) -> Option<Distribution> {
+        let cells = self
+            .percentiles
+            .iter()
+            .copied()
+            .chain(c.min.map(|i| (i, 0.0)))
+            .chain(c.max.map(|i| (i, 100.0)));
+        percentile_points(
+            cells
+                .filter_map(|(i, percentile)| ms_to_us(rec, i, "").ok().map(|us| (percentile, us))),
+        )
     }
 
     fn finish(self) -> Result<Extracted, IngestError> {
@@ -176,6 +213,7 @@ impl Body {
             *per_name.entry(&row.name).or_default() += 1;
         }
         let mut labels: Vec<LabelStats> = Vec::new();
+        let mut distributions = BTreeMap::new();
         let mut seen = HashSet::new();
         for row in &self.rows {
             let label = if per_name[row.name.as_str()] > 1 && !row.kind.is_empty() {
@@ -194,6 +232,9 @@ impl Body {
                 .field("Name"));
             }
             if let Some(stats) = &row.stats {
+                if let Some(d) = &row.distribution {
+                    distributions.insert(label.clone(), d.clone());
+                }
                 labels.push(LabelStats {
                     label,
                     ..stats.clone()
@@ -201,7 +242,7 @@ impl Body {
             }
         }
         Ok(Extracted {
-            distributions: Default::default(),
+            distributions,
             format: Format::Locust,
             tool: Some("locust".to_owned()),
             labels,
@@ -220,6 +261,7 @@ fn header(rec: &Record<'_>) -> Result<Columns, IngestError> {
             })
     };
     let named = |name: &'static str| move |f: &[u8]| f.eq_ignore_ascii_case(name.as_bytes());
+    let hundred = percentile_columns(rec).iter().any(|&(_, p)| p == 100.0);
     Ok(Columns {
         kind: find("Type", &named("Type")).ok(),
         name: find("Name", &named("Name"))?,
@@ -228,8 +270,28 @@ fn header(rec: &Record<'_>) -> Result<Columns, IngestError> {
         p50: find("50%", &named("50%"))?,
         p99: find("99%", &named("99%"))?,
         p999: find("99.9%", &named("99.9%"))?,
+        min: find("Min Response Time", &named("Min Response Time")).ok(),
+        max: find("Max Response Time", &named("Max Response Time"))
+            .ok()
+            .filter(|_| !hundred),
         fields: rec.len(),
     })
+}
+
+/// The header's percentile columns, `N%` with N in 0–100 (`50%`, `99.9%`, `100%`): (index, N),
+/// the first [`MAX_PERCENTILE_COLUMNS`].
+fn percentile_columns(rec: &Record<'_>) -> Vec<(usize, f64)> {
+    (0..rec.len())
+        .filter_map(|i| {
+            let n = std::str::from_utf8(rec.field(i))
+                .ok()?
+                .trim()
+                .strip_suffix('%')?;
+            let p = n.parse::<f64>().ok()?;
+            (p.is_finite() && (0.0..=100.0).contains(&p)).then_some((i, p))
+        })
+        .take(MAX_PERCENTILE_COLUMNS)
+        .collect()
 }
 
 /// A cell in milliseconds (Locust's unit), in µs.
@@ -525,6 +587,70 @@ mod tests {
                 stats.label
             );
         }
+    }
+
+    /// The points of `label`, checked as an upload is.
+    fn points(e: &Extracted, label: &str) -> Vec<(f64, u64)> {
+        let Some(Distribution::Percentiles { points }) = e.distributions.get(label) else {
+            panic!("no percentile points for {label}: {:?}", e.distributions)
+        };
+        assert_eq!(budget_core::distribution::check_points(points), Ok(()));
+        points.iter().map(|p| (p.percentile, p.us)).collect()
+    }
+
+    /// `shop_stats.csv`, row `payment`: Min Response Time 10.627448999912303 ms as 0, then the
+    /// columns 50% … 100% (32, 36, 40, 42, 49, 54, 60, 68, 81, 81, 81 ms); Max is not used, the
+    /// file has a 100% column.
+    #[test]
+    fn fixture_gives_the_percentile_columns_as_points() {
+        let got = parse(SHOP).unwrap();
+        assert_eq!(
+            points(&got, "payment"),
+            [
+                (0.0, 10_627),
+                (50.0, 32_000),
+                (66.0, 36_000),
+                (75.0, 40_000),
+                (80.0, 42_000),
+                (90.0, 49_000),
+                (95.0, 54_000),
+                (98.0, 60_000),
+                (99.0, 68_000),
+                (99.9, 81_000),
+                (99.99, 81_000),
+                (100.0, 81_000),
+            ]
+        );
+        assert_eq!(
+            got.distributions.keys().collect::<Vec<_>>(),
+            ["Aggregated", "inventory", "payment", "user"]
+        );
+        assert!(parse(IDLE).unwrap().distributions.is_empty());
+    }
+
+    /// `N/A` and unreadable cells give no point, Max stands for 100 % without a `100%` column,
+    /// and a whole-ms percentile below the exact minimum is raised to it.
+    #[test]
+    fn points_skip_missing_cells_and_stay_monotone() {
+        let input = "Type,Name,Request Count,Failure Count,Min Response Time,Max Response Time,\
+                     50%,66%,99%,99.9%\n\
+                     GET,a,3,0,2.4,7.25,2,N/A,6,7\n\
+                     ,Aggregated,3,0,N/A,?,2,3,6,7\n";
+        let got = parse(input.as_bytes()).unwrap();
+        assert_eq!(
+            points(&got, "a"),
+            [
+                (0.0, 2_400),
+                (50.0, 2_400),
+                (99.0, 6_000),
+                (99.9, 7_000),
+                (100.0, 7_250)
+            ]
+        );
+        assert_eq!(
+            points(&got, "Aggregated"),
+            [(50.0, 2_000), (66.0, 3_000), (99.0, 6_000), (99.9, 7_000)]
+        );
     }
 
     /// A run without requests: only `Aggregated`, all `N/A`: no label, no error.

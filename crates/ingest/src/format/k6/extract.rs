@@ -1,7 +1,9 @@
 //! From the members read to per-label statistics: each `http_req_duration` (sub-)metric is a
 //! label, its requests and failures come from the matching `http_reqs` and `http_req_failed`.
+//! The trend's percentiles read are also the label's percentile points.
 
 use super::*;
+use crate::format::percentile_points;
 
 /// One metric of the document: its key, tags and stats (either shape).
 struct Metric<'a> {
@@ -76,6 +78,19 @@ impl Metric<'_> {
             Scalar::Null => Err(self.err(key, "is null")),
             _ => Err(self.err(key, "must be a number")),
         }
+    }
+
+    /// The label's percentile points: every stat read for [`PERCENTILES`] (`med`, `p(N)`) that
+    /// is a plausible number of ms, at its percentile. A stat that is not gives no point (the
+    /// required ones were checked before).
+    fn points(&self) -> Option<budget_core::distribution::Distribution> {
+        percentile_points(PERCENTILES.iter().zip(&self.values.percentiles).filter_map(
+            |(&percentile, found)| {
+                let (key, v) = found.as_ref()?;
+                let us = self.micros(key, v.as_f64()?).ok()?;
+                Some((percentile, us))
+            },
+        ))
     }
 
     /// A required percentile, in µs.
@@ -227,6 +242,7 @@ pub(super) fn extract(doc: &K6Doc) -> Result<Extracted, IngestError> {
     };
 
     let mut labels = Vec::with_capacity(chosen.len());
+    let mut distributions = BTreeMap::new();
     for (label, trend) in chosen {
         trend.check_type("trend", Some("time"))?;
         let p50_us = match trend.percentile(0)? {
@@ -291,6 +307,9 @@ pub(super) fn extract(doc: &K6Doc) -> Result<Extracted, IngestError> {
         if samples == 0 {
             continue;
         }
+        if let Some(d) = trend.points() {
+            distributions.insert(label.clone(), d);
+        }
         labels.push(LabelStats {
             label,
             samples,
@@ -319,7 +338,7 @@ pub(super) fn extract(doc: &K6Doc) -> Result<Extracted, IngestError> {
         )]
     };
     Ok(Extracted {
-        distributions: Default::default(),
+        distributions,
         format: Format::K6,
         tool: Some("k6".to_owned()),
         labels,

@@ -562,6 +562,48 @@ fn tag_parsing_follows_k6() {
     );
 }
 
+/// The points of `label`, checked as an upload is.
+fn points(e: &Extracted, label: &str) -> Vec<(f64, u64)> {
+    let Some(budget_core::distribution::Distribution::Percentiles { points }) =
+        e.distributions.get(label)
+    else {
+        panic!("no percentile points for {label}: {:?}", e.distributions)
+    };
+    assert_eq!(budget_core::distribution::check_points(points), Ok(()));
+    points.iter().map(|p| (p.percentile, p.us)).collect()
+}
+
+/// `summary-export.json`, `http_req_duration{name:inventory}`: `med` 5.520255, `p(99)`
+/// 31.59021545 and `p(99.9)` 71.81916498300758 ms, the trend stats the parser reads (k6
+/// interpolates them). Every label gets its points; a label without requests gets none.
+#[test]
+fn fixture_trend_gives_the_percentile_points() {
+    let e = read(SUMMARY_EXPORT, 4096).unwrap();
+    assert_eq!(
+        points(&e, "inventory"),
+        [(50.0, 5_520), (99.0, 31_590), (99.9, 71_819)]
+    );
+    assert_eq!(
+        e.distributions.keys().collect::<Vec<_>>(),
+        ["inventory", "payment", "user"]
+    );
+    // Without `med`, only p(99) and p(99.9).
+    let d = hs(&[
+        trend(
+            "http_req_duration{name:a}",
+            r#""p(99)": 30, "p(99.9)": 80, "count": 3"#,
+        ),
+        trend(
+            "http_req_duration{name:b}",
+            r#""p(99)": 30, "p(99.9)": 80, "count": 0"#,
+        ),
+    ]
+    .join(","));
+    let e = read(d.as_bytes(), 4096).unwrap();
+    assert_eq!(points(&e, "a"), [(99.0, 30_000), (99.9, 80_000)]);
+    assert!(!e.distributions.contains_key("b"));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 

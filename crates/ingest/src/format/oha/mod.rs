@@ -21,6 +21,12 @@
 //! request that got none), so with errors `samples` is larger than the population of the
 //! percentiles: budgetd counts every request sent, and an error is a failure of the call.
 //!
+//! **Distribution.** The label's percentile points are every `latencyPercentiles` key `p<N>`
+//! (N in 0–100: `p10` … `p99.99`) with a number, plus `summary.fastest` as 0 and
+//! `summary.slowest` as 100 (seconds, like the percentiles). oha's `responseTimeHistogram` is
+//! a coarse fixed-bucket histogram, not an HDR one: it is not used. A value that is not a
+//! plausible latency gives no point (and no error).
+//!
 //! **Label.** [`Options::label`] (the multipart part's name) when given; otherwise a top-level
 //! `"url"` string if the file has one (oha up to 1.16 does not write the URL), otherwise an error
 //! asking for a label.
@@ -37,14 +43,18 @@
 //! [`MAX_JSON_SUMMARY_BYTES`](crate::MAX_JSON_SUMMARY_BYTES) (4 MiB; oha writes a few KiB): the
 //! push that would cross it is refused with an error naming the limit. In `finish` the text is
 //! read member by member into the few values above (the distributions are summed as they are
-//! read, the percentiles keep one key each), everything else is validated and dropped: beyond the
-//! text, what is kept does not grow with the input. A syntax error answers with its line and
+//! read, the percentiles keep one key each, the points at most
+//! [`MAX_POINTS`](budget_core::distribution::MAX_POINTS) keys), everything else is validated and
+//! dropped: beyond the text, what is kept does not grow with the input. A syntax error answers with its line and
 //! column (and the last key before it), a semantic one with the JSON pointer of the field at
 //! fault (e.g. `/latencyPercentiles/p99.9`) and the line of that key in the text (of its parent
 //! when the key is missing).
 
 use serde::de::MapAccess;
 
+use budget_core::distribution::MAX_POINTS;
+
+use crate::format::percentile_points;
 use crate::framing::json::{
     contains, count, field_error, first_in_key_order, json_object_start, skip, Fold, JsonBuffer,
     Obj, Scalar,
@@ -101,6 +111,8 @@ impl Ingest for OhaParser {
 struct OhaDoc {
     /// `latencyPercentiles`.
     percentiles: Option<Obj<Percentiles>>,
+    /// `summary` (only `fastest` and `slowest` are read).
+    summary: Option<Obj<Summary>>,
     /// `url` (used as the label when a string and no label is given).
     url: Option<Scalar>,
     /// `metrics` (only its `latency_ms` is read).
@@ -115,6 +127,7 @@ impl Fold for OhaDoc {
     fn member<'de, A: MapAccess<'de>>(&mut self, key: String, map: &mut A) -> Result<(), A::Error> {
         match key.as_str() {
             "latencyPercentiles" => self.percentiles = Some(map.next_value()?),
+            "summary" => self.summary = Some(map.next_value()?),
             "url" => self.url = Some(map.next_value()?),
             "metrics" => self.metrics = Some(map.next_value()?),
             "statusCodeDistribution" => self.status = Some(map.next_value()?),
@@ -129,10 +142,13 @@ impl Fold for OhaDoc {
 const PERCENTILES: [f64; 3] = [50.0, 99.0, 99.9];
 
 /// `latencyPercentiles`: for each of [`PERCENTILES`], the first key in key order that names it
-/// (`"p99.9"`; any spelling whose number equals it), with its value. Other keys are dropped.
+/// (`"p99.9"`; any spelling whose number equals it), with its value; and every key naming a
+/// percentile 0–100 whose value is a number, as a point. Other keys are dropped.
 #[derive(Debug, Default)]
 struct Percentiles {
     found: [Option<(String, Scalar)>; 3],
+    /// (key, percentile, seconds), at most [`MAX_POINTS`]; a repeated key keeps its last value.
+    points: Vec<(String, f64, f64)>,
 }
 
 impl Fold for Percentiles {
@@ -145,14 +161,41 @@ impl Fold for Percentiles {
             let apart = (n - PERCENTILES[i]).abs() > 1e-9;
             !apart && first_in_key_order(&self.found[i], &key)
         });
-        if !take.contains(&true) {
+        let point = n.is_finite() && (0.0..=100.0).contains(&n);
+        if !take.contains(&true) && !point {
             return skip(map);
         }
         let value: Scalar = map.next_value()?;
+        if point {
+            self.points.retain(|(k, _, _)| *k != key);
+            if let Some(secs) = value.as_f64() {
+                if self.points.len() < MAX_POINTS {
+                    self.points.push((key.clone(), n, secs));
+                }
+            }
+        }
         for (slot, take) in self.found.iter_mut().zip(take) {
             if take {
                 *slot = Some((key.clone(), value.clone()));
             }
+        }
+        Ok(())
+    }
+}
+
+/// `summary`: only `fastest` and `slowest` (seconds) are read, as percentile points 0 and 100.
+#[derive(Debug, Default)]
+struct Summary {
+    fastest: Option<Scalar>,
+    slowest: Option<Scalar>,
+}
+
+impl Fold for Summary {
+    fn member<'de, A: MapAccess<'de>>(&mut self, key: String, map: &mut A) -> Result<(), A::Error> {
+        match key.as_str() {
+            "fastest" => self.fastest = Some(map.next_value()?),
+            "slowest" => self.slowest = Some(map.next_value()?),
+            _ => skip(map)?,
         }
         Ok(())
     }
@@ -322,8 +365,25 @@ fn extract(doc: OhaDoc, label: Option<String>) -> Result<Extracted, IngestError>
     let samples = responses
         .checked_add(errors)
         .ok_or_else(|| IngestError::new("request counts overflow"))?;
+    let (fastest, slowest) = match doc.summary {
+        Some(Obj::Object(s)) => (s.fastest, s.slowest),
+        _ => (None, None),
+    };
+    let extremes = [(fastest, 0.0), (slowest, 100.0)]
+        .into_iter()
+        .filter_map(|(v, percentile)| Some((percentile, v?.as_f64()?)));
+    let points = percentiles
+        .points
+        .into_iter()
+        .map(|(_, percentile, secs)| (percentile, secs))
+        .chain(extremes)
+        .filter_map(|(percentile, secs)| Some((percentile, micros("", secs).ok()?)));
+    let distributions = percentile_points(points)
+        .map(|d| (label.clone(), d))
+        .into_iter()
+        .collect();
     Ok(Extracted {
-        distributions: Default::default(),
+        distributions,
         format: Format::Oha,
         tool: Some("oha".to_owned()),
         labels: vec![LabelStats {

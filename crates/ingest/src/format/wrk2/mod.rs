@@ -34,9 +34,18 @@
 //! calibration), else the `N requests in …` line; `failures` = `Non-2xx or 3xx responses` + all
 //! `Socket errors` (connect, read, write, timeout), as wrk2 counts them.
 //!
+//! **Distribution.** The label's percentile points are the Recorded Latency block's `Detailed
+//! Percentile spectrum` (each row's `Value` in ms and its `Percentile`, a fraction, × 100), or,
+//! without a spectrum, its percentile lines (50 % … 100 %). A spectrum of more than
+//! [`MAX_POINTS`] rows is thinned as it is read (every other row kept each time the kept ones
+//! reach the cap), so memory stays flat: evenly spaced rows plus the last.
+//!
 //! Plain wrk (`wrk --latency`) prints only 50/75/90/99 %: its files are refused, naming the
 //! missing 99.900% line. Lines the format does not define (Lua `done()` output, …) are skipped.
 
+use budget_core::distribution::MAX_POINTS;
+
+use crate::format::percentile_points;
 use crate::framing::lines::LineBuffer;
 use crate::{Extracted, Format, Ingest, IngestError, LabelStats, Options};
 
@@ -111,6 +120,10 @@ struct Output {
     p99: Option<u64>,
     p999: Option<u64>,
     total_count: Option<u64>,
+    /// The Recorded Latency block's percentile lines, as points (percent, µs).
+    table: Thinned,
+    /// The Recorded Latency block's spectrum rows, as points (percent, µs).
+    spectrum: Thinned,
     requests: Option<u64>,
     socket_errors: u64,
     status_errors: u64,
@@ -260,6 +273,7 @@ impl Output {
             )
             .field(field.clone())
         })?;
+        self.table.push(pct, us);
         let slot = if (pct - 50.0).abs() < 1e-9 {
             &mut self.p50
         } else if (pct - 99.0).abs() < 1e-9 {
@@ -310,6 +324,14 @@ impl Output {
             )
             .field("Detailed Percentile spectrum"));
         }
+        // `Value` in ms with 3 decimals (whole µs), `Percentile` a fraction with 6 decimals.
+        if let (Ok(ms), Ok(fraction)) = (cols[0].parse::<f64>(), cols[1].parse::<f64>()) {
+            let us = (ms * 1000.0).round();
+            if us.is_finite() && us >= 0.0 && us < u64::MAX as f64 {
+                self.spectrum
+                    .push((fraction * 1_000_000.0).round() / 10_000.0, us as u64);
+            }
+        }
         Ok(())
     }
 
@@ -350,8 +372,17 @@ impl Output {
         if samples == 0 {
             return Err(IngestError::new("wrk2 recorded no requests").field("Total count"));
         }
+        let rows = if self.spectrum.is_empty() {
+            &self.table
+        } else {
+            &self.spectrum
+        };
+        let distributions = percentile_points(rows.points())
+            .map(|d| (self.label.clone(), d))
+            .into_iter()
+            .collect();
         Ok(Extracted {
-            distributions: Default::default(),
+            distributions,
             format: Format::Wrk2,
             tool: Some("wrk2".to_owned()),
             labels: vec![LabelStats {
@@ -364,6 +395,55 @@ impl Output {
             }],
             notes: Vec::new(),
         })
+    }
+}
+
+/// Rows of a table of any length kept in bounded memory: every `stride`-th row, the stride
+/// doubling (and every other kept row dropped) each time [`MAX_POINTS`] rows are kept, and the
+/// last row. What is kept is evenly spaced, at most [`MAX_POINTS`] with the last.
+#[derive(Debug, Default)]
+struct Thinned {
+    kept: Vec<(f64, u64)>,
+    /// Keep the rows whose index is a multiple of this (0 is read as 1).
+    stride: u64,
+    /// Rows pushed.
+    seen: u64,
+    last: Option<(f64, u64)>,
+}
+
+impl Thinned {
+    fn push(&mut self, percentile: f64, us: u64) {
+        let stride = self.stride.max(1);
+        if self.seen % stride == 0 {
+            self.kept.push((percentile, us));
+            if self.kept.len() >= MAX_POINTS {
+                let mut i = 0usize;
+                self.kept.retain(|_| {
+                    i += 1;
+                    i % 2 == 1
+                });
+                self.stride = stride.saturating_mul(2);
+            }
+        }
+        self.seen = self.seen.saturating_add(1);
+        self.last = Some((percentile, us));
+    }
+
+    fn is_empty(&self) -> bool {
+        self.seen == 0
+    }
+
+    /// The rows kept, and the last one when it was not.
+    fn points(&self) -> Vec<(f64, u64)> {
+        let mut points = self.kept.clone();
+        let last_kept = self
+            .seen
+            .checked_sub(1)
+            .map(|i| i % self.stride.max(1) == 0);
+        if let (Some(last), Some(false)) = (self.last, last_kept) {
+            points.push(last);
+        }
+        points
     }
 }
 

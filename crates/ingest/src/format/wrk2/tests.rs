@@ -4,6 +4,7 @@
 use super::*;
 use crate::read_all;
 use crate::testkit::{self, kit_tests};
+use budget_core::distribution::Distribution;
 
 const CHECKOUT: &str = include_str!("../../../../../tests/fixtures/wrk2/checkout.txt");
 const SEARCH: &str = include_str!("../../../../../tests/fixtures/wrk2/search-errors.txt");
@@ -427,6 +428,150 @@ fn sniffs_wrk_family_text_only() {
     for fixture in [CHECKOUT, SEARCH, HEALTH, WRK_PLAIN] {
         assert_eq!(crate::detect(fixture.as_bytes()), Some(Format::Wrk2));
     }
+}
+
+/// The points of `e`'s one label, checked as an upload is.
+fn points_of(e: &Extracted) -> Vec<(f64, u64)> {
+    let [label] = e.labels.as_slice() else {
+        panic!("one label")
+    };
+    let Some(Distribution::Percentiles { points }) = e.distributions.get(&label.label) else {
+        panic!("no percentile points for {}", label.label)
+    };
+    assert_eq!(budget_core::distribution::check_points(points), Ok(()));
+    points.iter().map(|p| (p.percentile, p.us)).collect()
+}
+
+/// `checkout.txt`: the 86 rows of the Recorded block's spectrum (Value ms → µs, Percentile
+/// × 100), as printed, equal values of consecutive rows kept.
+#[test]
+fn spectrum_gives_the_distribution_points() {
+    let got = points_of(&read_chunked(CHECKOUT, Some("checkout")).unwrap());
+    assert_eq!(got.len(), 86);
+    for (i, want) in [
+        (0, (0.0, 596)),
+        (1, (10.0, 2_047)),
+        (5, (50.0, 3_209)),
+        (34, (99.0625, 7_263)),
+        (74, (99.9963, 16_007)),
+        (75, (99.9969, 16_007)),
+        (76, (99.9973, 16_511)),
+        (84, (99.9991, 19_359)),
+        (85, (100.0, 19_359)),
+    ] {
+        assert_eq!(got[i], want, "row {}", i + 1);
+    }
+    // The Uncorrected block's spectrum of `-U` (slowest 158.591 ms) is not read.
+    let search = points_of(&read(SEARCH.as_bytes(), None, 4096).unwrap());
+    assert_eq!(
+        (search[0], search.last().copied()),
+        ((0.0, 2_357), Some((100.0, 1_511_423)))
+    );
+}
+
+/// Without spectrum rows, the percentile lines give the points (two decimals in their unit).
+#[test]
+fn percentile_lines_give_the_points_without_a_spectrum() {
+    let text = format!(
+        "{}{}",
+        &CHECKOUT[..CHECKOUT.find("       0.596").unwrap()],
+        &CHECKOUT[CHECKOUT.find("#[Mean").unwrap()..]
+    );
+    assert_eq!(
+        points_of(&read_chunked(&text, None).unwrap()),
+        [
+            (50.0, 3_210),
+            (75.0, 4_060),
+            (90.0, 5_010),
+            (99.0, 7_200),
+            (99.9, 9_500),
+            (99.99, 13_650),
+            (99.999, 17_820),
+            (100.0, 19_360),
+        ]
+    );
+}
+
+/// A spectrum longer than the cap is thinned as it is read: evenly spaced rows, the first and
+/// the last kept, at most `MAX_POINTS`.
+#[test]
+fn a_long_spectrum_is_thinned() {
+    let rows: String = (0..2_500u64)
+        .map(|i| {
+            format!(
+                "{:12.3} {:12.6} {:12} {:12.2}\n",
+                (i + 1) as f64 / 1000.0,
+                i as f64 / 2_499.0,
+                i + 1,
+                1.0
+            )
+        })
+        .collect();
+    let text = format!(
+        "{}{rows}{}",
+        &CHECKOUT[..CHECKOUT.find("       0.596").unwrap()],
+        &CHECKOUT[CHECKOUT.find("#[Mean").unwrap()..]
+    );
+    let got = points_of(&read(text.as_bytes(), None, 4096).unwrap());
+    assert!(
+        got.len() <= MAX_POINTS && got.len() >= MAX_POINTS / 4,
+        "{}",
+        got.len()
+    );
+    assert_eq!(got[0], (0.0, 1));
+    assert_eq!(got[got.len() - 1], (100.0, 2_500));
+    let steps: Vec<u64> = got.windows(2).map(|w| w[1].1 - w[0].1).collect();
+    assert!(
+        steps[..steps.len() - 1].iter().all(|&s| s == steps[0]),
+        "{steps:?}"
+    );
+
+    let mut t = Thinned::default();
+    for i in 0..10_000u64 {
+        t.push(i as f64 / 100.0, i);
+    }
+    let kept = t.points();
+    assert!(kept.len() <= MAX_POINTS);
+    assert_eq!(kept.last(), Some(&(99.99, 9_999)));
+}
+
+/// The shared rules of summary points: sorted, latencies raised to the one before, a repeated
+/// percentile kept once, out-of-range percentiles dropped, at most `MAX_POINTS`.
+#[test]
+fn percentile_points_are_made_valid() {
+    let got = |points: &[(f64, u64)]| match percentile_points(points.iter().copied()) {
+        Some(Distribution::Percentiles { points }) => {
+            assert_eq!(budget_core::distribution::check_points(&points), Ok(()));
+            Some(
+                points
+                    .iter()
+                    .map(|p| (p.percentile, p.us))
+                    .collect::<Vec<_>>(),
+            )
+        }
+        Some(other) => panic!("{other:?}"),
+        None => None,
+    };
+    assert_eq!(
+        got(&[
+            (100.0, 90),
+            (50.0, 12),
+            (0.0, 15),
+            (99.0, 80),
+            (99.0, 85),
+            (-0.0, 3),
+            (101.0, 1),
+            (f64::NAN, 1),
+        ]),
+        Some(vec![(0.0, 15), (50.0, 15), (99.0, 85), (100.0, 90)])
+    );
+    assert_eq!(got(&[]), None);
+    assert_eq!(got(&[(f64::INFINITY, 1), (-1.0, 2)]), None);
+    let many: Vec<(f64, u64)> = (0..5_000u64).map(|i| (i as f64 / 50.0, i)).collect();
+    let thinned = got(&many).unwrap();
+    assert!(thinned.len() <= MAX_POINTS);
+    assert_eq!(thinned[0], (0.0, 0));
+    assert_eq!(thinned.last(), Some(&(99.98, 4_999)));
 }
 
 kit_tests!(Format::Wrk2);
