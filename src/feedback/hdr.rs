@@ -124,34 +124,42 @@ fn be_u64(b: &[u8], at: usize) -> Option<u64> {
 /// Decodes a V2 compressed histogram (an empty input is an empty histogram) into its non-zero
 /// buckets, reading the counts straight from the payload.
 pub fn decode(bytes: &[u8]) -> Result<Sparse, String> {
+    decode_named(bytes, "latency_hdr")
+}
+
+/// [`decode`], with errors naming the input `name` (a run's histogram, an agent's
+/// `latency_hdr`).
+pub fn decode_named(bytes: &[u8], name: &str) -> Result<Sparse, String> {
     if bytes.is_empty() {
         return Ok(Sparse::default());
     }
     if bytes.len() > MAX_HDR_BYTES {
         return Err(format!(
-            "latency_hdr is {} bytes; at most {MAX_HDR_BYTES}",
+            "{name} is {} bytes; at most {MAX_HDR_BYTES}",
             bytes.len()
         ));
     }
     if be_u32(bytes, 0).map(|c| c & !WORD_SIZE_BITS) != Some(V2_COMPRESSED_COOKIE) {
-        return Err("latency_hdr is not an HdrHistogram V2 compressed encoding".into());
+        return Err(format!(
+            "{name} is not an HdrHistogram V2 compressed encoding"
+        ));
     }
-    let len = be_u32(bytes, 4).ok_or("latency_hdr is truncated")? as usize;
+    let len = be_u32(bytes, 4).ok_or_else(|| format!("{name} is truncated"))? as usize;
     let body = bytes
         .get(8..8 + len)
-        .ok_or("latency_hdr is shorter than its header says")?;
+        .ok_or_else(|| format!("{name} is shorter than its header says"))?;
     let mut inflated = Vec::new();
     flate2::read::ZlibDecoder::new(body)
         .take(MAX_INFLATED as u64 + 1)
         .read_to_end(&mut inflated)
-        .map_err(|e| format!("latency_hdr does not inflate: {e}"))?;
+        .map_err(|e| format!("{name} does not inflate: {e}"))?;
     if inflated.len() > MAX_INFLATED {
-        return Err(format!("latency_hdr inflates beyond {MAX_INFLATED} bytes"));
+        return Err(format!("{name} inflates beyond {MAX_INFLATED} bytes"));
     }
     if inflated.len() < V2_HEADER
         || be_u32(&inflated, 0).map(|c| c & !WORD_SIZE_BITS) != Some(V2_COOKIE)
     {
-        return Err("latency_hdr holds no V2 histogram".into());
+        return Err(format!("{name} holds no V2 histogram"));
     }
     let payload = be_u32(&inflated, 4).unwrap_or(0) as usize;
     let figures = be_u32(&inflated, 12).unwrap_or(0);
@@ -163,18 +171,22 @@ pub fn decode(bytes: &[u8]) -> Result<Sparse, String> {
         || highest > MAX_LATENCY_US.saturating_mul(2)
     {
         return Err(format!(
-            "latency_hdr: 1-5 significant figures and values up to {MAX_LATENCY_US} µs"
+            "{name}: 1-5 significant figures and values up to {MAX_LATENCY_US} µs"
         ));
     }
     if be_u32(&inflated, 8) != Some(0) {
-        return Err("latency_hdr: a normalizing index offset is not supported".into());
+        return Err(format!(
+            "{name}: a normalizing index offset is not supported"
+        ));
     }
-    let layout = Layout::new(figures, lowest)
-        .ok_or("latency_hdr: its lowest value and significant figures do not fit 64 bits")?;
+    let layout = Layout::new(figures, lowest).ok_or_else(|| {
+        format!("{name}: its lowest value and significant figures do not fit 64 bits")
+    })?;
     let mut buckets = Vec::new();
     let (mut at, mut index) = (V2_HEADER, 0u64);
     while at < inflated.len() {
-        let (raw, took) = leb128(&inflated[at..]).ok_or("latency_hdr: a count is cut short")?;
+        let (raw, took) =
+            leb128(&inflated[at..]).ok_or_else(|| format!("{name}: a count is cut short"))?;
         at += took;
         let n = ((raw >> 1) as i64) ^ -((raw & 1) as i64);
         if n < 0 {
@@ -184,9 +196,9 @@ pub fn decode(bytes: &[u8]) -> Result<Sparse, String> {
         if n > 0 {
             let value = layout
                 .value_of(index)
-                .ok_or("latency_hdr: a count lies beyond the histogram's range")?;
+                .ok_or_else(|| format!("{name}: a count lies beyond the histogram's range"))?;
             if value > MAX_LATENCY_US.saturating_mul(2) {
-                return Err(format!("latency_hdr: values up to {MAX_LATENCY_US} µs"));
+                return Err(format!("{name}: values up to {MAX_LATENCY_US} µs"));
             }
             buckets.push((value, n as u64));
         }

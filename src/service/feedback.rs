@@ -1,6 +1,7 @@
 //! Runtime feedback (SPEC §8): the gRPC `Report` call, the production view of a chain,
 //! alerts and webhooks.
 
+use base64::Engine as _;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -273,6 +274,12 @@ pub async fn production_draft(
                     p50_ms: Some(us_to_ms(l.p50_us)),
                     p99_ms: us_to_ms(l.p99_us),
                     p999_ms: us_to_ms(l.p999_us),
+                    // Production drafts keep the merged histogram: their kill rates are the
+                    // fleet's own.
+                    distribution: Some(budget_core::Distribution::Histogram {
+                        hdr: base64::engine::general_purpose::STANDARD
+                            .encode(hdr::encode(&sum.latency)),
+                    }),
                 });
             }
             // The root's measurement is optional, as in any run.

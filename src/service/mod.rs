@@ -16,6 +16,7 @@ pub mod archive;
 pub mod audit;
 pub mod baselines;
 pub mod chains;
+pub mod distributions;
 pub mod feedback;
 pub mod idempotency;
 pub mod releases;

@@ -216,6 +216,8 @@ async fn record_run(
             errs,
         )
     })?;
+    let ids: Vec<&str> = segments.iter().map(|s| s.id.as_str()).collect();
+    let cdfs = super::distributions::cdfs_of_upload(&run, &ids)?;
     let (source_sha256, source_size) = source_checksum(&sources);
 
     // The approved baseline may change between comparing and inserting; the store refuses the
@@ -235,6 +237,7 @@ async fn record_run(
             topology: &topo.topology,
             run_id: "",
             run: &run,
+            cdfs: &cdfs,
             created_by: &principal.name,
             created_at: &created_at,
         };

@@ -23,6 +23,7 @@ mod fuzz;
 mod grpc;
 mod hardening;
 mod idempotency;
+mod kill_rate;
 mod lifecycle;
 mod limits;
 mod observe;

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 /// Every `(method, path)` the router serves, read from `src/http/mod.rs` and
 /// `src/http/api/*.rs` (the `/api/v1` routes are nested there). Update with the router.
-const ROUTES: [(&str, &str); 42] = [
+const ROUTES: [(&str, &str); 44] = [
     // src/http/mod.rs
     ("get", "/healthz"),
     ("get", "/readyz"),
@@ -30,6 +30,8 @@ const ROUTES: [(&str, &str); 42] = [
     ("get", "/api/v1/baselines/{id}"),
     ("get", "/api/v1/baselines/{id}/diff"),
     ("get", "/api/v1/baselines/{id}/tree"),
+    ("get", "/api/v1/baselines/{id}/whatif"),
+    ("get", "/api/v1/baselines/{id}/distribution"),
     ("get", "/api/v1/baselines/{id}/approval"),
     ("post", "/api/v1/baselines/{id}/approve"),
     ("post", "/api/v1/baselines/{id}/reject"),
@@ -536,6 +538,39 @@ fn openapi_schemas_match_the_typed_api() {
             }),
         ),
         (c("Canary"), field_names(&canary)),
+        (
+            c("WhatIf"),
+            field_names(&baselines::WhatIf {
+                baseline_id: String::new(),
+                run_id: String::new(),
+                segment: String::new(),
+                timeout_ms: 100,
+                baseline_timeout_ms: 198,
+                source: baselines::Source::Histogram,
+                kill_rate: Some(0.25),
+                kill_rate_bounds: None,
+                killed: Some(2500),
+                samples: Some(10_000),
+                retries_on_deadline: true,
+                attempts_per_call: Some(1.25),
+            }),
+        ),
+        (
+            c("SegmentDistribution"),
+            field_names(&baselines::SegmentDistribution {
+                baseline_id: String::new(),
+                run_id: String::new(),
+                segment: String::new(),
+                source: baselines::Source::Percentiles,
+                samples: None,
+                timeout_ms: 100,
+                p99_ms: Some(180.0),
+                p999_ms: Some(420.0),
+                kill_rate: None,
+                kill_rate_bounds: Some([0.01, 0.5]),
+                cdf: vec![[50.0, 0.75]],
+            }),
+        ),
         (c("CanaryHealth"), field_names(&canary.health[0])),
         (
             c("ApproveRequest"),

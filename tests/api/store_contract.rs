@@ -60,7 +60,7 @@ fn draft(run_id: &str) -> BaselineDocument {
         .unwrap()
         .into_run(&t)
         .unwrap();
-    let c = budget_core::compute(&t, &data).unwrap();
+    let c = budget_core::compute(&t, &data, &Default::default()).unwrap();
     BaselineDocument {
         id: String::new(),
         chain: "checkout".into(),

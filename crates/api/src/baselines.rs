@@ -258,3 +258,74 @@ pub struct BaselineTree {
     #[serde(flatten)]
     pub capacity: Capacity,
 }
+
+/// `GET /baselines/{id}/whatif`'s query: a segment of the baseline and a timeout to try.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WhatIfQuery {
+    /// A segment id of the baseline, e.g. `order->inventory` (required).
+    pub segment: Option<String>,
+    /// The timeout to try, in whole milliseconds (required; 1 to 86 400 000).
+    pub timeout_ms: Option<i64>,
+}
+
+/// `GET /baselines/{id}/whatif` (OpenAPI `WhatIf`): what a timeout would kill of the
+/// baseline's run, from the distribution stored with the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WhatIf {
+    pub baseline_id: String,
+    pub run_id: String,
+    pub segment: String,
+    /// The timeout tried.
+    pub timeout_ms: u64,
+    /// The segment's timeout in the baseline, for comparison.
+    pub baseline_timeout_ms: u64,
+    /// `histogram` (every sample: the share is exact) or `percentiles` (bounds only).
+    pub source: Source,
+    /// The share of the run's samples slower than `timeout_ms` (histograms).
+    pub kill_rate: Option<f64>,
+    /// `[at least, at most]` of that share (percentile points).
+    pub kill_rate_bounds: Option<[f64; 2]>,
+    /// Samples slower than the timeout, and in all (histograms).
+    pub killed: Option<u64>,
+    pub samples: Option<u64>,
+    /// Whether the segment retries on deadline (idempotent, `retry.on_deadline` not false).
+    pub retries_on_deadline: bool,
+    /// Attempts per call: `1 + kill_rate` when the segment retries on deadline, else 1
+    /// (histograms).
+    pub attempts_per_call: Option<f64>,
+}
+
+/// `GET /baselines/{id}/distribution`'s query.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DistributionQuery {
+    /// A segment id of the baseline (required).
+    pub segment: Option<String>,
+}
+
+/// `GET /baselines/{id}/distribution` (OpenAPI `SegmentDistribution`): one segment's latency
+/// distribution in the baseline's run, as a cumulative curve, with the lines the console
+/// draws over it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SegmentDistribution {
+    pub baseline_id: String,
+    pub run_id: String,
+    pub segment: String,
+    pub source: Source,
+    /// Samples in the histogram (histograms).
+    pub samples: Option<u64>,
+    pub timeout_ms: u64,
+    pub p99_ms: Option<f64>,
+    pub p999_ms: Option<f64>,
+    pub kill_rate: Option<f64>,
+    pub kill_rate_bounds: Option<[f64; 2]>,
+    /// `[latency ms, share of samples at most it]`, ascending in both; at most
+    /// [`MAX_CURVE_POINTS`] pairs.
+    pub cdf: Vec<[f64; 2]>,
+}
+
+/// Most pairs in a [`SegmentDistribution`]'s curve.
+pub const MAX_CURVE_POINTS: usize = 400;
+
+pub use budget_core::distribution::Source;

@@ -29,7 +29,7 @@ pub struct ChainList {
 
 /// One stored version of a chain's topology (OpenAPI `TopologyVersion`); the request of
 /// `PUT /chains/{chain}/topology` is a [`Topology`] (`schemas/topology.json`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TopologyVersion {
     pub chain: String,
     pub version: i64,

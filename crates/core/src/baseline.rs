@@ -134,7 +134,9 @@ pub fn compute(
         return Err(errors);
     }
     let mut findings = checks::run_checks(topology, &segments, run);
-    findings.extend(crate::distribution::kill_findings(topology, &segments, cdfs));
+    findings.extend(crate::distribution::kill_findings(
+        topology, &segments, cdfs,
+    ));
     Ok(Computation { segments, findings })
 }
 

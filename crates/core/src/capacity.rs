@@ -62,7 +62,12 @@ mod tests {
             .unwrap()
             .into_run(&t)
             .unwrap();
-        capacity(&t, &crate::compute(&t, &run, &Default::default()).unwrap().segments)
+        capacity(
+            &t,
+            &crate::compute(&t, &run, &Default::default())
+                .unwrap()
+                .segments,
+        )
     }
 
     /// `topology` → per parent `(segment, need, available, excess, stage needs)` and per

@@ -305,7 +305,11 @@ pub fn cdfs(
 /// `timeout_kill_rate` (SPEC §3): for each segment whose run holds a histogram, a warning when its
 /// timeout kills more than the chain's warning share of the samples, an error above the error
 /// share. Percentile points give none (their bounds are on the segment). In topology order.
-pub fn kill_findings(topology: &Topology, segments: &[BaselineSegment], cdfs: &Cdfs) -> Vec<Finding> {
+pub fn kill_findings(
+    topology: &Topology,
+    segments: &[BaselineSegment],
+    cdfs: &Cdfs,
+) -> Vec<Finding> {
     let thresholds = topology.kill_rate_thresholds();
     segments
         .iter()
@@ -401,7 +405,12 @@ mod tests {
 
     #[test]
     fn points_bound_the_share() {
-        let c = points(&[(0.0, 1_000), (50.0, 20_000), (99.0, 180_000), (99.9, 420_000)]);
+        let c = points(&[
+            (0.0, 1_000),
+            (50.0, 20_000),
+            (99.0, 180_000),
+            (99.9, 420_000),
+        ]);
         // Between p50 and p99: at least 1 %, at most 50 %.
         let k = c.kill(100_000);
         assert_eq!((k.at_least, k.at_most, k.rate()), (0.01, 0.5, None));
@@ -426,7 +435,9 @@ mod tests {
         let curve = c.curve(100);
         assert_eq!(curve.len(), 100);
         assert_eq!(curve.last(), Some(&(1_000_000, 1.0)));
-        assert!(curve.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
+        assert!(curve
+            .windows(2)
+            .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
         assert_eq!(
             points(&[(99.0, 5)]).curve(10),
             vec![(5, 0.99)],
@@ -439,7 +450,10 @@ mod tests {
         let p = |percentile, us| Point { percentile, us };
         assert!(check_points(&[p(50.0, 1), p(99.0, 2)]).is_ok());
         assert_eq!(check_points(&[]).unwrap_err().0, 0);
-        assert!(check_points(&[p(101.0, 1)]).unwrap_err().1.contains("between 0 and 100"));
+        assert!(check_points(&[p(101.0, 1)])
+            .unwrap_err()
+            .1
+            .contains("between 0 and 100"));
         assert!(check_points(&[p(f64::NAN, 1)]).is_err());
         let (i, why) = check_points(&[p(50.0, 10), p(99.0, 9)]).unwrap_err();
         assert_eq!(i, 1);

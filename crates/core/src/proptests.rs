@@ -214,7 +214,8 @@ fn case() -> impl Strategy<Value = Case> {
 }
 
 fn computed(t: &Topology, run: &RunData) -> Result<Computation, TestCaseError> {
-    compute(t, run, &Default::default()).map_err(|e| TestCaseError::fail(format!("compute failed: {e:?}")))
+    compute(t, run, &Default::default())
+        .map_err(|e| TestCaseError::fail(format!("compute failed: {e:?}")))
 }
 
 /// The children's need of `parent`, computed independently of `checks::stages_of`: children

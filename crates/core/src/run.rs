@@ -8,9 +8,9 @@ use crate::distribution::{check_points, Distribution};
 use crate::ms_to_us;
 use crate::topology::{Topology, TopologyError};
 
-/// Longest base64 HdrHistogram accepted per segment (a 3-digit histogram of a load test is a
-/// few KiB).
-pub const MAX_HISTOGRAM_BASE64: usize = 256 * 1024;
+/// Longest base64 HdrHistogram accepted per segment: 64 KiB of V2 compressed bytes, the
+/// server's cap on any histogram it decodes (a load test's 3-digit histogram is a few KiB).
+pub const MAX_HISTOGRAM_BASE64: usize = 87_384;
 
 /// The native run upload (`schemas/run.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

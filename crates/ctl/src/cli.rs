@@ -13,7 +13,9 @@ use self::help::{
     TOKEN_CREATE_ABOUT, TOPOLOGY_APPLY_ABOUT, WATCH_ABOUT, WEBHOOK_ADD_ABOUT,
     WEBHOOK_DELIVERIES_ABOUT,
 };
-use self::parse::{parse_bake, parse_canary, parse_date, parse_hook_url, parse_secret};
+use self::parse::{
+    parse_bake, parse_canary, parse_date, parse_hook_url, parse_secret, parse_timeout,
+};
 use crate::client::parse_base_url;
 
 #[derive(Debug, Parser)]
@@ -253,6 +255,19 @@ pub enum BaselineCommand {
             default_value = "current"
         )]
         against: String,
+    },
+    /// What a timeout would kill of a segment's load-test calls, and the attempts per call it
+    /// costs, from the latency distribution stored with the baseline's run
+    #[command(after_help = BASELINE_REF_HELP)]
+    Whatif {
+        #[command(flatten)]
+        baseline: BaselineRef,
+        /// The segment, e.g. order->inventory
+        #[arg(long)]
+        segment: String,
+        /// The timeout to try: milliseconds (`100`) or a duration (`100ms`, `2s`)
+        #[arg(long, value_parser = parse_timeout, value_name = "MS")]
+        timeout: u64,
     },
     /// Approve a draft and publish it as the live config (approver, not the run's uploader)
     #[command(long_about = APPROVE_ABOUT, after_help = BASELINE_REF_HELP)]

@@ -9,7 +9,8 @@ use axum::routing::{get, post};
 use axum::Router;
 use budget_api::baselines::{
     ApprovalCheck, ApproveRequest, ApproveResult, BaselineDiff, BaselineList, BaselineListQuery,
-    BaselineTree, Canary, Comment, DiffQuery, RecomputeRequest, RejectResult,
+    BaselineTree, Canary, Comment, DiffQuery, DistributionQuery, RecomputeRequest, RejectResult,
+    SegmentDistribution, WhatIf, WhatIfQuery,
 };
 use budget_core::baseline::{BaselineDocument, BaselineState};
 
@@ -28,6 +29,8 @@ pub fn router() -> Router<AppState> {
         .route("/baselines/{id}", get(show))
         .route("/baselines/{id}/diff", get(diff))
         .route("/baselines/{id}/tree", get(tree))
+        .route("/baselines/{id}/whatif", get(whatif))
+        .route("/baselines/{id}/distribution", get(distribution))
         .route("/baselines/{id}/approval", get(approval))
         .route("/baselines/{id}/approve", post(approve))
         .route("/baselines/{id}/reject", post(reject))
@@ -157,6 +160,31 @@ async fn tree(
     Path(id): Path<String>,
 ) -> ApiResult<Json<BaselineTree>> {
     Ok(Json(service::baselines::tree(&state, &id).await?))
+}
+
+/// What a timeout would kill of a segment's load-test samples (`?segment=…&timeout_ms=…`).
+async fn whatif(
+    State(state): State<AppState>,
+    _: Principal,
+    Path(id): Path<String>,
+    Query(query): Query<WhatIfQuery>,
+) -> ApiResult<Json<WhatIf>> {
+    let answer =
+        service::distributions::whatif(&state, &id, query.segment.as_deref(), query.timeout_ms)
+            .await?;
+    Ok(Json(answer))
+}
+
+/// A segment's latency distribution in the baseline's run, as the console draws it.
+async fn distribution(
+    State(state): State<AppState>,
+    _: Principal,
+    Path(id): Path<String>,
+    Query(query): Query<DistributionQuery>,
+) -> ApiResult<Json<SegmentDistribution>> {
+    let answer =
+        service::distributions::distribution(&state, &id, query.segment.as_deref()).await?;
+    Ok(Json(answer))
 }
 
 /// Approve's body may be empty; reject's comment is required by the rule, not the body.

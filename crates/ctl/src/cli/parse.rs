@@ -74,6 +74,25 @@ pub(super) fn parse_canary(raw: &str) -> Result<budget_core::canary::Selector, S
     Ok(Selector::Labels(labels))
 }
 
+/// Parses `whatif --timeout`: whole milliseconds (`100`) or a duration (`100ms`, `2s`), 1 ms
+/// to a day.
+pub(super) fn parse_timeout(raw: &str) -> Result<u64, String> {
+    let raw = raw.trim();
+    let ms = match raw.parse::<u64>() {
+        Ok(ms) => ms,
+        Err(_) => {
+            let d: budget_core::HumanDuration = raw
+                .parse()
+                .map_err(|e| format!("{raw:?}: {e} (e.g. 100 or 100ms)"))?;
+            d.as_ms()
+        }
+    };
+    if !(1..=86_400_000).contains(&ms) {
+        return Err(format!("{raw:?}: a timeout is 1 ms to 1 day"));
+    }
+    Ok(ms)
+}
+
 /// Parses `--bake`: a whole number of seconds, minutes, hours or days (`90s`, `5m`, `1h`).
 pub(super) fn parse_bake(raw: &str) -> Result<u64, String> {
     let d: budget_core::HumanDuration = raw.trim().parse().map_err(|e| format!("{e}"))?;

@@ -1,4 +1,4 @@
-//! `budgetctl baseline list|show|rollout|diff|approve|reject|recompute`.
+//! `budgetctl baseline list|show|rollout|diff|whatif|approve|reject|recompute`.
 
 use budget_api::baselines::{ApproveRequest, Comment, RecomputeRequest};
 use budget_core::canary::Rollout;
@@ -51,6 +51,21 @@ pub(super) async fn run(
                 print(&[doc, archive, releases].join("\n"));
             }
             Ok(())
+        }
+        BaselineCommand::Whatif {
+            baseline,
+            segment,
+            timeout,
+        } => {
+            let id = resolve::reference(client, &baseline).await?;
+            let url = with_query(
+                client.url(&["baselines", &id, "whatif"]),
+                &[
+                    ("segment", Some(segment)),
+                    ("timeout_ms", Some(timeout.to_string())),
+                ],
+            );
+            get_and_show(client, url, json, render::whatif).await
         }
         BaselineCommand::Rollout { baseline } => {
             let id = resolve::reference(client, &baseline).await?;

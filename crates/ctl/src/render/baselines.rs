@@ -1,6 +1,7 @@
 //! Baselines: a chain's list, one document, a diff, the answers of approve / reject /
 //! recompute, and a publication's rollout.
 
+use budget_api::baselines::WhatIf;
 use budget_api::baselines::{
     ApproveResult, BaselineDiff, BaselineList, Canary, Change, RejectResult, Rollout,
 };
@@ -111,8 +112,9 @@ pub(super) fn segment_table(segments: &[BaselineSegment]) -> String {
     let mut t = table(
         &[
             "segment", "class", "rule", "samples", "failures", "p99", "p999", "timeout", "budget",
+            "killed",
         ],
-        &[3, 4, 5, 6, 7, 8],
+        &[3, 4, 5, 6, 7, 8, 9],
     );
     for seg in segments {
         t.add_row(vec![
@@ -129,9 +131,65 @@ pub(super) fn segment_table(segments: &[BaselineSegment]) -> String {
             ms(seg.p999_ms),
             ms_u(seg.timeout_ms),
             ms_u(seg.budget_ms),
+            killed(seg.kill_rate, seg.kill_rate_bounds, seg.attempts_per_call),
         ]);
     }
     t.to_string()
+}
+
+/// A share as a percentage with up to two decimals: `25`, `1.03`, `0.01`.
+fn share(v: f64) -> String {
+    ms(Some((v * 10_000.0).round() / 100.0))
+}
+
+/// What a timeout kills of the run's samples: `25 % (1.25 attempts/call)`, `0.1–1 %` from
+/// percentile points, `-` when the run holds no distribution.
+fn killed(rate: Option<f64>, bounds: Option<[f64; 2]>, attempts: Option<f64>) -> String {
+    match (rate, bounds) {
+        (Some(r), _) => match attempts {
+            Some(a) => format!("{} % ({} attempts/call)", share(r), ms(Some(a))),
+            None => format!("{} %", share(r)),
+        },
+        (None, Some([lo, hi])) if lo == hi => format!("{} %", share(hi)),
+        (None, Some([lo, hi])) => format!("{}–{} %", share(lo), share(hi)),
+        (None, None) => "-".into(),
+    }
+}
+
+/// `GET /baselines/{id}/whatif`: what the tried timeout kills, beside the baseline's own.
+pub fn whatif(v: &WhatIf) -> String {
+    let kills = match (v.kill_rate, v.kill_rate_bounds) {
+        (Some(r), _) => format!(
+            "{} % of the load test's calls ({} of {} samples slower)",
+            share(r),
+            opt(&v.killed),
+            opt(&v.samples)
+        ),
+        (None, Some(b)) => format!(
+            "{} of the load test's calls (the run holds percentile points only: bounds)",
+            killed(None, Some(b), None)
+        ),
+        (None, None) => "-".into(),
+    };
+    let attempts = match v.attempts_per_call {
+        Some(a) if v.retries_on_deadline => {
+            format!("{} (each killed call is retried once)", ms(Some(a)))
+        }
+        Some(a) => format!("{} (the segment does not retry on deadline)", ms(Some(a))),
+        None => "- (percentile points only)".into(),
+    };
+    fields(&[
+        ("baseline", text(&v.baseline_id)),
+        ("run", text(&v.run_id)),
+        ("segment", text(&v.segment)),
+        ("timeout", format!("{} ms", v.timeout_ms)),
+        (
+            "baseline's timeout",
+            format!("{} ms", v.baseline_timeout_ms),
+        ),
+        ("kills", kills),
+        ("attempts per call", attempts),
+    ])
 }
 
 /// One `{from, to, change_pct}` of a diff: `390 → 507 (+30.0 %)`, or `44` when unchanged.

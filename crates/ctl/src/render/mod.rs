@@ -26,7 +26,7 @@ pub use alerts::alerts;
 pub use archive::{archive_status, archive_verify};
 pub use audit::audit;
 pub use baselines::{
-    approved, baseline, baselines, canary, diff, recomputed, rejected, rollout, selector,
+    approved, baseline, baselines, canary, diff, recomputed, rejected, rollout, selector, whatif,
 };
 pub use budgets::{budgets, rolled_back};
 pub use chains::{chains, topology};

@@ -1,0 +1,185 @@
+//! Runs' latency distributions: decoding them for the rules (kill rates, `timeout_kill_rate`),
+//! what-if answers for any timeout, and the cumulative curve the console draws.
+//!
+//! A histogram is decoded within the bounds of `feedback::hdr` (64 KiB compressed, 1 MiB
+//! inflated, values up to an hour), whoever sent it: the native upload's, or one budgetd
+//! wrote from a load tool's samples.
+
+use base64::Engine as _;
+use budget_api::baselines::{SegmentDistribution, WhatIf, MAX_CURVE_POINTS};
+use budget_core::baseline::BaselineSegment;
+use budget_core::distribution::{self, attempts_per_call, Bucket, Cdf, Cdfs};
+use budget_core::RunData;
+
+use super::violation;
+use crate::error::{ApiError, ApiResult};
+use crate::feedback::hdr;
+use crate::state::AppState;
+
+/// Longest timeout a what-if takes: a day.
+pub const MAX_WHATIF_TIMEOUT_MS: i64 = 86_400_000;
+
+/// One stored histogram (base64 of V2 compressed bytes) as buckets.
+fn decode(base64: &str) -> Result<Vec<Bucket>, String> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(base64)
+        .map_err(|e| format!("the histogram is not base64: {e}"))?;
+    if bytes.is_empty() {
+        return Err("the histogram is empty".into());
+    }
+    let sparse = hdr::decode_named(&bytes, "the histogram")?;
+    Ok(sparse
+        .buckets
+        .into_iter()
+        .map(|(lowest_us, count)| Bucket { lowest_us, count })
+        .collect())
+}
+
+/// Every distribution of `run`, decoded; the first that does not decode, with its segment.
+pub fn cdfs(run: &RunData) -> Result<Cdfs, (String, String)> {
+    distribution::cdfs(run, decode)
+}
+
+/// [`cdfs`] for an upload: a histogram that does not decode is a 422 at its segment's
+/// `/segments/{i}/distribution/hdr` (`ids`: the upload's segment ids in order).
+pub fn cdfs_of_upload(run: &RunData, ids: &[&str]) -> ApiResult<Cdfs> {
+    cdfs(run).map_err(|(segment, why)| {
+        let i = ids.iter().position(|id| *id == segment).unwrap_or(0);
+        violation(
+            &format!("/segments/{i}/distribution/hdr"),
+            format!("segment {segment:?}: {why}"),
+            why,
+        )
+    })
+}
+
+/// A baseline's segment and the decoded distribution its run holds for it.
+struct Loaded {
+    baseline_id: String,
+    run_id: String,
+    segment: BaselineSegment,
+    cdf: Cdf,
+}
+
+async fn load(state: &AppState, id: &str, segment: Option<&str>) -> ApiResult<Loaded> {
+    let segment = segment.filter(|s| !s.is_empty()).ok_or_else(|| {
+        ApiError::bad_request("the query needs segment=ID, a segment of the baseline")
+    })?;
+    let baseline = state.store.get_baseline(id).await?;
+    let seg = baseline
+        .doc
+        .segments
+        .iter()
+        .find(|s| s.id == segment)
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "baseline {id} has no segment {segment:?} (its segments: {})",
+                baseline
+                    .doc
+                    .segments
+                    .iter()
+                    .map(|s| s.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+    let run = state
+        .store
+        .get_run(&baseline.doc.chain, &baseline.doc.run_id)
+        .await?;
+    let stored = run.data.distributions.get(segment).ok_or_else(|| {
+        ApiError::not_found(format!(
+            "run {} holds no latency distribution for {segment:?}: its file gave percentiles \
+             only without points, or it was uploaded before runs kept distributions",
+            run.id
+        ))
+    })?;
+    let cdf = match stored {
+        budget_core::Distribution::Histogram { hdr } => Cdf::Buckets(
+            decode(hdr).map_err(|e| ApiError::internal(anyhow::anyhow!("{segment}: {e}")))?,
+        ),
+        budget_core::Distribution::Percentiles { points } => Cdf::Points(points.clone()),
+    };
+    Ok(Loaded {
+        baseline_id: baseline.doc.id.clone(),
+        run_id: run.id,
+        segment: seg,
+        cdf,
+    })
+}
+
+/// What `timeout_ms` would kill of segment `segment` in baseline `id`'s run.
+pub async fn whatif(
+    state: &AppState,
+    id: &str,
+    segment: Option<&str>,
+    timeout_ms: Option<i64>,
+) -> ApiResult<WhatIf> {
+    let timeout_ms = match timeout_ms {
+        Some(t) if (1..=MAX_WHATIF_TIMEOUT_MS).contains(&t) => t as u64,
+        Some(t) => {
+            return Err(ApiError::bad_request(format!(
+                "timeout_ms={t}: a timeout is 1 to {MAX_WHATIF_TIMEOUT_MS} ms"
+            )))
+        }
+        None => {
+            return Err(ApiError::bad_request(
+                "the query needs timeout_ms=N, the timeout to try in whole milliseconds",
+            ))
+        }
+    };
+    let l = load(state, id, segment).await?;
+    let kill = l.cdf.kill(timeout_ms * 1000);
+    let retries = l.segment.retry.on_deadline.is_some();
+    Ok(WhatIf {
+        baseline_id: l.baseline_id,
+        run_id: l.run_id,
+        segment: l.segment.id,
+        timeout_ms,
+        baseline_timeout_ms: l.segment.timeout_ms,
+        source: kill.source,
+        kill_rate: kill.rate(),
+        kill_rate_bounds: kill
+            .rate()
+            .is_none()
+            .then_some([kill.at_least, kill.at_most]),
+        killed: kill.killed,
+        samples: kill.samples,
+        retries_on_deadline: retries,
+        attempts_per_call: kill
+            .rate()
+            .map(|r| if retries { attempts_per_call(r) } else { 1.0 }),
+    })
+}
+
+/// Segment `segment`'s distribution in baseline `id`'s run, as a cumulative curve.
+pub async fn distribution(
+    state: &AppState,
+    id: &str,
+    segment: Option<&str>,
+) -> ApiResult<SegmentDistribution> {
+    let l = load(state, id, segment).await?;
+    let kill = l.cdf.kill(l.segment.timeout_ms * 1000);
+    Ok(SegmentDistribution {
+        baseline_id: l.baseline_id,
+        run_id: l.run_id,
+        source: kill.source,
+        samples: l.cdf.samples(),
+        timeout_ms: l.segment.timeout_ms,
+        p99_ms: l.segment.p99_ms,
+        p999_ms: l.segment.p999_ms,
+        kill_rate: kill.rate(),
+        kill_rate_bounds: kill
+            .rate()
+            .is_none()
+            .then_some([kill.at_least, kill.at_most]),
+        cdf: l
+            .cdf
+            .curve(MAX_CURVE_POINTS)
+            .into_iter()
+            .map(|(us, share)| [budget_core::us_to_ms(us), share])
+            .collect(),
+        segment: l.segment.id,
+    })
+}
