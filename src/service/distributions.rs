@@ -42,7 +42,7 @@ pub fn cdfs(run: &RunData) -> Result<Cdfs, (String, String)> {
 
 /// [`cdfs`] for an upload: a histogram that does not decode is a 422 at its segment's
 /// `/segments/{i}/distribution/hdr` (`ids`: the upload's segment ids in order).
-pub fn cdfs_of_upload(run: &RunData, ids: &[&str]) -> ApiResult<Cdfs> {
+pub fn cdfs_of_upload(run: &RunData, ids: &[String]) -> ApiResult<Cdfs> {
     cdfs(run).map_err(|(segment, why)| {
         let i = ids.iter().position(|id| *id == segment).unwrap_or(0);
         violation(

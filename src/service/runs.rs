@@ -206,7 +206,17 @@ async fn record_run(
         mapping,
     } = received;
     let (tool, note) = (upload.tool.clone(), upload.note.clone());
-    let segments = upload.segments.clone();
+    // The answer lists the percentiles read; the distributions stay with the stored run (a
+    // histogram is kilobytes per segment).
+    let segments: Vec<_> = upload
+        .segments
+        .iter()
+        .map(|s| budget_core::run::SegmentUpload {
+            distribution: None,
+            ..s.clone()
+        })
+        .collect();
+    let ids: Vec<String> = upload.segments.iter().map(|s| s.id.clone()).collect();
     let run = upload.into_run(&topo.topology).map_err(|errs| {
         violations_of(
             format!(
@@ -216,7 +226,6 @@ async fn record_run(
             errs,
         )
     })?;
-    let ids: Vec<&str> = segments.iter().map(|s| s.id.as_str()).collect();
     let cdfs = super::distributions::cdfs_of_upload(&run, &ids)?;
     let (source_sha256, source_size) = source_checksum(&sources);
 
@@ -376,13 +385,18 @@ async fn views(state: &AppState, chain: &str, runs: Vec<StoredRun>) -> ApiResult
             .data
             .segments
             .iter()
-            .map(|(id, s)| RunSegment {
-                id: id.clone(),
-                samples: s.samples,
-                failures: s.failures,
-                p50_ms: s.p50_us.map(us_to_ms),
-                p99_ms: us_to_ms(s.p99_us),
-                p999_ms: us_to_ms(s.p999_us),
+            .map(|(id, s)| {
+                let distribution = run.data.distributions.get(id);
+                RunSegment {
+                    id: id.clone(),
+                    samples: s.samples,
+                    failures: s.failures,
+                    p50_ms: s.p50_us.map(us_to_ms),
+                    p99_ms: us_to_ms(s.p99_us),
+                    p999_ms: us_to_ms(s.p999_us),
+                    distribution: distribution.map(|d| d.kind()),
+                    distribution_bytes: distribution.map(|d| d.stored_bytes()),
+                }
             })
             .collect();
         out.push(RunView {

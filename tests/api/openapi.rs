@@ -341,6 +341,8 @@ fn openapi_schemas_match_the_typed_api() {
         p50_ms: Some(1.0),
         p99_ms: 2.0,
         p999_ms: 3.0,
+        distribution: Some(budget_core::distribution::Source::Histogram),
+        distribution_bytes: Some(512),
     };
     let vs_live = runs::LiveComparison {
         baseline_id: "bl-20261130-001".into(),

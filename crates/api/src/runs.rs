@@ -106,6 +106,10 @@ pub struct RunSegment {
     pub p50_ms: Option<f64>,
     pub p99_ms: f64,
     pub p999_ms: f64,
+    /// The distribution the run keeps for the segment (`histogram` or `percentiles`), if any.
+    pub distribution: Option<budget_core::distribution::Source>,
+    /// What it takes in the stored run, in bytes (the base64 histogram or the points' JSON).
+    pub distribution_bytes: Option<u64>,
 }
 
 /// How a stored run compares with the chain's approved baseline now (R-drift).

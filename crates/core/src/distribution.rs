@@ -42,6 +42,14 @@ impl Distribution {
             Self::Percentiles { .. } => Source::Percentiles,
         }
     }
+
+    /// Bytes it takes in the stored run: the base64 histogram, or the points as JSON.
+    pub fn stored_bytes(&self) -> u64 {
+        match self {
+            Self::Histogram { hdr } => hdr.len() as u64,
+            Self::Percentiles { points } => serde_json::to_string(points).map_or(0, |s| s.len()) as u64,
+        }
+    }
 }
 
 /// One percentile point: `percentile` % of the samples took at most `us` (0 is the fastest

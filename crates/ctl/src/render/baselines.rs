@@ -436,4 +436,33 @@ mod tests {
         assert_eq!(c(json!({"from": null, "to": 9})), "new 9");
         assert_eq!(c(json!({"from": 9, "to": null})), "removed (was 9)");
     }
+
+    #[test]
+    fn kill_rates_read_as_percentages() {
+        assert_eq!(killed(Some(0.25), None, Some(1.25)), "25 % (1.25 attempts/call)");
+        assert_eq!(killed(Some(0.010301), None, None), "1.03 %");
+        assert_eq!(killed(None, Some([0.001, 0.01]), None), "0.1–1 %");
+        assert_eq!(killed(None, Some([0.0, 0.0]), None), "0 %");
+        assert_eq!(killed(None, None, None), "-");
+    }
+
+    #[test]
+    fn whatif_names_timeout_kill_and_attempts() {
+        let w: WhatIf = serde_json::from_value(json!({
+            "baseline_id": "bl-20261130-001", "run_id": "run-20261130-001",
+            "segment": "order->payment", "timeout_ms": 200, "baseline_timeout_ms": 390,
+            "source": "percentiles", "kill_rate": null, "kill_rate_bounds": [0.01, 0.5],
+            "killed": null, "samples": null, "retries_on_deadline": false,
+            "attempts_per_call": null}))
+        .unwrap();
+        let text = whatif(&w);
+        for line in [
+            "timeout:            200 ms",
+            "baseline's timeout: 390 ms",
+            "kills:              1–50 % of the load test's calls (the run holds percentile points only: bounds)",
+            "attempts per call:  - (percentile points only)",
+        ] {
+            assert!(text.contains(line), "{text}");
+        }
+    }
 }

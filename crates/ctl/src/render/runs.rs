@@ -39,6 +39,8 @@ pub fn run_outcome(v: &RunUploadResult) -> String {
                 p50_ms: s.p50_ms,
                 p99_ms: s.p99_ms,
                 p999_ms: s.p999_ms,
+                distribution: None,
+                distribution_bytes: None,
             })
             .collect();
         out.push(percentiles(&segments));
@@ -122,12 +124,15 @@ pub fn run(v: &Run) -> String {
 
 /// Per-segment percentiles read from a run.
 pub fn percentiles(segments: &[RunSegment]) -> String {
-    let mut t = table(
-        &["segment", "samples", "failures", "p50", "p99", "p999"],
-        &[1, 2, 3, 4, 5],
-    );
+    // A stored run says which distribution it keeps per segment (upload answers do not).
+    let kept = segments.iter().any(|s| s.distribution.is_some());
+    let mut header = vec!["segment", "samples", "failures", "p50", "p99", "p999"];
+    if kept {
+        header.push("distribution kept");
+    }
+    let mut t = table(&header, &[1, 2, 3, 4, 5]);
     for seg in segments {
-        t.add_row(vec![
+        let mut row = vec![
             text(&seg.id),
             seg.samples.to_string(),
             seg.failures
@@ -135,7 +140,15 @@ pub fn percentiles(segments: &[RunSegment]) -> String {
             ms(seg.p50_ms),
             ms(Some(seg.p99_ms)),
             ms(Some(seg.p999_ms)),
-        ]);
+        ];
+        if kept {
+            row.push(match (&seg.distribution, seg.distribution_bytes) {
+                (Some(kind), Some(bytes)) => format!("{}, {bytes} B", wire(kind)),
+                (Some(kind), None) => wire(kind),
+                (None, _) => "none".into(),
+            });
+        }
+        t.add_row(row);
     }
     t.to_string()
 }
@@ -287,7 +300,7 @@ mod tests {
         );
         assert!(
             dry_text
-                .contains("│ order->user ┆ stable ┆ p99_plus10 ┆       - ┆        - ┆   8 ┆   20 ┆       9 ┆      9 │"),
+                .contains("│ order->user ┆ stable ┆ p99_plus10 ┆       - ┆        - ┆   8 ┆   20 ┆       9 ┆      9 ┆      - │"),
             "{dry_text}"
         );
         assert!(!dry_text.contains("draft: "), "{dry_text}");
