@@ -61,14 +61,18 @@ fn topology() -> Value {
     let mut segments = vec![json!({"id": "edge->api", "caller": "edge", "callee": "api",
         "class": "volatile"})];
     for i in 0..MIDS {
-        segments.push(json!({"id": format!("api->m{i}"), "caller": "api", "callee": format!("m{i}"),
-            "parent": "edge->api", "class": "volatile", "stage": 1}));
+        segments.push(
+            json!({"id": format!("api->m{i}"), "caller": "api", "callee": format!("m{i}"),
+            "parent": "edge->api", "class": "volatile", "stage": 1}),
+        );
     }
     for j in 0..SEGMENTS - 1 - MIDS {
         let mid = j % MIDS;
-        segments.push(json!({"id": format!("m{mid}->l{j}"), "caller": format!("m{mid}"),
+        segments.push(
+            json!({"id": format!("m{mid}->l{j}"), "caller": format!("m{mid}"),
             "callee": format!("l{j}"), "parent": format!("api->m{mid}"), "class": "stable",
-            "stage": 1}));
+            "stage": 1}),
+        );
     }
     json!({"entry_budget_ms": 60000, "segments": segments})
 }
@@ -176,7 +180,11 @@ async fn main() {
         topology,
     )
     .await;
-    eprintln!("making {} histograms of {} latencies…", 2 * ids.len(), args.samples);
+    eprintln!(
+        "making {} histograms of {} latencies…",
+        2 * ids.len(),
+        args.samples
+    );
     let variants = [rows(&ids, 0, args.samples), rows(&ids, 1, args.samples)];
     let first = call(
         &http,
@@ -217,7 +225,10 @@ async fn main() {
         let status = answer.status();
         let value: Value = answer.json().await.unwrap_or(Value::Null);
         let took = started.elapsed().as_secs_f64() * 1000.0;
-        assert!(status.is_success() && value["baseline_id"].is_string(), "{status}: {value}");
+        assert!(
+            status.is_success() && value["baseline_id"].is_string(),
+            "{status}: {value}"
+        );
         times[m].push(took);
     }
     let per_segment = |m: Mode| -> f64 {

@@ -67,19 +67,14 @@ pub async fn recompute(
         Some(v) if v != latest.version => state.store.get_topology(chain, Some(v)).await?,
         _ => latest,
     };
-    let cdfs = super::distributions::cdfs(&run.data).map_err(|(segment, why)| {
-        ApiError::internal(anyhow::anyhow!(
-            "run {}: the stored histogram of {segment:?} does not decode: {why}",
-            run.id
-        ))
-    })?;
+    let tails = super::distributions::tails(&run.data);
     let doc = intake::recompute(&DraftOf {
         chain,
         topology_version: topo.version,
         topology: &topo.topology,
         run_id: &run.id,
         run: &run.data,
-        cdfs: &cdfs,
+        tails: &tails,
         created_by: &principal.name,
         created_at: &now(),
     })

@@ -8,7 +8,7 @@
 use base64::Engine as _;
 use budget_api::baselines::{SegmentDistribution, WhatIf, MAX_CURVE_POINTS};
 use budget_core::baseline::BaselineSegment;
-use budget_core::distribution::{self, attempts_per_call, Bucket, Cdf, Cdfs};
+use budget_core::distribution::{attempts_per_call, Bucket, Cdf, RunTails, Tails};
 use budget_core::RunData;
 
 use super::violation;
@@ -35,22 +35,35 @@ fn decode(base64: &str) -> Result<Vec<Bucket>, String> {
         .collect())
 }
 
-/// Every distribution of `run`, decoded; the first that does not decode, with its segment.
-pub fn cdfs(run: &RunData) -> Result<Cdfs, (String, String)> {
-    distribution::cdfs(run, decode)
+/// The distributions of a stored run for the rules, each histogram decoded when asked and
+/// dropped after (one at a time: at most [`hdr::MAX_INFLATED`] of counts, whatever the chain).
+/// A stored histogram that does not decode gives no kill rate, and says so in the log.
+pub fn tails(run: &RunData) -> impl Tails + Sync + '_ {
+    RunTails::new(run, |base64: &str| {
+        decode(base64).inspect_err(|e| {
+            tracing::warn!(error = %e, "a stored histogram does not decode: no kill rate from it")
+        })
+    })
 }
 
-/// [`cdfs`] for an upload: a histogram that does not decode is a 422 at its segment's
-/// `/segments/{i}/distribution/hdr` (`ids`: the upload's segment ids in order).
-pub fn cdfs_of_upload(run: &RunData, ids: &[String]) -> ApiResult<Cdfs> {
-    cdfs(run).map_err(|(segment, why)| {
-        let i = ids.iter().position(|id| *id == segment).unwrap_or(0);
-        violation(
-            &format!("/segments/{i}/distribution/hdr"),
-            format!("segment {segment:?}: {why}"),
-            why,
-        )
-    })
+/// Checks every histogram of an upload before anything is stored, decoding one at a time: one
+/// that does not decode is a 422 at its segment's `/segments/{i}/distribution/hdr` (`ids`: the
+/// upload's segment ids in order).
+pub fn check_upload(run: &RunData, ids: &[String]) -> ApiResult<()> {
+    for (segment, d) in &run.distributions {
+        let budget_core::Distribution::Histogram { hdr } = d else {
+            continue;
+        };
+        if let Err(why) = decode(hdr) {
+            let i = ids.iter().position(|id| id == segment).unwrap_or(0);
+            return Err(violation(
+                &format!("/segments/{i}/distribution/hdr"),
+                format!("segment {segment:?}: {why}"),
+                why,
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A baseline's segment and the decoded distribution its run holds for it.

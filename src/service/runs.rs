@@ -226,7 +226,8 @@ async fn record_run(
             errs,
         )
     })?;
-    let cdfs = super::distributions::cdfs_of_upload(&run, &ids)?;
+    super::distributions::check_upload(&run, &ids)?;
+    let tails = super::distributions::tails(&run);
     let (source_sha256, source_size) = source_checksum(&sources);
 
     // The approved baseline may change between comparing and inserting; the store refuses the
@@ -246,7 +247,7 @@ async fn record_run(
             topology: &topo.topology,
             run_id: "",
             run: &run,
-            cdfs: &cdfs,
+            tails: &tails,
             created_by: &principal.name,
             created_at: &created_at,
         };

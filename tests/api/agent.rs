@@ -59,7 +59,7 @@ pub async fn insert_inverted(app: &TestApp, run_id: &str) -> String {
         .unwrap()
         .into_run(&t)
         .unwrap();
-    let c = budget_core::compute(&t, &run, &Default::default()).unwrap();
+    let c = budget_core::compute(&t, &run, &budget_core::distribution::NoDistributions).unwrap();
     let doc = BaselineDocument {
         id: String::new(),
         chain: "checkout".into(),

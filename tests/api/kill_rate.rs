@@ -143,18 +143,28 @@ async fn the_seed_story(app: &TestApp) {
 
     // The answer lists percentiles only; the stored run says what it keeps, and its size.
     assert!(
-        up["segments"].as_array().unwrap().iter().all(|s| s.get("distribution").is_none()),
+        up["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s.get("distribution").is_none()),
         "{up}"
     );
     let stored = app
-        .get(&format!("/api/v1/chains/checkout/runs/{run_id}"), ADMIN_TOKEN)
+        .get(
+            &format!("/api/v1/chains/checkout/runs/{run_id}"),
+            ADMIN_TOKEN,
+        )
         .await
         .expect(200)
         .json();
     for s in stored["segments"].as_array().unwrap() {
         let bytes = s["distribution_bytes"].as_u64().unwrap();
         assert_eq!(s["distribution"], "histogram", "{s}");
-        assert!((16..4096).contains(&bytes), "a few hundred bytes of base64: {s}");
+        assert!(
+            (16..4096).contains(&bytes),
+            "a few hundred bytes of base64: {s}"
+        );
     }
 
     let inventory = &samples[0].1;

@@ -528,7 +528,8 @@ async fn two_workers(backend: Backend) {
             .insert_run(new_run, None, None, audit())
             .await
             .unwrap();
-        let c = budget_core::compute(&t, &run.data, &Default::default()).unwrap();
+        let c = budget_core::compute(&t, &run.data, &budget_core::distribution::NoDistributions)
+            .unwrap();
         let doc = budget_core::baseline::BaselineDocument {
             id: String::new(),
             chain: "checkout".into(),

@@ -60,7 +60,7 @@ fn draft(run_id: &str) -> BaselineDocument {
         .unwrap()
         .into_run(&t)
         .unwrap();
-    let c = budget_core::compute(&t, &data, &Default::default()).unwrap();
+    let c = budget_core::compute(&t, &data, &budget_core::distribution::NoDistributions).unwrap();
     BaselineDocument {
         id: String::new(),
         chain: "checkout".into(),

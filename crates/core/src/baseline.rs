@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::checks::{self, Finding};
-use crate::distribution::{attempts_per_call, Cdfs, Kill};
+use crate::distribution::{attempts_per_call, Kill, Tails};
 use crate::drift::DriftEntry;
 use crate::duration::HumanDuration;
 use crate::rules::{self, RetryPlan, TimeoutRule};
@@ -87,15 +87,15 @@ pub struct ComputeError {
 }
 
 /// Applies R-margin, R-retry and R-budget to every segment, says what each timeout kills of the
-/// run's distributions (`cdfs`: the run's distributions, decoded by the caller), then runs every
-/// check. The topology must be valid ([`Topology::validate`]).
+/// run's distributions (`tails`: asked one segment at a time), then runs every check. The topology must be valid ([`Topology::validate`]).
 pub fn compute(
     topology: &Topology,
     run: &RunData,
-    cdfs: &Cdfs,
+    tails: &dyn Tails,
 ) -> Result<Computation, Vec<ComputeError>> {
     let mut errors = Vec::new();
     let mut segments = Vec::with_capacity(topology.segments.len());
+    let mut kills = Vec::with_capacity(topology.segments.len());
     for seg in &topology.segments {
         let stats = run.segments.get(&seg.id);
         let Some((timeout_ms, rule)) = rules::timeout_ms(topology, seg, stats) else {
@@ -127,7 +127,9 @@ pub fn compute(
             kill_rate_bounds: None,
             attempts_per_call: None,
         };
-        computed.set_kill(cdfs.get(&seg.id).map(|c| c.kill(timeout_ms * 1000)));
+        let kill = tails.kill(&seg.id, timeout_ms.saturating_mul(1000));
+        computed.set_kill(kill);
+        kills.push(kill);
         segments.push(computed);
     }
     if !errors.is_empty() {
@@ -135,7 +137,7 @@ pub fn compute(
     }
     let mut findings = checks::run_checks(topology, &segments, run);
     findings.extend(crate::distribution::kill_findings(
-        topology, &segments, cdfs,
+        topology, &segments, &kills,
     ));
     Ok(Computation { segments, findings })
 }

@@ -64,7 +64,7 @@ mod tests {
             .unwrap();
         capacity(
             &t,
-            &crate::compute(&t, &run, &Default::default())
+            &crate::compute(&t, &run, &crate::distribution::NoDistributions)
                 .unwrap()
                 .segments,
         )

@@ -47,7 +47,9 @@ impl Distribution {
     pub fn stored_bytes(&self) -> u64 {
         match self {
             Self::Histogram { hdr } => hdr.len() as u64,
-            Self::Percentiles { points } => serde_json::to_string(points).map_or(0, |s| s.len()) as u64,
+            Self::Percentiles { points } => {
+                serde_json::to_string(points).map_or(0, |s| s.len()) as u64
+            }
         }
     }
 }
@@ -88,8 +90,101 @@ pub enum Cdf {
     Points(Vec<Point>),
 }
 
-/// Decoded distributions by segment id: what [`crate::compute`] reads kill rates from.
+/// What [`crate::compute`] reads kill rates from: a run's distributions, asked one segment at a
+/// time (the server decodes each stored histogram when asked and drops it after, so a draft of
+/// 1,000 segments never holds 1,000 decoded histograms).
+pub trait Tails {
+    /// What `timeout_us` kills of `segment`'s distribution; `None` without one.
+    fn kill(&self, segment: &str, timeout_us: u64) -> Option<Kill>;
+}
+
+/// Decoded distributions by segment id (tests, and callers that hold them anyway).
 pub type Cdfs = BTreeMap<String, Cdf>;
+
+impl Tails for Cdfs {
+    fn kill(&self, segment: &str, timeout_us: u64) -> Option<Kill> {
+        self.get(segment).map(|c| c.kill(timeout_us))
+    }
+}
+
+/// A run without distributions (or a caller that wants no kill rates): every segment `None`.
+pub struct NoDistributions;
+
+impl Tails for NoDistributions {
+    fn kill(&self, _segment: &str, _timeout_us: u64) -> Option<Kill> {
+        None
+    }
+}
+
+/// A run's stored distributions, decoded on demand: percentile points as they are, histograms
+/// through `decode` (the caller's bounded HdrHistogram decoder), one at a time. A histogram that
+/// does not decode gives no kill rate (uploads are checked before they are stored).
+pub struct RunTails<'a, F> {
+    run: &'a crate::RunData,
+    decode: F,
+}
+
+impl<'a, F: Fn(&str) -> Result<Vec<Bucket>, String>> RunTails<'a, F> {
+    pub fn new(run: &'a crate::RunData, decode: F) -> Self {
+        Self { run, decode }
+    }
+}
+
+impl<F: Fn(&str) -> Result<Vec<Bucket>, String>> Tails for RunTails<'_, F> {
+    fn kill(&self, segment: &str, timeout_us: u64) -> Option<Kill> {
+        match self.run.distributions.get(segment)? {
+            Distribution::Histogram { hdr } => {
+                let buckets = (self.decode)(hdr).ok()?;
+                Some(kill_buckets(&buckets, timeout_us))
+            }
+            Distribution::Percentiles { points } => Some(kill_points(points, timeout_us)),
+        }
+    }
+}
+
+/// [`Cdf::kill`] of buckets.
+pub fn kill_buckets(buckets: &[Bucket], timeout_us: u64) -> Kill {
+    let total = buckets.iter().fold(0u64, |n, b| n.saturating_add(b.count));
+    let killed = buckets
+        .iter()
+        .filter(|b| b.lowest_us > timeout_us)
+        .fold(0u64, |n, b| n.saturating_add(b.count));
+    let share = if total == 0 {
+        0.0
+    } else {
+        round6(killed as f64 / total as f64)
+    };
+    Kill {
+        source: Source::Histogram,
+        killed: Some(killed),
+        samples: Some(total),
+        at_least: share,
+        at_most: share,
+    }
+}
+
+/// [`Cdf::kill`] of percentile points.
+pub fn kill_points(points: &[Point], timeout_us: u64) -> Kill {
+    let below = points
+        .iter()
+        .filter(|p| p.us <= timeout_us)
+        .map(|p| p.percentile)
+        .fold(None, |m: Option<f64>, p| Some(m.map_or(p, |m| m.max(p))));
+    let above = points
+        .iter()
+        .filter(|p| p.us > timeout_us)
+        .map(|p| p.percentile)
+        .fold(None, |m: Option<f64>, p| Some(m.map_or(p, |m| m.min(p))));
+    let at_most = below.map_or(1.0, |p| (100.0 - p) / 100.0);
+    let at_least = above.map_or(0.0, |p| (100.0 - p) / 100.0);
+    Kill {
+        source: Source::Percentiles,
+        killed: None,
+        samples: None,
+        at_least: round6(at_least.clamp(0.0, 1.0)),
+        at_most: round6(at_most.clamp(0.0, 1.0)),
+    }
+}
 
 /// What a timeout kills of a run's samples: the share slower than it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -145,46 +240,8 @@ impl Cdf {
     /// the share is not known.
     pub fn kill(&self, timeout_us: u64) -> Kill {
         match self {
-            Self::Buckets(buckets) => {
-                let total = self.samples().unwrap_or(0);
-                let killed = buckets
-                    .iter()
-                    .filter(|b| b.lowest_us > timeout_us)
-                    .fold(0u64, |n, b| n.saturating_add(b.count));
-                let share = if total == 0 {
-                    0.0
-                } else {
-                    round6(killed as f64 / total as f64)
-                };
-                Kill {
-                    source: Source::Histogram,
-                    killed: Some(killed),
-                    samples: Some(total),
-                    at_least: share,
-                    at_most: share,
-                }
-            }
-            Self::Points(points) => {
-                let below = points
-                    .iter()
-                    .filter(|p| p.us <= timeout_us)
-                    .map(|p| p.percentile)
-                    .fold(None, |m: Option<f64>, p| Some(m.map_or(p, |m| m.max(p))));
-                let above = points
-                    .iter()
-                    .filter(|p| p.us > timeout_us)
-                    .map(|p| p.percentile)
-                    .fold(None, |m: Option<f64>, p| Some(m.map_or(p, |m| m.min(p))));
-                let at_most = below.map_or(1.0, |p| (100.0 - p) / 100.0);
-                let at_least = above.map_or(0.0, |p| (100.0 - p) / 100.0);
-                Kill {
-                    source: Source::Percentiles,
-                    killed: None,
-                    samples: None,
-                    at_least: round6(at_least.clamp(0.0, 1.0)),
-                    at_most: round6(at_most.clamp(0.0, 1.0)),
-                }
-            }
+            Self::Buckets(buckets) => kill_buckets(buckets, timeout_us),
+            Self::Points(points) => kill_points(points, timeout_us),
         }
     }
 
@@ -289,43 +346,20 @@ impl KillRateThresholds {
     }
 }
 
-/// The decoded distributions of `run`: percentile points as they are, histograms through
-/// `decode` (the caller's bounded HdrHistogram decoder). The first histogram that does not
-/// decode is returned with its segment.
-pub fn cdfs(
-    run: &crate::RunData,
-    mut decode: impl FnMut(&str) -> Result<Vec<Bucket>, String>,
-) -> Result<Cdfs, (String, String)> {
-    run.distributions
-        .iter()
-        .map(|(id, d)| {
-            let cdf = match d {
-                Distribution::Histogram { hdr } => {
-                    Cdf::Buckets(decode(hdr).map_err(|e| (id.clone(), e))?)
-                }
-                Distribution::Percentiles { points } => Cdf::Points(points.clone()),
-            };
-            Ok((id.clone(), cdf))
-        })
-        .collect()
-}
-
 /// `timeout_kill_rate` (SPEC §3): for each segment whose run holds a histogram, a warning when its
 /// timeout kills more than the chain's warning share of the samples, an error above the error
 /// share. Percentile points give none (their bounds are on the segment). In topology order.
 pub fn kill_findings(
     topology: &Topology,
     segments: &[BaselineSegment],
-    cdfs: &Cdfs,
+    kills: &[Option<Kill>],
 ) -> Vec<Finding> {
     let thresholds = topology.kill_rate_thresholds();
     segments
         .iter()
-        .filter_map(|seg| {
-            let cdf @ Cdf::Buckets(_) = cdfs.get(&seg.id)? else {
-                return None;
-            };
-            let kill = cdf.kill(seg.timeout_ms.saturating_mul(1000));
+        .zip(kills)
+        .filter_map(|(seg, kill)| {
+            let kill = (*kill)?;
             let rate = kill.rate()?;
             let (severity, threshold) = if rate > thresholds.error {
                 (Severity::Error, thresholds.error)
@@ -478,5 +512,71 @@ mod tests {
         assert_eq!(t(0.2, 0.1).check().unwrap_err().0, "warning");
         assert_eq!(t(0.0, 1.5).check().unwrap_err().0, "error");
         assert!(t(0.0, 0.0).check().is_ok());
+    }
+
+    /// The seed's story through `compute`: inventory pinned at 100 ms over P99 180 / P999 420
+    /// kills 25 %, an error with 1.25 attempts per call; unpinned, P99 × 1.1 kills 1 %: nothing.
+    #[test]
+    fn compute_reports_what_a_pinned_timeout_kills() {
+        use crate::example::{parse_run, parse_topology, CHECKOUT_RUN_A, CHECKOUT_TOPOLOGY};
+        let inventory = buckets(&[
+            (49_984, 7_500),
+            (149_888, 2_300),
+            (179_968, 100),
+            (299_776, 89),
+            (419_840, 11),
+        ]);
+        let cdfs: Cdfs = [("order->inventory".to_owned(), inventory)].into();
+        let mut t: serde_json::Value = serde_json::from_str(CHECKOUT_TOPOLOGY).unwrap();
+        t["segments"][1]["pinned_timeout_ms"] = 100.into();
+        let pinned = parse_topology(&t.to_string()).unwrap();
+        let run = parse_run(&pinned, CHECKOUT_RUN_A).unwrap();
+        let c = crate::compute(&pinned, &run, &cdfs).unwrap();
+        let inv = &c.segments[1];
+        assert_eq!(
+            (inv.kill_rate, inv.attempts_per_call),
+            (Some(0.25), Some(1.25))
+        );
+        let kills: Vec<&Finding> = c
+            .findings
+            .iter()
+            .filter(|f| f.kind.check_name() == "timeout_kill_rate")
+            .collect();
+        assert_eq!(kills.len(), 1);
+        assert_eq!(kills[0].severity, Severity::Error);
+        assert!(c.has_errors());
+        // Segments without a distribution get no kill fields.
+        assert_eq!(c.segments[2].kill_rate, None);
+        assert_eq!(c.segments[2].kill_rate_bounds, None);
+
+        // Run A unpinned: inventory's P99 40 ms gives 44 ms; a distribution with 1 % of its
+        // samples above that is no finding at the default thresholds.
+        let a = parse_topology(CHECKOUT_TOPOLOGY).unwrap();
+        let tight = buckets(&[(30_000, 9_900), (50_000, 100)]);
+        let cdfs: Cdfs = [("order->inventory".to_owned(), tight)].into();
+        let c = crate::compute(&a, &parse_run(&a, CHECKOUT_RUN_A).unwrap(), &cdfs).unwrap();
+        assert_eq!(c.segments[1].timeout_ms, 44);
+        assert_eq!(c.segments[1].kill_rate, Some(0.01));
+        assert!(!c
+            .findings
+            .iter()
+            .any(|f| f.kind.check_name() == "timeout_kill_rate"));
+        // With a chain's own lower warning threshold, the same 1 % is a warning.
+        let mut t: serde_json::Value = serde_json::from_str(CHECKOUT_TOPOLOGY).unwrap();
+        t["kill_rate"] = serde_json::json!({"warning": 0.005, "error": 0.5});
+        let strict = parse_topology(&t.to_string()).unwrap();
+        let c =
+            crate::compute(&strict, &parse_run(&strict, CHECKOUT_RUN_A).unwrap(), &cdfs).unwrap();
+        let f = c
+            .findings
+            .iter()
+            .find(|f| f.kind.check_name() == "timeout_kill_rate")
+            .unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert!(
+            f.message.contains("kills 1 %") && f.message.contains("above 0.5 %"),
+            "{}",
+            f.message
+        );
     }
 }

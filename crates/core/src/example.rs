@@ -46,7 +46,7 @@ pub fn checkout_draft(topology: &str, run: &str) -> Result<BaselineDocument, Str
         run_id: "run-20261130-001",
         run: &run,
         // The example runs hold no distribution.
-        cdfs: &Default::default(),
+        tails: &crate::distribution::NoDistributions,
         created_by: "uma",
         created_at: "2026-11-30T00:00:00.000Z",
     };
@@ -92,7 +92,12 @@ mod tests {
     #[test]
     fn example_a() {
         let t = topology(CHECKOUT_TOPOLOGY);
-        let c = crate::compute(&t, &run(&t, CHECKOUT_RUN_A), &Default::default()).unwrap();
+        let c = crate::compute(
+            &t,
+            &run(&t, CHECKOUT_RUN_A),
+            &crate::distribution::NoDistributions,
+        )
+        .unwrap();
         assert_eq!(
             numbers(&c),
             [
@@ -111,7 +116,12 @@ mod tests {
     #[test]
     fn example_b_inversion() {
         let t = topology(CHECKOUT_TOPOLOGY_B);
-        let c = crate::compute(&t, &run(&t, CHECKOUT_RUN_A), &Default::default()).unwrap();
+        let c = crate::compute(
+            &t,
+            &run(&t, CHECKOUT_RUN_A),
+            &crate::distribution::NoDistributions,
+        )
+        .unwrap();
         assert_eq!(
             numbers(&c)[1..],
             [
@@ -147,7 +157,12 @@ mod tests {
     #[test]
     fn example_c_drift() {
         let t = topology(CHECKOUT_TOPOLOGY);
-        let a = crate::compute(&t, &run(&t, CHECKOUT_RUN_A), &Default::default()).unwrap();
+        let a = crate::compute(
+            &t,
+            &run(&t, CHECKOUT_RUN_A),
+            &crate::distribution::NoDistributions,
+        )
+        .unwrap();
 
         let c_run = run(&t, CHECKOUT_RUN_C);
         let entries = drift::compare(&t, &a.segments, &c_run);
@@ -155,7 +170,7 @@ mod tests {
         assert_eq!(drifted.len(), 1);
         assert_eq!(drifted[0].segment, "order->payment");
         assert_eq!(drifted[0].change_pct, Some(30.0));
-        let c = crate::compute(&t, &c_run, &Default::default()).unwrap();
+        let c = crate::compute(&t, &c_run, &crate::distribution::NoDistributions).unwrap();
         assert_eq!(c.segments[2].timeout_ms, 507);
         let stages = crate::checks::stages_of(&t, &c.segments, "gateway->order");
         assert_eq!(stages.iter().map(|s| s.max_budget_ms).sum::<u64>(), 724);

@@ -391,7 +391,8 @@ mod tests {
             .unwrap()
             .into_run(&topology)
             .unwrap();
-        let computed = crate::compute(&topology, &run, &Default::default()).unwrap();
+        let computed =
+            crate::compute(&topology, &run, &crate::distribution::NoDistributions).unwrap();
         let seg = topology
             .segments
             .iter()

@@ -9,7 +9,7 @@
 use serde::Serialize;
 
 use crate::baseline::{compute, BaselineDocument, BaselineReason, BaselineState, ComputeError};
-use crate::distribution::Cdfs;
+use crate::distribution::Tails;
 use crate::drift::{self, DriftEntry};
 use crate::run::RunData;
 use crate::topology::Topology;
@@ -82,7 +82,7 @@ impl Assessment {
 }
 
 /// What a draft is computed from, by whom and when.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct DraftOf<'a> {
     pub chain: &'a str,
     pub topology_version: i64,
@@ -90,8 +90,8 @@ pub struct DraftOf<'a> {
     /// The run's id; empty for a run not stored yet (the store fills it in).
     pub run_id: &'a str,
     pub run: &'a RunData,
-    /// The run's distributions, decoded ([`crate::distribution`]): what kill rates come from.
-    pub cdfs: &'a Cdfs,
+    /// The run's distributions ([`crate::distribution`]): what kill rates come from.
+    pub tails: &'a (dyn Tails + Sync),
     /// The actor (token name) creating the draft.
     pub created_by: &'a str,
     /// RFC 3339 UTC, as stored.
@@ -111,7 +111,7 @@ pub fn draft(
     drift: Vec<DriftEntry>,
     drift_baseline_id: Option<String>,
 ) -> Result<BaselineDocument, Vec<ComputeError>> {
-    let computation = compute(of.topology, of.run, of.cdfs)?;
+    let computation = compute(of.topology, of.run, of.tails)?;
     Ok(BaselineDocument {
         id: String::new(),
         chain: of.chain.to_owned(),
@@ -160,8 +160,6 @@ mod tests {
         upload.into_run(t).unwrap()
     }
 
-    static NO_CDFS: Cdfs = Cdfs::new();
-
     fn of<'a>(t: &'a Topology, run: &'a RunData) -> DraftOf<'a> {
         DraftOf {
             chain: "checkout",
@@ -169,7 +167,7 @@ mod tests {
             topology: t,
             run_id: "",
             run,
-            cdfs: &NO_CDFS,
+            tails: &crate::distribution::NoDistributions,
             created_by: "uma",
             created_at: AT,
         }

@@ -214,7 +214,7 @@ fn case() -> impl Strategy<Value = Case> {
 }
 
 fn computed(t: &Topology, run: &RunData) -> Result<Computation, TestCaseError> {
-    compute(t, run, &Default::default())
+    compute(t, run, &crate::distribution::NoDistributions)
         .map_err(|e| TestCaseError::fail(format!("compute failed: {e:?}")))
 }
 
@@ -272,7 +272,7 @@ proptest! {
         prop_assert_eq!(case.topology.validate(), Ok(()));
         let run = case.upload.clone().into_run(&case.topology);
         prop_assert_eq!(run, Ok(case.run.clone()));
-        prop_assert!(compute(&case.topology, &case.run, &Default::default()).is_ok());
+        prop_assert!(compute(&case.topology, &case.run, &crate::distribution::NoDistributions).is_ok());
     }
 
     #[test]

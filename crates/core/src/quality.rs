@@ -116,7 +116,7 @@ mod tests {
         edit(&mut run);
         let upload: RunUpload = serde_json::from_value(run).unwrap();
         let run = upload.into_run(&t).unwrap();
-        let c = crate::compute(&t, &run, &Default::default()).unwrap();
+        let c = crate::compute(&t, &run, &crate::distribution::NoDistributions).unwrap();
         let got: Vec<(String, String, String)> = quality_checks(&t, &c.segments, &run)
             .into_iter()
             .map(|f| {

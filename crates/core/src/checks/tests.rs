@@ -28,7 +28,7 @@ fn findings_of(name: &str, topology: Value, run: &[Value]) -> Vec<Finding> {
     }
     let upload: RunUpload = serde_json::from_value(json!({ "segments": segments })).unwrap();
     let run = upload.into_run(&t).unwrap();
-    let c = crate::compute(&t, &run, &Default::default()).unwrap();
+    let c = crate::compute(&t, &run, &crate::distribution::NoDistributions).unwrap();
     c.findings
         .into_iter()
         .filter(|f| f.kind.check_name() == name)
@@ -264,7 +264,12 @@ fn summarize_counts_by_severity() {
         {"id": "order->inventory", "samples": 1, "p99_ms": 1, "p999_ms": 2},
     ]}))
     .unwrap();
-    let c = crate::compute(&t, &run.into_run(&t).unwrap(), &Default::default()).unwrap();
+    let c = crate::compute(
+        &t,
+        &run.into_run(&t).unwrap(),
+        &crate::distribution::NoDistributions,
+    )
+    .unwrap();
     let names: Vec<_> = c
         .findings
         .iter()

@@ -439,7 +439,10 @@ mod tests {
 
     #[test]
     fn kill_rates_read_as_percentages() {
-        assert_eq!(killed(Some(0.25), None, Some(1.25)), "25 % (1.25 attempts/call)");
+        assert_eq!(
+            killed(Some(0.25), None, Some(1.25)),
+            "25 % (1.25 attempts/call)"
+        );
         assert_eq!(killed(Some(0.010301), None, None), "1.03 %");
         assert_eq!(killed(None, Some([0.001, 0.01]), None), "0.1–1 %");
         assert_eq!(killed(None, Some([0.0, 0.0]), None), "0 %");
