@@ -9,16 +9,17 @@
 //   js/ui.js       — shared widgets: error box, badges, tables, definition lists, page heading
 //   js/drift.js    — change markers (the server's drift flags) and a chain's latest-run drift
 //   js/tree.js     — the call tree drawn to scale as SVG, from the server's numbers
-//   js/cdf.js      — a segment's production latency distribution as SVG (log time axis, timeout,
-//                    p99 / p999 against the baseline's), from the server's distribution points
+//   js/cdf.js      — a segment's latency distribution as SVG (log time axis, timeout and the
+//                    share slower than it, p99 / p999): production against the baseline's, or a
+//                    baseline's load test (with the live baseline's dashed), from the server's points
 //   js/pages/*.js  — one module per page: signin, chains, runs (upload), baseline (approve /
 //                    reject), history (rollback), production (a chain's runtime feedback),
 //                    agents, alerts
 //   js/router.js   — location.hash → page, with per-page cleanup (polling timers)
 //
 // The console computes no rule: findings, drift flags and thresholds, stage needs, inversions
-// and budget parts all come from the server (the baseline document, /diff, /tree, the runs'
-// vs_live comparison, /production, /alerts); these files only lay them out.
+// and budget parts all come from the server (the baseline document, /diff, /tree, /distribution,
+// the runs' vs_live comparison, /production, /alerts); these files only lay them out.
 
 import { app } from './js/router.js';
 

@@ -6,7 +6,10 @@
 // Then agents report production figures (gRPC Report, written by hand in report.mjs): the
 // Production page shows them per segment with each latency distribution against its timeout
 // (at 1440 and 390 px), an amplification alert fires and resolves on the Alerts page, and
-// budgetctl shows the same figures and delivers the alert to a signed webhook.
+// budgetctl shows the same figures and delivers the alert to a signed webhook. Last, a JMeter
+// run whose 100 ms pinned timeout kills 25 % of inventory's load test: the baseline page plots
+// the distribution against the timeout with the server's kill rate, next to the live baseline's
+// (the diff view), and approval is blocked by the timeout_kill_rate finding.
 //
 // Run from the repository root (binaries built with `cargo build --bins`):
 //
@@ -138,6 +141,26 @@ async function until(what, probe, ms) {
 // The console's number formats (web/js/format.js), to compare the page with the API's numbers.
 const fmtMs = (v) => (v === null || v === undefined ? '—' : (Number.isInteger(v) ? String(v) : v.toFixed(v < 10 ? 2 : 1)) + ' ms');
 const fmtShare = (n) => (n === 0 ? '0 %' : n < 0.0001 ? '<0.01 %' : n < 1 && n > 0.9999 ? '>99.99 %' : (n * 100).toFixed(n < 0.01 ? 2 : 1) + ' %');
+
+// web/js/format.js's kill rate (as budgetctl writes it): up to two decimals, trailing zeros dropped.
+const fmtKill = (n) => (n > 0 && n < 0.00005 ? '<0.01 %' : String(Number((n * 100).toFixed(2))) + ' %');
+
+/**
+ * A JMeter JTL (CSV with a header) of `samples` ({label: [[ms, count], …]}), rows interleaved
+ * across labels as threads write them.
+ */
+function jtl(samples) {
+  const rows = ['timeStamp,elapsed,label,responseCode,responseMessage,threadName,dataType,success,bytes,grpThreads,allThreads,Latency'];
+  const values = Object.entries(samples).map(([label, spec]) => [label, spec.flatMap(([ms, n]) => Array(n).fill(ms))]);
+  const longest = Math.max(...values.map(([, v]) => v.length));
+  let ts = 1_796_023_259_711;
+  for (let i = 0; i < longest; i++) {
+    for (const [label, v] of values) {
+      if (i < v.length) rows.push(`${++ts},${v[i]},${label},200,OK,Shop 1-1,text,true,176,2,2,${v[i]}`);
+    }
+  }
+  return rows.join('\n') + '\n';
+}
 
 function run(cmd, args, opts) {
   return new Promise((resolve, reject) => {
@@ -732,10 +755,150 @@ describe('budgetd console', { timeout: 10 * 60_000 }, () => {
     }
   });
 
+  it('a timeout that kills a quarter of the load test: the baseline page plots the distribution against it with the server’s kill rate, blocks approval, and the diff view draws both runs', { timeout: 2 * STEP_TIMEOUT }, async () => {
+    // A chain of its own: the checkout topology with the load tool's labels.
+    const chain = 'checkout-kill';
+    const topology = (pinned) => {
+      const t = example('checkout-topology.json');
+      for (const [i, label] of [[1, 'inventory'], [2, 'payment'], [3, 'user']]) t.segments[i].labels = [label];
+      if (pinned) t.segments[1].pinned_timeout_ms = pinned;
+      return t;
+    };
+    // payment and user fast and tight in both runs (their derived timeouts kill little)
+    const others = {
+      payment: Array.from({ length: 90 }, (_, i) => [60 + i, i < 20 ? 23 : 22]),
+      user: Array.from({ length: 12 }, (_, i) => [5 + i, i < 8 ? 167 : 166]),
+    };
+    // The earlier load test, live: inventory P99 120 ms / P999 160 ms, its derived timeout
+    // (P99 + 10 % = 132 ms) kills 0.5 %.
+    await api('PUT', `/chains/${chain}/topology`, tokens.uploader, topology(null));
+    const res = await fetch(server.base + `/api/v1/chains/${chain}/runs?format=jmeter`, {
+      method: 'POST', headers: { Authorization: 'Bearer ' + tokens.uploader, 'Content-Type': 'text/csv' },
+      body: jtl({ inventory: [[40, 8000], [90, 1800], [120, 150], [160, 40], [250, 10]], ...others }),
+    });
+    const earlier = await res.json();
+    assert.equal(res.status, 201, JSON.stringify(earlier));
+    const earlierDoc = await api('GET', '/baselines/' + earlier.baseline_id, tokens.reader);
+    const earlierInv = earlierDoc.segments.find((x) => x.id === 'order->inventory');
+    assert.deepEqual([earlierInv.p99_ms, earlierInv.timeout_ms, earlierInv.kill_rate], [120, 132, 0.005]);
+    await api('POST', `/baselines/${earlier.baseline_id}/approve`, tokens.approver, { comment: 'earlier load test' });
+
+    // The seed's incident: inventory pinned at 100 ms, and a load test with P99 180 ms /
+    // P999 420 ms (7,500 samples at 50 ms, 2,300 at 150, 100 at 180, 89 at 300, 11 at 420),
+    // uploaded on the Runs page as a JMeter JTL.
+    await api('PUT', `/chains/${chain}/topology`, tokens.uploader, topology(100));
+    const up = tabs.uploader;
+    await open(up, `#/chains/${chain}/runs`);
+    await up.locator('#run-file').setInputFiles({
+      name: 'inventory-pinned.jtl', mimeType: 'text/csv',
+      buffer: Buffer.from(jtl({ inventory: [[50, 7500], [150, 2300], [180, 100], [300, 89], [420, 11]], ...others })),
+    });
+    await up.locator('#run-format').selectOption('jmeter');
+    await up.locator('#upload').click();
+    await up.locator('#result-run-id').waitFor();
+    assert.match(await up.locator('#upload-result').innerText(), /jmeter[\s\S]*ERROR: [^\n]*100 ms timeout[^\n]*kills 25 %/);
+    const id = ids.killRate = (await up.locator('#result-draft').innerText()).match(/bl-\d{8}-\d+/)[0];
+    const doc = await api('GET', '/baselines/' + id, tokens.reader);
+    const inv = doc.segments.find((x) => x.id === 'order->inventory');
+    assert.deepEqual([inv.p99_ms, inv.p999_ms, inv.timeout_ms, inv.kill_rate, inv.attempts_per_call], [180, 420, 100, 0.25, 1.25]);
+    const dist = await api('GET', `/baselines/${id}/distribution?segment=order->inventory`, tokens.reader);
+    assert.deepEqual([dist.source, dist.samples, dist.kill_rate], ['histogram', 10000, 0.25]);
+
+    const page = tabs.approver;
+    await open(page, '#/baselines/' + id);
+    // the inventory plot opened by itself (its finding), with the live baseline's run dashed
+    const plot = page.locator('details.dist[data-segment="order->inventory"][open] svg.cdf');
+    await plot.waitFor();
+    const timeout = plot.locator('.mark-timeout');
+    assert.equal(Number(await timeout.getAttribute('data-ms')), 100);
+    // the server's kill rate beside the timeout line, never one read off the curve
+    assert.equal(Number(await timeout.getAttribute('data-slower')), dist.kill_rate);
+    assert.equal(await timeout.locator('.timeout-slower').textContent(), fmtKill(dist.kill_rate) + ' of load-test calls slower than the timeout');
+    assert.match(await timeout.locator('.timeout-slower').textContent(), /^25 % /);
+    assert.equal(Number(await plot.locator('.mark-p99').getAttribute('data-ms')), 180);
+    assert.equal(Number(await plot.locator('.mark-p999').getAttribute('data-ms')), 420);
+    assert.match(await plot.locator('title').first().textContent(), /order->inventory[\s\S]*10,000 samples/);
+    // the diff view: both runs' curves (the live one dashed) and both timeouts
+    assert.equal(await plot.locator('path.curve').count(), 2);
+    assert.equal(await plot.locator('path.curve-old[data-curve="old"]').count(), 1);
+    assert.equal(Number(await plot.locator('.mark-timeout-old').getAttribute('data-ms')), earlierInv.timeout_ms);
+    assert.equal(await plot.locator('.mark-timeout-old .timeout-slower').textContent(), fmtKill(earlierInv.kill_rate) + ' slower');
+    assert.equal(Number(await plot.locator('.mark-base-p99').getAttribute('data-ms')), earlierInv.p99_ms);
+    const figure = page.locator('details.dist[data-segment="order->inventory"] figure');
+    assert.match(await figure.locator('.legend').innerText(), /live baseline’s run \(dashed\)[\s\S]*live timeout/);
+    assert.match(await figure.locator('figcaption').innerText(), new RegExp(`25 %\\s*of the load test’s calls \\(10,000 samples[\\s\\S]*1\\.25 attempts per call[\\s\\S]*Live baseline\\s*${earlier.baseline_id}`));
+    // the segment table's kill column
+    assert.match(await page.locator('#segments-table tr[data-segment="order->inventory"] .killed').innerText(), /^25 % \(1\.25 attempts\/call\)$/);
+    assert.equal(await page.locator('#segments-table tr[data-segment="gateway->order"] .killed').innerText(), '—');
+    // the error finding, and approval blocked by it
+    const finding = page.locator('#findings li[data-check="timeout_kill_rate"]');
+    assert.equal(await finding.count(), 1);
+    assert.match(await finding.innerText(), /ERROR\s*timeout_kill_rate: [^\n]*100 ms timeout[^\n]*kills 25 %/);
+    assert.equal(await page.locator('#approve').isDisabled(), true);
+    assert.match(await page.locator('#decision-reason').innerText(), /Approval is blocked by 1 error finding: timeout_kill_rate on order->inventory/);
+    // a segment the runs hold no distribution of: a note, not an error, once opened
+    const gateway = page.locator('details.dist[data-segment="gateway->order"]');
+    assert.equal(await gateway.locator('svg').count(), 0, 'closed segments are not drawn');
+    await gateway.locator('summary').click();
+    assert.match(await gateway.locator('.no-distribution').innerText(), /No latency distribution to draw/);
+    assert.equal(await page.locator('#distributions [role="alert"]').count(), 0);
+    await gateway.locator('summary').click();
+    // the finding's link opens the plot
+    await page.locator('details.dist[data-segment="order->inventory"] summary').click();
+    assert.equal(await page.locator('details.dist[data-segment="order->inventory"]').getAttribute('open'), null);
+    await finding.locator('a.to-distribution').click();
+    await plot.waitFor();
+    await shot(page, 'kill-rate');
+
+    // a phone: nothing wider than the screen, the plot redrawn at the width it has and its
+    // words wrapped to fit
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.waitForFunction(() => [...document.querySelectorAll('#distributions svg.cdf')].every((svg) => Number(svg.getAttribute('width')) <= 366));
+    assert.ok(await page.evaluate(() => document.documentElement.scrollWidth) <= 390, 'the baseline page scrolls sideways at 390 px');
+    assert.match(await timeout.locator('.timeout-slower').textContent(), /^25 % of load-test calls slower than the timeout$/);
+    // every label inside its plot
+    assert.deepEqual(await page.evaluate(() => [...document.querySelectorAll('#distributions svg.cdf text')].filter((t) => {
+      const b = t.getBBox();
+      return b.x < -1 || b.x + b.width > Number(t.ownerSVGElement.getAttribute('width')) + 1;
+    }).map((t) => t.textContent)), []);
+    await page.screenshot({ path: path.join(SHOTS, 'console-kill-rate-390.png'), fullPage: true });
+    await page.setViewportSize({ width: 1440, height: 900 });
+
+    // the live baseline itself: its own run only, the worst segment opened by itself
+    await open(page, '#/baselines/' + earlier.baseline_id);
+    const own = page.locator('details.dist[data-segment="order->inventory"][open] svg.cdf');
+    await own.waitFor();
+    assert.equal(await own.locator('path.curve').count(), 1);
+    assert.equal(await own.locator('.mark-timeout-old').count(), 0);
+    assert.equal(await own.locator('.mark-timeout .timeout-slower').textContent(), '0.5 % of load-test calls slower than the timeout');
+    // run A gave percentiles only: no kill rate, and a note instead of a plot
+    await open(page, '#/baselines/' + ids.first);
+    assert.equal(await page.locator('#segments-table tr[data-segment="order->inventory"] .killed').innerText(), '—');
+    assert.equal(await page.locator('details.dist[open]').count(), 0, 'nothing to open by itself');
+    const a = page.locator('details.dist[data-segment="order->inventory"]');
+    await a.locator('summary').click();
+    assert.match(await a.locator('.no-distribution').innerText(), /gave percentiles only for order->inventory/);
+
+    // a native run with percentile points of inventory: the server's bounds, a curve through them
+    await api('PUT', '/chains/checkout-points/topology', tokens.uploader, example('checkout-topology.json'));
+    const native = example('checkout-run-a.json');
+    native.segments[1].distribution = { kind: 'percentiles', points: [
+      { percentile: 50, us: 20_000 }, { percentile: 99, us: 40_000 }, { percentile: 99.9, us: 150_000 }, { percentile: 100, us: 200_000 }] };
+    const points = await api('POST', '/chains/checkout-points/runs', tokens.uploader, native);
+    const bounds = (await api('GET', '/baselines/' + points.baseline_id, tokens.reader)).segments.find((x) => x.id === 'order->inventory').kill_rate_bounds;
+    assert.deepEqual(bounds, [0.001, 0.01], 'the 44 ms timeout lies between p99 and p999');
+    await open(page, '#/baselines/' + points.baseline_id);
+    assert.equal(await page.locator('#segments-table tr[data-segment="order->inventory"] .killed').innerText(), '0.1–1 %');
+    const bounded = page.locator('details.dist[data-segment="order->inventory"][open] svg.cdf');
+    await bounded.waitFor();
+    assert.equal(await bounded.locator('.mark-timeout .timeout-slower').textContent(), '0.1–1 % of load-test calls slower than the timeout');
+    assert.match(await page.locator('details.dist[data-segment="order->inventory"] figcaption').innerText(), /bounds, as the run holds percentile points only/);
+  });
+
   it('no CSP violation or script error happened, and the screenshots are copied to docs/', () => {
     assert.deepEqual(browser.problems, []);
     fs.mkdirSync(DOCS, { recursive: true });
-    for (const name of ['chains', 'runs', 'baseline', 'baseline-inverted', 'agents', 'history', 'production', 'alerts', 'canary']) {
+    for (const name of ['chains', 'runs', 'baseline', 'baseline-inverted', 'agents', 'history', 'production', 'alerts', 'canary', 'kill-rate']) {
       fs.copyFileSync(path.join(SHOTS, `console-${name}.png`), path.join(DOCS, `console-${name}.png`));
     }
   });

@@ -33,6 +33,30 @@ export const fmt = {
     if (n < 1 && n > 0.9999) return '>99.99 %';
     return (n * 100).toFixed(n < 0.01 ? 2 : 1) + ' %';
   },
+  /**
+   * A kill rate as budgetctl writes it: a percentage with up to two decimals, trailing zeros
+   * dropped ("25 %", "1.03 %", "0.1 %"); "<0.01 %" for a share under that.
+   */
+  killShare(v) {
+    if (v === null || v === undefined) return '—';
+    const n = Number(v);
+    if (n > 0 && n < 0.00005) return '<0.01 %';
+    return String(Number((n * 100).toFixed(2))) + ' %';
+  },
+  /**
+   * What a baseline segment's timeout kills of the load test's samples, from the server's
+   * fields: "25 % (1.25 attempts/call)" (a histogram; attempts only for segments that retry on
+   * deadline), "0.1–1 %" (bounds from percentile points), "—" (no distribution).
+   */
+  killed(rate, bounds, attempts) {
+    if (rate !== null && rate !== undefined) {
+      return this.killShare(rate) + (attempts !== null && attempts !== undefined ? ' (' + Number(Number(attempts).toFixed(3)) + ' attempts/call)' : '');
+    }
+    if (Array.isArray(bounds) && bounds.length === 2) {
+      return bounds[0] === bounds[1] ? this.killShare(bounds[1]) : this.killShare(bounds[0]).replace(' %', '') + '–' + this.killShare(bounds[1]);
+    }
+    return '—';
+  },
   time(iso) {
     if (!iso) return '—';
     const d = new Date(iso);

@@ -1,8 +1,11 @@
 // One baseline: its decision (approve / reject), findings, segments with their change vs the live
-// baseline, the call tree to scale, rollout (with a canary's members, ACKs, health and its
-// Promote / Abort), archive and releases.
+// baseline and what each timeout kills of the load test, each segment's latency distribution
+// against its timeout (the live baseline's dashed beside it: the diff view), the call tree to
+// scale, rollout (with a canary's members, ACKs, health and its Promote / Abort), archive and
+// releases.
 
 import { api, caps } from '../api.js';
+import { cdf } from '../cdf.js';
 import { enc, h } from '../dom.js';
 import { drift } from '../drift.js';
 import { fmt } from '../format.js';
@@ -52,11 +55,18 @@ export async function baseline(root, [id], ctx) {
   if (c.approve) decision.appendChild(approvePanel(doc, errors, run, check, ctx));
   else if (doc.state === 'draft') decision.appendChild(waiting(check));
 
+  // each segment's latency distribution (built first: a kill-rate finding links to its plot)
+  const live = diff && !diff.error && diff.from !== doc.id ? diff : null;
+  const dists = distributions(doc, live, ctx);
+
   // findings in plain words
   grid.appendChild(h('div', { class: 'area-findings' }, ui.section('Findings',
     doc.findings.length
-      ? h('ul', { class: 'findings', id: 'findings' }, doc.findings.map((f) => h('li', { class: 'finding finding-' + f.severity },
-        h('span', { class: 'badge badge-' + f.severity }, f.severity.toUpperCase()), ' ', h('span', { class: 'check' }, f.check), ': ', f.message)))
+      ? h('ul', { class: 'findings', id: 'findings' }, doc.findings.map((f) => h('li', { class: 'finding finding-' + f.severity, 'data-check': f.check, 'data-segment': f.segment },
+        h('span', { class: 'badge badge-' + f.severity }, f.severity.toUpperCase()), ' ', h('span', { class: 'check' }, f.check), ': ', f.message,
+        f.check === 'timeout_kill_rate' && dists.has(f.segment)
+          ? [' ', h('a', { href: '#/baselines/' + idQ, class: 'to-distribution', onclick: (ev) => { ev.preventDefault(); dists.show(f.segment); } }, 'see its distribution')]
+          : null)))
       : h('p', { id: 'findings', class: 'no-findings' }, 'No findings: every check passed.'))));
 
   // segment table with change vs the live baseline
@@ -94,6 +104,7 @@ export async function baseline(root, [id], ctx) {
         fmt.rule(seg.rule),
         fmt.ms(seg.timeout_ms),
         [fmt.ms(seg.budget_ms), budgetOf.has(seg.id) && budgetOf.get(seg.id).attempts > 1 ? h('span', { class: 'sub' }, ' (' + budgetParts(budgetOf.get(seg.id)) + ')') : null],
+        h('span', { class: 'killed' }, fmt.killed(seg.kill_rate, seg.kill_rate_bounds, seg.attempts_per_call)),
         change,
       ],
     };
@@ -102,8 +113,12 @@ export async function baseline(root, [id], ctx) {
     ui.note(diffNote),
     ui.table([
       { label: 'Segment' }, { label: 'Class' }, { label: 'Samples', num: true }, { label: 'Failures', num: true }, { label: 'p99', num: true }, { label: 'p999', num: true }, { label: 'Rule' },
-      { label: 'Timeout', num: true }, { label: 'Budget', num: true }, { label: 'Change vs live' },
-    ], segRows, { id: 'segments-table', label: 'Segments', rowHeader: true }))));
+      { label: 'Timeout', num: true }, { label: 'Budget', num: true }, { label: 'Killed', num: true }, { label: 'Change vs live' },
+    ], segRows, { id: 'segments-table', label: 'Segments', rowHeader: true }),
+    h('p', { class: 'help', id: 'killed-help' }, 'Killed: the share of the load test’s samples slower than the timeout, as the server counted it ' +
+      '(bounds when the run gave percentile points only; — without a distribution), and the attempts per call it makes of a segment that retries on deadline.'))));
+
+  grid.appendChild(h('div', { class: 'area-dists' }, ui.section('Latency distributions', dists.element)));
 
   // the tree to scale
   grid.appendChild(h('div', { class: 'area-tree' }, ui.section('Call tree to scale', tree.render(doc, numbers))));
@@ -144,6 +159,109 @@ export async function baseline(root, [id], ctx) {
     ? ui.table([{ label: 'Service' }, { label: 'Version' }, { label: 'Ticket' }, { label: 'By' }, { label: 'At' }],
       r.releases.map((x) => [x.service, x.version, x.ticket, x.created_by, ui.when(x.created_at)]), { label: 'Releases' })
     : ui.note('No release cites this baseline yet.'));
+}
+
+/**
+ * Segments whose plot opens by itself. A chain may have up to 1000 segments, and each plot
+ * costs one request per baseline (two in the diff view) and an SVG of up to 400 points a curve,
+ * redrawn at every width: so a plot is drawn only when its segment is opened (<details>), and
+ * only this many open by themselves — those with a timeout_kill_rate finding (errors first),
+ * else the one whose timeout kills the largest share (the server's kill rate, or its upper
+ * bound).
+ */
+const AUTO_OPEN = 3;
+
+/**
+ * Per segment of `doc`, a <details> whose latency distribution (GET /baselines/{id}/distribution)
+ * is loaded and drawn when it is opened; in the diff view (`live`: the /diff against the live
+ * baseline, when this is not it) with the live baseline's distribution dashed in the same plot.
+ * A run without a distribution of the segment (a 404: percentiles only) gets a short note.
+ * Returns {element, has(segment), show(segment)}.
+ */
+function distributions(doc, live, ctx) {
+  const oldId = live ? live.from : null;
+  const added = new Set(live ? live.segments.filter((d) => d.status === 'added').map((d) => d.id) : []);
+  let observers = [];
+  ctx.onCleanup(() => {
+    observers.forEach((o) => o.disconnect());
+    observers = [];
+  });
+  // one answer of the distribution endpoint, or null on a 404 (no distribution of the segment)
+  const fetchOne = (id, segment) => api.get('/baselines/' + enc(id) + '/distribution?segment=' + enc(segment))
+    .catch((e) => {
+      if (e.status === 404) return null;
+      throw e;
+    });
+  const bySegment = new Map();
+  const load = async (seg, body) => {
+    if (body.dataset.loaded) return;
+    body.dataset.loaded = 'loading';
+    body.replaceChildren(ui.loading('Loading the distribution…'));
+    try {
+      const [cur, old] = await Promise.all([
+        fetchOne(doc.id, seg.id),
+        oldId && !added.has(seg.id) ? fetchOne(oldId, seg.id) : null,
+      ]);
+      if (!ctx.alive) return;
+      body.dataset.loaded = 'true';
+      if (!cur && !old) {
+        body.replaceChildren(h('p', { class: 'note no-distribution' },
+          'No latency distribution to draw: run ' + doc.run_id + ' gave percentiles only for ' + seg.id +
+          (oldId ? ', as did the live baseline’s' : '') + '.'));
+        return;
+      }
+      body.replaceChildren(cdf.frame(cdf.runs(cur, old, seg), (o) => observers.push(o)));
+      if (cur && oldId && !old && !added.has(seg.id)) {
+        body.appendChild(ui.note('The live baseline’s run holds no distribution of ' + seg.id + ': only this run’s is drawn.'));
+      }
+    } catch (e) {
+      delete body.dataset.loaded;
+      body.replaceChildren(ui.error(e, 'Distribution unavailable'));
+    }
+  };
+  const items = doc.segments.map((seg) => {
+    const body = h('div', { class: 'dist-body' });
+    const finding = doc.findings.find((f) => f.check === 'timeout_kill_rate' && f.segment === seg.id);
+    const details = h('details', { class: 'dist', 'data-segment': seg.id, ontoggle: () => { if (details.open) load(seg, body); } },
+      h('summary', null, h('span', { class: 'mono' }, seg.id),
+        h('span', { class: 'sub' }, ' · timeout ' + fmt.ms(seg.timeout_ms) + ' · killed ' + fmt.killed(seg.kill_rate, seg.kill_rate_bounds, seg.attempts_per_call)),
+        finding ? [' ', h('span', { class: 'badge badge-' + finding.severity }, finding.severity.toUpperCase() + ' ' + fmt.killShare(finding.kill_rate) + ' killed')] : null),
+      body);
+    bySegment.set(seg.id, { seg, details, body, finding });
+    return details;
+  });
+  // what opens by itself (bounded: see AUTO_OPEN)
+  const rank = { error: 0, warning: 1 };
+  let auto = [...bySegment.values()].filter((x) => x.finding)
+    .sort((a, b) => (rank[a.finding.severity] ?? 2) - (rank[b.finding.severity] ?? 2));
+  if (!auto.length) {
+    // the server's kill rate, or the upper of its bounds (percentile points)
+    const kills = (x) => (x.seg.kill_rate !== null && x.seg.kill_rate !== undefined ? x.seg.kill_rate : Array.isArray(x.seg.kill_rate_bounds) ? x.seg.kill_rate_bounds[1] : 0);
+    const worst = [...bySegment.values()].filter((x) => kills(x) > 0).sort((a, b) => kills(b) - kills(a))[0];
+    auto = worst ? [worst] : [];
+  }
+  for (const x of auto.slice(0, AUTO_OPEN)) {
+    x.details.open = true;
+    load(x.seg, x.body);
+  }
+  const element = h('div', { id: 'distributions' },
+    ui.note('The load test’s latency per segment on a log time axis, with its p99, p999 and timeout, and the share of samples slower than the timeout as the server counted it' +
+      (oldId ? '; the live baseline ' + oldId + '’s distribution dashed beside it' : '') +
+      '. A segment’s plot is drawn when it is opened.'),
+    items);
+  return {
+    element,
+    has: (segment) => bySegment.has(segment),
+    /** Opens a segment's plot and brings it into view (from a finding). */
+    show(segment) {
+      const x = bySegment.get(segment);
+      if (!x) return;
+      x.details.open = true;
+      load(x.seg, x.body);
+      x.details.scrollIntoView({ block: 'start' });
+      x.details.querySelector('summary').focus({ preventScroll: true });
+    },
+  };
 }
 
 /** A canary selector in words. */
