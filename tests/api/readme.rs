@@ -70,6 +70,7 @@ fn the_quickstart_runs_as_written() {
         "checkout-topology-b-inverted.json",
         "--canary 10%",
         "rollout abort",
+        "baseline whatif",
     ] {
         assert!(
             script.contains(needed),
@@ -150,9 +151,9 @@ fn the_quickstart_runs_as_written() {
     // What the prose around the blocks says they show.
     for expect in [
         // run A's draft: inventory 44 / 208, payment 390, user 9, no error finding
-        "│ order->inventory ┆ stable   ┆ p99_plus10  ┆  100000 ┆  unknown ┆  40 ┆  150 ┆      44 ┆    208 │",
-        "│ order->payment   ┆ volatile ┆ p999_plus30 ┆  100000 ┆  unknown ┆ 210 ┆  300 ┆     390 ┆    390 │",
-        "│ order->user      ┆ stable   ┆ p99_plus10  ┆  100000 ┆  unknown ┆   8 ┆   20 ┆       9 ┆      9 │",
+        "│ order->inventory ┆ stable   ┆ p99_plus10  ┆  100000 ┆  unknown ┆  40 ┆  150 ┆      44 ┆    208 ┆",
+        "│ order->payment   ┆ volatile ┆ p999_plus30 ┆  100000 ┆  unknown ┆ 210 ┆  300 ┆     390 ┆    390 ┆",
+        "│ order->user      ┆ stable   ┆ p99_plus10  ┆  100000 ┆  unknown ┆   8 ┆   20 ┆       9 ┆      9 ┆",
         "findings: none",
         // C drifts: payment 390 → 507
         "dry run:       nothing stored (no run, no draft)",
@@ -167,6 +168,12 @@ fn the_quickstart_runs_as_written() {
         "canary:          baking",
         "canary:          aborted",
         "reason:          aborted by abe: not this week",
+        // the seed's incident: inventory pinned at 100 ms kills a quarter of its calls
+        "order->inventory: the 100 ms timeout (pinned) kills 25 % of the load test's calls \
+         (2500 of 10000 samples were slower; p99 180 ms, p999 420 ms), above 10 %",
+        "25 % (1.25 attempts/call)",
+        "25 % of the load test's calls (2500 of 10000 samples slower)",
+        "1 % of the load test's calls (100 of 10000 samples slower)",
     ] {
         assert!(
             stdout.contains(expect),
