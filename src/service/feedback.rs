@@ -275,11 +275,12 @@ pub async fn production_draft(
                     p99_ms: us_to_ms(l.p99_us),
                     p999_ms: us_to_ms(l.p999_us),
                     // Production drafts keep the merged histogram: their kill rates are the
-                    // fleet's own.
-                    distribution: Some(budget_core::Distribution::Histogram {
-                        hdr: base64::engine::general_purpose::STANDARD
-                            .encode(hdr::encode(&sum.latency)),
-                    }),
+                    // fleet's own (left out in the unlikely case it is past a run's limit).
+                    distribution: Some(
+                        base64::engine::general_purpose::STANDARD.encode(hdr::encode(&sum.latency)),
+                    )
+                    .filter(|b64| b64.len() <= budget_core::run::MAX_HISTOGRAM_BASE64)
+                    .map(|hdr| budget_core::Distribution::Histogram { hdr }),
                 });
             }
             // The root's measurement is optional, as in any run.

@@ -704,6 +704,25 @@ async fn a_draft_from_production_names_its_window_and_agents() {
         (249.9..=250.2).contains(&payment["p999_ms"].as_f64().unwrap()),
         "{payment}"
     );
+    // The draft keeps the fleet's merged histogram: its kill rates are production's own. Every
+    // payment call took 250 ms, under its 325 ms timeout; what-if at 200 ms kills them all.
+    assert_eq!(payment["kill_rate"].as_f64(), Some(0.0), "{payment}");
+    let whatif = app
+        .get(
+            &format!(
+                "/api/v1/baselines/{}/whatif?segment=order->payment&timeout_ms=200",
+                draft["id"].as_str().unwrap()
+            ),
+            ADMIN_TOKEN,
+        )
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(
+        (whatif["kill_rate"].as_f64(), whatif["samples"].as_u64()),
+        (Some(1.0), Some(1000)),
+        "{whatif}"
+    );
     let run_id = draft["run_id"].as_str().unwrap();
     let run = app
         .get(

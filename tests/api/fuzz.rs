@@ -1,6 +1,6 @@
 //! Robustness harness (issue 10): a fixed-seed stream of malformed and mutated requests to every
 //! HTTP endpoint (the OpenAPI document's paths, the console, unknown routes) and every upload
-//! format (`?format=locust|oha|k6|jmeter|hdrhistogram|wrk2|artillery|autocannon|k6_points`,
+//! format (`?format=locust|oha|k6|jmeter|hdrhistogram|wrk2|artillery|autocannon|k6_points|locust_json`,
 //! mutating the real fixtures under `tests/fixtures/`: truncated, flipped bytes, huge numbers, NaN, deep nesting, wrong content
 //! types, random methods, long and many headers, broken multipart). Whatever arrives, budgetd
 //! answers: never a 5xx, never a dropped connection (a panicking handler drops it), every error
@@ -41,7 +41,7 @@ fn env_u64(name: &str) -> Option<u64> {
     }
 }
 
-const FORMATS: [&str; 9] = [
+const FORMATS: [&str; 10] = [
     "locust",
     "oha",
     "k6",
@@ -51,6 +51,7 @@ const FORMATS: [&str; 9] = [
     "artillery",
     "autocannon",
     "k6_points",
+    "locust_json",
 ];
 
 /// Real outputs of every load tool, by format.
@@ -72,6 +73,7 @@ fn fixtures(format: &str) -> Vec<Vec<u8>> {
             "wrk2/wrk-plain.txt",
         ],
         "artillery" => &["artillery/report.json"],
+        "locust_json" => &["locust/shop.json", "locust/idle.json"],
         "autocannon" => &["autocannon/inventory.json", "autocannon/payment-rate.json"],
         "k6_points" => &[
             "k6/points-small.csv",
@@ -660,6 +662,7 @@ fn upload_case(rng: &mut StdRng, ctx: &Ctx) -> Case {
             "artillery",
             "autocannon",
             "k6_points",
+            "locust_json",
             "native",
         ],
     );

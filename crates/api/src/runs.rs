@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct UploadQuery {
-    /// `native`, `locust`, `oha`, `k6`, `k6_points`, `artillery`, `autocannon`, `jmeter`,
+    /// `native`, `locust`, `locust_json`, `oha`, `k6`, `k6_points`, `artillery`, `autocannon`, `jmeter`,
     /// `hdrhistogram` or `wrk2`; absent: detected from the content (a JSON body that is no load
     /// tool's document is `native`).
     pub format: Option<String>,

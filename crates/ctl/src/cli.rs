@@ -179,7 +179,7 @@ pub enum RunCommand {
         /// `inventory=oha-inventory.json`; without it the file name's stem is the label.
         #[arg(required = true, value_name = "FILE")]
         files: Vec<String>,
-        /// native, locust, oha, k6, k6_points, artillery, autocannon, jmeter, hdrhistogram or
+        /// native, locust, locust_json, oha, k6, k6_points, artillery, autocannon, jmeter, hdrhistogram or
         /// wrk2 [default: detected]
         #[arg(long)]
         format: Option<String>,

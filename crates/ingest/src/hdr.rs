@@ -35,6 +35,11 @@ impl Recorder {
         self.hist.saturating_record(us.clamp(1, MAX_US));
     }
 
+    /// Records `count` latencies of `us` microseconds (clamped as [`Self::record_us`]).
+    pub fn record_n_us(&mut self, us: u64, count: u64) {
+        self.hist.saturating_record_n(us.clamp(1, MAX_US), count);
+    }
+
     pub fn record_failure(&mut self) {
         self.failures += 1;
     }

@@ -12,7 +12,7 @@
 //! bytes, SHA-256 and size); [`hdr`] and [`mapping`] are the percentile recorder and the
 //! label → segment mapping. budget-core does not depend on this crate, nor does the agent.
 //!
-//! **JSON summaries** (oha, k6) are the exception to "flat": a summary is one JSON document whose
+//! **JSON summaries** (oha, k6, Artillery, autocannon, Locust's `--json`) are the exception to "flat": a summary is one JSON document whose
 //! errors quote its text, so it is collected whole — up to [`MAX_JSON_SUMMARY_BYTES`] (4 MiB; real
 //! summaries are a few KiB). The push that would take an input past the cap is refused with an
 //! [`IngestError`] naming the limit, and nothing past it is ever held. The text is then read into
@@ -38,7 +38,7 @@ use budget_core::distribution::Distribution;
 
 use serde::{Deserialize, Serialize};
 
-/// Largest JSON tool summary (oha, k6) accepted, in bytes: 4 MiB. Real summaries are a few KiB (a
+/// Largest JSON tool summary (oha, k6, Artillery, autocannon, Locust's `--json`) accepted, in bytes: 4 MiB. Real summaries are a few KiB (a
 /// k6 summary with a hundred sub-metrics stays well under 1 MiB); a larger input is refused by the
 /// push that would cross the cap, with an [`IngestError`] naming it.
 pub const MAX_JSON_SUMMARY_BYTES: usize = 4 << 20;
@@ -51,6 +51,8 @@ pub enum Format {
     Native,
     /// Locust `*_stats.csv`.
     Locust,
+    /// Locust's final stats as JSON (`locust --json` on stdout, or `--json-file`).
+    LocustJson,
     /// oha `--json` output (one endpoint per file).
     Oha,
     /// k6 `--summary-export` or `handleSummary()` JSON.
@@ -70,9 +72,10 @@ pub enum Format {
 }
 
 impl Format {
-    pub const ALL: [Format; 10] = [
+    pub const ALL: [Format; 11] = [
         Format::Native,
         Format::Locust,
+        Format::LocustJson,
         Format::Oha,
         Format::K6,
         Format::Jmeter,
@@ -87,6 +90,7 @@ impl Format {
         match self {
             Self::Native => "native",
             Self::Locust => "locust",
+            Self::LocustJson => "locust_json",
             Self::Oha => "oha",
             Self::K6 => "k6",
             Self::Jmeter => "jmeter",
@@ -110,6 +114,9 @@ impl Format {
             Self::Locust => {
                 "Locust's own: nearest-rank over response times it rounds (whole ms below 100 ms, \
                  then 2 significant digits)"
+            }
+            Self::LocustJson => {
+                "nearest-rank over Locust's rounded response times (its response_times histogram)"
             }
             Self::Oha => {
                 "oha's own: exact, the sorted latencies of every response at index ⌊p × n⌋"
@@ -148,6 +155,7 @@ impl Format {
         match self {
             Self::Native => "a native budgetd run (schemas/run.json)",
             Self::Locust => "a Locust stats CSV (*_stats.csv)",
+            Self::LocustJson => "Locust's final stats as JSON (locust --json, or --json-file)",
             Self::Oha => "oha JSON output",
             Self::K6 => "a k6 summary (--summary-export or handleSummary JSON)",
             Self::Jmeter => "a JMeter JTL CSV",
@@ -303,6 +311,7 @@ pub fn parser(format: Format, options: &Options) -> Result<Box<dyn Ingest>, Inge
             "native uploads are JSON documents, not parsed here",
         )),
         Format::Locust => format::locust::parser(options),
+        Format::LocustJson => format::locust_json::parser(options),
         Format::Oha => format::oha::parser(options),
         Format::K6 => format::k6::parser(options),
         Format::Jmeter => format::jmeter::parser(options),
@@ -335,9 +344,10 @@ pub fn looks_like_a_tool(document: &[u8]) -> Option<String> {
 
 /// The format of an input from its first bytes, when exactly one load-tool format matches.
 pub fn detect(head: &[u8]) -> Option<Format> {
-    use format::{artillery, autocannon, hlog, jmeter, k6, locust, oha, wrk2};
+    use format::{artillery, autocannon, hlog, jmeter, k6, locust, locust_json, oha, wrk2};
     let candidates: Vec<Format> = [
         (Format::Locust, locust::sniff as fn(&[u8]) -> bool),
+        (Format::LocustJson, locust_json::sniff),
         (Format::Oha, oha::sniff),
         (Format::K6, k6::sniff),
         (Format::Jmeter, jmeter::sniff),

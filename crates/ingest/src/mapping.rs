@@ -126,7 +126,9 @@ pub fn to_upload(
                 .cloned()
                 .or_else(|| by_topology(&stats.label));
             let Some(segment) = target else {
-                if file.format == Format::Locust && stats.label == "Aggregated" {
+                if matches!(file.format, Format::Locust | Format::LocustJson)
+                    && stats.label == "Aggregated"
+                {
                     mapping.ignored.push(stats.label.clone());
                 } else {
                     mapping.unmapped.push(stats.label.clone());
@@ -388,6 +390,21 @@ mod tests {
             m.ends_with("topology: \"labels\": [\"/inventory\"] on segment order->inventory"),
             "{m}"
         );
+    }
+
+    /// Locust's `Aggregated` is ignored in its JSON as in its CSV (Locust 2.47 writes none in
+    /// the JSON, an older or edited file may); another format's label of that name is not.
+    #[test]
+    fn locust_json_aggregated_is_ignored_too() {
+        let f = fail(
+            &[file(Format::LocustJson, &["/inventory", "Aggregated"])],
+            &[],
+        );
+        assert_eq!(f.mapping.unmapped, ["/inventory"]);
+        assert_eq!(f.mapping.ignored, ["Aggregated"]);
+        let f = fail(&[file(Format::Jmeter, &["Aggregated"])], &[]);
+        assert_eq!(f.mapping.unmapped, ["Aggregated"]);
+        assert!(f.mapping.ignored.is_empty());
     }
 
     #[test]

@@ -37,6 +37,7 @@ macro_rules! fixture {
 pub(crate) const FIXTURES: &[Fixture] = &[
     fixture!(Locust, "locust/shop_stats.csv"),
     fixture!(Locust, "locust/idle_stats.csv"),
+    fixture!(LocustJson, "locust/shop.json"),
     fixture!(Oha, "oha/inventory.json"),
     fixture!(Oha, "oha/payment.json"),
     fixture!(Oha, "oha/user.json"),

@@ -106,7 +106,7 @@ fn read_error(name: Option<&str>, e: ReadError) -> ApiError {
     match e {
         ReadError::Undetected => ApiError::validation(
             format!(
-                "{prefix}cannot tell the load-test format from the content; pass ?format=locust|oha|k6|k6_points|artillery|autocannon|jmeter|hdrhistogram|wrk2"
+                "{prefix}cannot tell the load-test format from the content; pass ?format=locust|locust_json|oha|k6|k6_points|artillery|autocannon|jmeter|hdrhistogram|wrk2"
             ),
             json!({"file": name}),
         ),

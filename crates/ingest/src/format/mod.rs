@@ -8,6 +8,7 @@ pub mod hlog;
 pub mod jmeter;
 pub mod k6;
 pub mod locust;
+pub mod locust_json;
 pub mod oha;
 pub mod unsupported;
 pub mod wrk2;

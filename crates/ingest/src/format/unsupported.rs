@@ -1,5 +1,5 @@
 //! Files budgetd does not read but can name: another output of a supported tool (Locust's
-//! history CSV or `--json`, oha's or k6's text summary, wrk's or autocannon's text,
+//! history, failures or exceptions CSV, oha's or k6's text summary, wrk's or autocannon's text,
 //! HistogramLogProcessor's `.hgrm`, JMeter's XML), or an archive. [`recognise`] looks at the
 //! first bytes and says what the file is and what to upload instead, so an upload is refused
 //! with that rather than "cannot tell the load-test format". Each check is specific to one
@@ -55,15 +55,6 @@ pub fn recognise(head: &[u8]) -> Option<Unsupported> {
     }
     let text = String::from_utf8_lossy(head);
     let trimmed = text.trim_start();
-    if trimmed.starts_with('[')
-        && contains(head, b"\"num_requests\"")
-        && contains(head, b"\"response_times\"")
-    {
-        return found(
-            "Locust's final statistics as JSON (--json)",
-            "run Locust with --csv PREFIX and upload PREFIX_stats.csv",
-        );
-    }
     if trimmed.starts_with("<?xml") || trimmed.starts_with("<testResults") {
         if contains(head, b"<testResults") {
             return found(
@@ -146,10 +137,6 @@ mod tests {
             (b"Method,Name,Error,Occurrences\nGET,/a,500,3\n", "failures list"),
             (b"Count,Message,Traceback,Nodes\n", "exceptions"),
             (
-                b"[\n    {\n        \"name\": \"/inventory\",\n        \"method\": \"GET\",\n        \"num_requests\": 600,\n        \"response_times\": {\"4\": 12}\n    }\n]\n",
-                "--json",
-            ),
-            (
                 b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testResults version=\"1.2\">\n<httpSample t=\"7\"/>",
                 "JMeter's XML",
             ),
@@ -183,7 +170,15 @@ mod tests {
             assert!(got.what.contains(what), "{got:?} / {what}");
             assert!(!got.instead.is_empty());
         }
-        for head in [&b""[..], b"hello\nworld\n", b"{\"segments\": []}"] {
+        // Locust's `--json` output is read (format locust_json), no longer refused.
+        let locust_json: &[u8] = b"[\n    {\n        \"name\": \"/inventory\",\n        \"method\": \"GET\",\n        \"num_requests\": 600,\n        \"response_times\": {\"4\": 12}\n    }\n]\n";
+        for head in [
+            &b""[..],
+            b"hello\nworld\n",
+            b"{\"segments\": []}",
+            locust_json,
+            b"[]\n",
+        ] {
             assert_eq!(recognise(head), None);
         }
     }

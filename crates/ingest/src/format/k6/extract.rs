@@ -1,6 +1,6 @@
 //! From the members read to per-label statistics: each `http_req_duration` (sub-)metric is a
 //! label, its requests and failures come from the matching `http_reqs` and `http_req_failed`.
-//! The trend's percentiles read are also the label's percentile points.
+//! The trend's percentiles, `min` and `max` are also the label's percentile points.
 
 use super::*;
 use crate::format::percentile_points;
@@ -80,17 +80,26 @@ impl Metric<'_> {
         }
     }
 
-    /// The label's percentile points: every stat read for [`PERCENTILES`] (`med`, `p(N)`) that
-    /// is a plausible number of ms, at its percentile. A stat that is not gives no point (the
-    /// required ones were checked before).
+    /// The label's percentile points: every stat read for [`PERCENTILES`] (`med`, `p(N)`), every
+    /// other `p(N)` kept, `min` as 0 and `max` as 100, each when it is a plausible number of ms.
+    /// A stat that is not gives no point (the required ones were checked before).
     fn points(&self) -> Option<budget_core::distribution::Distribution> {
-        percentile_points(PERCENTILES.iter().zip(&self.values.percentiles).filter_map(
-            |(&percentile, found)| {
-                let (key, v) = found.as_ref()?;
-                let us = self.micros(key, v.as_f64()?).ok()?;
-                Some((percentile, us))
-            },
-        ))
+        let stats = &self.values;
+        let read = PERCENTILES
+            .iter()
+            .zip(&stats.percentiles)
+            .filter_map(|(&percentile, found)| {
+                let (_, v) = found.as_ref()?;
+                Some((percentile, v.as_f64()?))
+            });
+        let extremes = [(0.0, stats.min), (100.0, stats.max)]
+            .into_iter()
+            .filter_map(|(percentile, ms)| Some((percentile, ms?)));
+        percentile_points(
+            read.chain(stats.other_percentiles.iter().copied())
+                .chain(extremes)
+                .filter_map(|(percentile, ms)| Some((percentile, self.micros("", ms).ok()?))),
+        )
     }
 
     /// A required percentile, in µs.

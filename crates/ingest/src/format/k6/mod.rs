@@ -27,6 +27,11 @@
 //! one is an IngestError saying so. A value over one hour (3 600 000 ms) is rejected as implausible
 //! (k6 writes milliseconds: such a value means other units or a broken file).
 //!
+//! **Distribution.** A label's percentile points are the stats above (`med`, `p(99)`,
+//! `p(99.9)`), every other `p(N)` of the trend (N in 0–100, the first 32), `min` as 0 and `max`
+//! as 100, each when a plausible number of ms; the label's p50 / p99 / p99.9 come only from
+//! `med` (or `p(50)`), `p(99)` and `p(99.9)`.
+//!
 //! **Samples** of a label, first found of: the `count` of `http_reqs` with the same tags (a
 //! sub-metric exists only when a threshold names it, e.g. `'http_reqs{name:inventory}': ['count>0']`);
 //! the trend's own `count` stat (`--summary-trend-stats` with `count`); `passes + fails` of
@@ -43,8 +48,9 @@
 //! [`MAX_JSON_SUMMARY_BYTES`](crate::MAX_JSON_SUMMARY_BYTES) (4 MiB; k6 writes a few KiB): the
 //! push that would cross it is refused with an error naming the limit. In `finish` the text is
 //! read member by member: of each `http_req_duration`, `http_reqs` and `http_req_failed`
-//! (sub-)metric only `type`, `contains`, the percentiles read (one key each) and `count`,
-//! `passes`, `fails` are kept, for at most 10 000 such metrics (more is an error: a summary has
+//! (sub-)metric only `type`, `contains`, the percentiles read (one key each), `count`,
+//! `passes`, `fails`, and for the percentile points `min`, `max` and at most 32 other `p(N)`
+//! (16 bytes each) are kept, for at most 10 000 such metrics (more is an error: a summary has
 //! three per endpoint); every other metric and member (`root_group`, `options`, `state`,
 //! thresholds, other stats) is validated and dropped. Errors carry the line (and column) of a
 //! syntax error, or the JSON pointer of the field at fault (e.g.
@@ -276,6 +282,10 @@ impl Fold for MetricData {
 /// The percentiles read from a trend, in this order.
 const PERCENTILES: [f64; 3] = [50.0, 99.0, 99.9];
 
+/// Most other `p(N)` stats of one metric kept as percentile points (k6 writes those of
+/// `--summary-trend-stats`, a handful): with [`MAX_METRICS`], this bounds what is kept.
+const MAX_OTHER_PERCENTILES: usize = 32;
+
 /// The stats of a metric that are read.
 #[derive(Debug, Default)]
 struct Stats {
@@ -285,6 +295,13 @@ struct Stats {
     count: Option<Scalar>,
     passes: Option<Scalar>,
     fails: Option<Scalar>,
+    /// `min` and `max` when numbers (percentile points 0 and 100 of a trend).
+    min: Option<f64>,
+    max: Option<f64>,
+    /// Every other `p(N)` (N in 0–100, not one of [`PERCENTILES`]) whose value is a number, as
+    /// (N, value), the first [`MAX_OTHER_PERCENTILES`] in document order; a stat naming the same
+    /// N again replaces the earlier one (as a repeated key does in a JSON object).
+    other_percentiles: Vec<(f64, f64)>,
 }
 
 impl Stats {
@@ -314,12 +331,20 @@ impl Fold for Stats {
             "count" => &mut self.count,
             "passes" => &mut self.passes,
             "fails" => &mut self.fails,
+            "min" => {
+                self.min = map.next_value::<Scalar>()?.as_f64();
+                return Ok(());
+            }
+            "max" => {
+                self.max = map.next_value::<Scalar>()?.as_f64();
+                return Ok(());
+            }
             _ => {
                 let Some(n) = stat_percentile(&key) else {
                     return skip(map);
                 };
                 let Some(i) = PERCENTILES.iter().position(|p| (n - p).abs() < 1e-9) else {
-                    return skip(map);
+                    return self.other_percentile(n, map);
                 };
                 if !first_in_key_order(&self.percentiles[i], &key) {
                     return skip(map);
@@ -329,6 +354,33 @@ impl Fold for Stats {
             }
         };
         *slot = Some(map.next_value()?);
+        Ok(())
+    }
+}
+
+impl Stats {
+    /// Reads `p(N)` for an N not in [`PERCENTILES`] into [`Stats::other_percentiles`].
+    fn other_percentile<'de, A: MapAccess<'de>>(
+        &mut self,
+        n: f64,
+        map: &mut A,
+    ) -> Result<(), A::Error> {
+        if !(n.is_finite() && (0.0..=100.0).contains(&n)) {
+            return skip(map);
+        }
+        let known = self.other_percentiles.iter().position(|&(p, _)| p == n);
+        if known.is_none() && self.other_percentiles.len() >= MAX_OTHER_PERCENTILES {
+            return skip(map);
+        }
+        let value = map.next_value::<Scalar>()?.as_f64();
+        match (known, value) {
+            (Some(i), Some(v)) => self.other_percentiles[i].1 = v,
+            (Some(i), None) => {
+                self.other_percentiles.remove(i);
+            }
+            (None, Some(v)) => self.other_percentiles.push((n, v)),
+            (None, None) => {}
+        }
         Ok(())
     }
 }

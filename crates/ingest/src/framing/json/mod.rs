@@ -15,7 +15,7 @@
 
 mod fold;
 
-pub(crate) use fold::{first_in_key_order, skip, Fold, Obj, Scalar};
+pub(crate) use fold::{first_in_key_order, skip, Fold, Obj, Scalar, Skip};
 
 use crate::{IngestError, MAX_JSON_SUMMARY_BYTES};
 
@@ -67,10 +67,28 @@ impl JsonBuffer {
 
     /// The top-level object read into `T`, or an error with the line of a syntax error.
     pub(crate) fn parse<T: Fold>(&self) -> Result<T, IngestError> {
+        let text = self.text(json_object_start, "a JSON object")?;
+        match serde_json::from_slice::<Obj<T>>(text) {
+            Ok(Obj::Object(doc)) => Ok(doc),
+            Ok(_) => Err(IngestError::at_line(1, "expected a JSON object")),
+            Err(e) => Err(self.syntax_error(text, &e)),
+        }
+    }
+
+    /// The top-level array read into `T` (whose `Deserialize` reads a sequence, e.g. element by
+    /// element into bounded state), or an error with the line of a syntax error.
+    pub(crate) fn parse_array<T: serde::de::DeserializeOwned>(&self) -> Result<T, IngestError> {
+        let text = self.text(json_array_start, "a JSON array")?;
+        serde_json::from_slice::<T>(text).map_err(|e| self.syntax_error(text, &e))
+    }
+
+    /// The collected text from where `start` finds the document (after a UTF-8 BOM), or the
+    /// error for an empty input or one that does not start with `what`.
+    fn text(&self, start: fn(&[u8]) -> Option<&[u8]>, what: &str) -> Result<&[u8], IngestError> {
         if self.over {
             return Err(self.too_large());
         }
-        let Some(start) = json_object_start(&self.buf) else {
+        let Some(start) = start(&self.buf) else {
             return Err(
                 if self.buf.iter().all(u8::is_ascii_whitespace) || self.buf == b"\xEF\xBB\xBF" {
                     IngestError::new(format!("empty input: expected {} JSON", self.format))
@@ -78,37 +96,35 @@ impl JsonBuffer {
                     let line = first_content_line(&self.buf);
                     IngestError::at_line(
                         line,
-                        format!("expected a JSON object ({} summary) here", self.format),
+                        format!("expected {what} ({} summary) here", self.format),
                     )
                 },
             );
         };
         let bom = self.buf.len() - start.len();
-        let text = &self.buf[bom..];
-        match serde_json::from_slice::<Obj<T>>(text) {
-            Ok(Obj::Object(doc)) => Ok(doc),
-            Ok(_) => Err(IngestError::at_line(1, "expected a JSON object")),
-            Err(e) => {
-                let what = if e.is_eof() {
-                    "truncated JSON"
-                } else {
-                    "invalid JSON"
-                };
-                let mut err = IngestError::at_line(
-                    e.line() as u64,
-                    format!(
-                        "{what} ({} summary), column {}: {}",
-                        self.format,
-                        e.column(),
-                        strip_position(&e)
-                    ),
-                );
-                if let Some(key) = last_key_before(text, e.line(), e.column()) {
-                    err = err.field(key);
-                }
-                Err(err)
-            }
+        Ok(&self.buf[bom..])
+    }
+
+    /// A syntax error of serde_json, with its line, column and the last key before it.
+    fn syntax_error(&self, text: &[u8], e: &serde_json::Error) -> IngestError {
+        let what = if e.is_eof() {
+            "truncated JSON"
+        } else {
+            "invalid JSON"
+        };
+        let mut err = IngestError::at_line(
+            e.line() as u64,
+            format!(
+                "{what} ({} summary), column {}: {}",
+                self.format,
+                e.column(),
+                strip_position(e)
+            ),
+        );
+        if let Some(key) = last_key_before(text, e.line(), e.column()) {
+            err = err.field(key);
         }
+        err
     }
 
     /// Adds the line of the field an error names (a JSON pointer) when it has none: the line of
@@ -122,9 +138,28 @@ impl JsonBuffer {
             return err;
         }
         let text = &self.buf[..];
-        let (mut range, mut found) = (0..text.len(), None);
+        let bom = if text.starts_with(b"\xEF\xBB\xBF") {
+            3
+        } else {
+            0
+        };
+        let (mut range, mut found) = (bom..text.len(), None);
         for part in path.split('/') {
             let key = part.replace("~1", "/").replace("~0", "~");
+            // An index into an array (Locust's top-level list of entries): that element.
+            let open = text[range.clone()]
+                .iter()
+                .position(|b| !b.is_ascii_whitespace())
+                .map(|at| range.start + at)
+                .filter(|&at| text[at] == b'[');
+            if let (Some(open), Ok(index)) = (open, key.parse::<usize>()) {
+                let Some(element) = array_element(text, open, index) else {
+                    break;
+                };
+                found = Some(element.start);
+                range = element;
+                continue;
+            }
             let Ok(needle) = serde_json::to_string(&key) else {
                 break;
             };
@@ -164,6 +199,46 @@ fn find_key(text: &[u8], needle: &[u8]) -> Option<(usize, std::ops::Range<usize>
     }
 }
 
+/// The range of element `index` of the array whose `[` is at `open`, from its first byte.
+/// Lenient, as [`value_end`].
+fn array_element(text: &[u8], open: usize, index: usize) -> Option<std::ops::Range<usize>> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let (mut current, mut start) = (0usize, None::<usize>);
+    for (i, &b) in text.iter().enumerate().skip(open + 1) {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        if depth == 0 && start.is_none() && current == index && !b.is_ascii_whitespace() {
+            if b == b']' {
+                return None;
+            }
+            start = Some(i);
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' if depth > 0 => depth -= 1,
+            b']' | b',' if depth == 0 => {
+                if let Some(start) = start {
+                    return Some(start..i);
+                }
+                if b == b']' {
+                    return None;
+                }
+                current += 1;
+            }
+            _ => {}
+        }
+    }
+    start.map(|start| start..text.len())
+}
+
 /// Where the JSON value starting at (or after whitespace from) `from` ends: past its closing
 /// bracket for an object or array, else at the next `,`, `}` or `]` outside strings. Lenient:
 /// the text was already parsed, this only has to bound a search.
@@ -196,6 +271,13 @@ pub(crate) fn json_object_start(head: &[u8]) -> Option<&[u8]> {
     let head = head.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(head);
     let start = head.iter().position(|b| !b.is_ascii_whitespace())?;
     (head[start] == b'{').then_some(head)
+}
+
+/// The input (after a UTF-8 BOM), when its first byte other than whitespace is `[`.
+pub(crate) fn json_array_start(head: &[u8]) -> Option<&[u8]> {
+    let head = head.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(head);
+    let start = head.iter().position(|b| !b.is_ascii_whitespace())?;
+    (head[start] == b'[').then_some(head)
 }
 
 pub(crate) fn contains(hay: &[u8], needle: &[u8]) -> bool {
