@@ -177,7 +177,7 @@ async fn a_dry_run_stores_nothing(app: &TestApp) {
     }
     assert!(
         out.stdout.contains(
-            "│ order->payment   ┆ volatile ┆ p999_plus30 ┆     419 ┆       18 ┆  68 ┆   81 ┆     106 ┆    106 │"
+            "│ order->payment   ┆ volatile ┆ p999_plus30 ┆     419 ┆       18 ┆  68 ┆   81 ┆     106 ┆    106 ┆"
         ),
         "{}",
         out.stdout

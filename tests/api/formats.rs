@@ -79,6 +79,13 @@ fn uploads() -> Vec<(&'static str, Upload)> {
             },
         ),
         (
+            "locust-json",
+            Upload::Raw {
+                query: "",
+                body: fixture("locust/shop.json"),
+            },
+        ),
+        (
             "jmeter",
             Upload::Raw {
                 query: "?format=jmeter",
@@ -172,13 +179,49 @@ fn uploads() -> Vec<(&'static str, Upload)> {
 }
 
 /// What a draft says, without ids and times.
+/// What a tool upload and its native equivalent share: everything but what the tool's stored
+/// distribution adds (kill rates and their finding), which the native percentiles cannot carry.
 fn essence(doc: &Value) -> Value {
+    let mut segments = doc["segments"].clone();
+    for s in segments.as_array_mut().unwrap() {
+        let s = s.as_object_mut().unwrap();
+        for kill in ["kill_rate", "kill_rate_bounds", "attempts_per_call"] {
+            s.remove(kill);
+        }
+    }
+    let findings: Vec<&Value> = doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["check"] != "timeout_kill_rate")
+        .collect();
     json!({
-        "segments": doc["segments"],
-        "findings": doc["findings"],
+        "segments": segments,
+        "findings": findings,
         "reason": doc["reason"],
         "drift": doc["drift"],
     })
+}
+
+/// Every non-root segment of a tool's draft says what its timeout kills: exactly for formats
+/// with raw samples or histograms, as bounds for summaries.
+fn assert_kill_rates(name: &str, doc: &Value) {
+    let exact = ["jmeter", "hdrhistogram", "k6-points", "locust-json"]
+        .iter()
+        .any(|f| name.starts_with(f));
+    for s in doc["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| !s["parent"].is_null())
+    {
+        let (rate, bounds) = (&s["kill_rate"], &s["kill_rate_bounds"]);
+        if exact {
+            assert!(rate.is_f64() && bounds.is_null(), "{name}: {s}");
+        } else {
+            assert!(rate.is_null() && bounds.is_array(), "{name}: {s}");
+        }
+    }
 }
 
 async fn every_format_equals_native(app: &TestApp) {
@@ -234,6 +277,7 @@ async fn every_format_equals_native(app: &TestApp) {
             essence(&native_doc),
             "{name}: drafts differ"
         );
+        assert_kill_rates(name, &tool_doc);
         let run = app
             .get(
                 &format!(

@@ -671,3 +671,57 @@ async fn real_fixtures_kill_what_their_samples_say() {
     assert!(checked >= 20, "{checked} timeouts checked");
     app.stop().await;
 }
+
+/// Locust's final JSON keeps its `response_times` histogram whole: what-if at every whole
+/// millisecond equals the share of the file's own counts above it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locust_json_response_times_are_the_distribution() {
+    let app = spawn_app(Backend::Sqlite).await.unwrap();
+    let p = app.people().await;
+    app.apply_topology(&p.uploader, "checkout", &labelled_topology().to_string())
+        .await
+        .expect(201);
+    let file: Value = serde_json::from_slice(&fixture("locust/shop.json")).unwrap();
+    let up = send(
+        &app,
+        &p.uploader,
+        "checkout",
+        &Upload::Raw {
+            query: "",
+            body: fixture("locust/shop.json"),
+        },
+    )
+    .await
+    .expect(201)
+    .json();
+    assert_eq!(up["format"], "locust_json", "detected: {up}");
+    let id = up["baseline_id"].as_str().unwrap().to_owned();
+    let mut checked = 0;
+    for entry in file.as_array().unwrap() {
+        let counts: Vec<(f64, u64)> = entry["response_times"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(ms, n)| (ms.parse().unwrap(), n.as_u64().unwrap()))
+            .collect();
+        let total: u64 = counts.iter().map(|(_, n)| n).sum();
+        let slowest = counts.iter().map(|(ms, _)| *ms as u64).max().unwrap();
+        let seg = format!("order->{}", entry["name"].as_str().unwrap());
+        for timeout in 1..=slowest + 1 {
+            let slower: u64 = counts
+                .iter()
+                .filter(|(ms, _)| *ms > timeout as f64)
+                .map(|(_, n)| n)
+                .sum();
+            let w = whatif(&app, &id, &seg, timeout).await;
+            assert_eq!(
+                (w["killed"].as_u64(), w["samples"].as_u64()),
+                (Some(slower), Some(total)),
+                "{seg} at {timeout} ms"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 100, "{checked}");
+    app.stop().await;
+}
