@@ -1030,3 +1030,47 @@ async fn sqlite_rollouts_contract() {
 async fn postgres_rollouts_contract() {
     rollouts_contract(Backend::Postgres).await;
 }
+
+/// A write abandoned at any point (a request timed out, a client gone) leaves the store
+/// usable: the next write on every pooled connection works. sqlx's `begin` is not cancel-safe
+/// (a BEGIN sent but not yet answered when its future is dropped left the connection inside a
+/// transaction, and every later write on it failed), so the store begins in a task of its own.
+async fn abandoned_writes_leave_the_store_usable(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = store::connect(&db.url).await.unwrap();
+    let mut cancelled = 0;
+    for i in 0..400u64 {
+        let mut t = topology();
+        t.entry_budget_ms = 800 + i;
+        // Dropped after 0–199 µs: before, during or after its BEGIN.
+        let write = store.put_topology("checkout", &t, audit("uma"));
+        if tokio::time::timeout(std::time::Duration::from_micros(i % 200), write)
+            .await
+            .is_err()
+        {
+            cancelled += 1;
+        }
+    }
+    assert!(cancelled > 50, "only {cancelled} writes were abandoned");
+    // Every connection of the pool takes a write again.
+    for i in 0..32u64 {
+        let mut t = topology();
+        t.entry_budget_ms = 10_000 + i;
+        store
+            .put_topology("checkout", &t, audit("uma"))
+            .await
+            .unwrap_or_else(|e| panic!("write {i} after abandoned ones: {e}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_abandoned_writes_leave_the_store_usable() {
+    abandoned_writes_leave_the_store_usable(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_abandoned_writes_leave_the_store_usable() {
+    abandoned_writes_leave_the_store_usable(Backend::Postgres).await;
+}

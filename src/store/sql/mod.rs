@@ -113,16 +113,40 @@ impl SqlStore {
     /// Begins a write transaction. On SQLite it takes the write lock at once (`BEGIN
     /// IMMEDIATE`): a deferred transaction that reads before it writes fails with
     /// `SQLITE_BUSY` when another connection commits in between, and no busy timeout helps.
+    ///
+    /// The BEGIN runs in a task of its own, so a caller abandoned while it is in flight (a
+    /// request timed out, a client gone) cannot leave a pooled connection inside a transaction:
+    /// sqlx's `begin` is not cancel-safe (a BEGIN sent but not yet answered when its future is
+    /// dropped left the connection in a transaction, and every later write on it failed). The
+    /// task finishes the BEGIN; the transaction it returns, dropped unused, rolls back.
     async fn begin(&self) -> StoreResult<Tx> {
-        Ok(match self.backend {
-            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
-            Backend::Postgres => self.pool.begin().await?,
+        let (pool, backend) = (self.pool.clone(), self.backend);
+        Self::detached(async move {
+            match backend {
+                Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await,
+                Backend::Postgres => pool.begin().await,
+            }
         })
+        .await
     }
 
-    /// Begins a transaction that only reads: it takes no write lock, so writers go on.
+    /// Begins a transaction that only reads: it takes no write lock, so writers go on. In a task
+    /// of its own, as [`Self::begin`].
     async fn begin_read(&self) -> StoreResult<Tx> {
-        Ok(self.pool.begin().await?)
+        let pool = self.pool.clone();
+        Self::detached(async move { pool.begin().await }).await
+    }
+
+    /// Runs a transaction's BEGIN to its end whatever happens to the caller.
+    async fn detached(
+        begin: impl std::future::Future<Output = Result<Tx, sqlx::Error>> + Send + 'static,
+    ) -> StoreResult<Tx> {
+        match tokio::spawn(begin).await {
+            Ok(tx) => Ok(tx?),
+            Err(e) => Err(StoreError::Internal(anyhow::anyhow!(
+                "beginning a transaction: {e}"
+            ))),
+        }
     }
 }
 
