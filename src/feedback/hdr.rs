@@ -15,6 +15,10 @@ use hdrhistogram::Histogram;
 pub const MAX_HDR_BYTES: usize = 64 * 1024;
 /// Largest inflated histogram (header and counts).
 pub const MAX_INFLATED: usize = 1024 * 1024;
+/// Most significant figures a histogram may have: 3, as every agent and load-tool reader of
+/// budgetd records; it bounds a decoded histogram to about 23,500 buckets (values up to two
+/// hours), whatever the sender claims.
+pub const MAX_FIGURES: u32 = 3;
 /// Latencies are microseconds; nothing above an hour is tracked.
 pub const MAX_LATENCY_US: u64 = 3_600_000_000;
 
@@ -166,12 +170,13 @@ pub fn decode_named(bytes: &[u8], name: &str) -> Result<Sparse, String> {
     let lowest = be_u64(&inflated, 16).unwrap_or(0);
     let highest = be_u64(&inflated, 24).unwrap_or(u64::MAX);
     if payload != inflated.len() - V2_HEADER
-        || !(1..=5).contains(&figures)
+        || !(1..=MAX_FIGURES).contains(&figures)
         || lowest == 0
         || highest > MAX_LATENCY_US.saturating_mul(2)
     {
         return Err(format!(
-            "{name}: 1-5 significant figures and values up to {MAX_LATENCY_US} µs"
+            "{name}: 1-{MAX_FIGURES} significant figures and values up to {MAX_LATENCY_US} µs \
+             (budgetd's agents and load-tool readers record 3)"
         ));
     }
     if be_u32(&inflated, 8) != Some(0) {
@@ -183,26 +188,28 @@ pub fn decode_named(bytes: &[u8], name: &str) -> Result<Sparse, String> {
         format!("{name}: its lowest value and significant figures do not fit 64 bits")
     })?;
     let mut buckets = Vec::new();
-    let (mut at, mut index) = (V2_HEADER, 0u64);
+    let (mut at, mut index, mut total) = (V2_HEADER, 0u64, 0u64);
+    let beyond = || format!("{name}: a count lies beyond the histogram's range");
     while at < inflated.len() {
         let (raw, took) =
             leb128(&inflated[at..]).ok_or_else(|| format!("{name}: a count is cut short"))?;
         at += took;
         let n = ((raw >> 1) as i64) ^ -((raw & 1) as i64);
         if n < 0 {
-            index = index.saturating_add(n.unsigned_abs());
+            index = index.checked_add(n.unsigned_abs()).ok_or_else(beyond)?;
             continue;
         }
         if n > 0 {
-            let value = layout
-                .value_of(index)
-                .ok_or_else(|| format!("{name}: a count lies beyond the histogram's range"))?;
+            let value = layout.value_of(index).ok_or_else(beyond)?;
             if value > MAX_LATENCY_US.saturating_mul(2) {
                 return Err(format!("{name}: values up to {MAX_LATENCY_US} µs"));
             }
+            total = total
+                .checked_add(n as u64)
+                .ok_or_else(|| format!("{name}: its counts add up past 2^64"))?;
             buckets.push((value, n as u64));
         }
-        index += 1;
+        index = index.checked_add(1).ok_or_else(beyond)?;
     }
     Ok(Sparse { buckets })
 }
@@ -286,5 +293,58 @@ mod tests {
         bytes.truncate(n - 3);
         assert!(decode(&bytes).is_err());
         assert!(decode(&[]).unwrap().is_empty());
+    }
+
+    /// V2 compressed bytes written by hand: a header with `figures`, lowest 1 and highest 1 h,
+    /// then `counts` as zigzag LEB128 (negative: a run of empty buckets).
+    fn raw_v2(figures: u32, counts: &[i64]) -> Vec<u8> {
+        use std::io::Write;
+        let mut payload = Vec::new();
+        for &c in counts {
+            let mut z = ((c << 1) ^ (c >> 63)) as u64;
+            loop {
+                let byte = (z & 0x7f) as u8;
+                z >>= 7;
+                if z == 0 {
+                    payload.push(byte);
+                    break;
+                }
+                payload.push(byte | 0x80);
+            }
+        }
+        let mut inflated = Vec::new();
+        inflated.extend(V2_COOKIE.to_be_bytes());
+        inflated.extend((payload.len() as u32).to_be_bytes());
+        inflated.extend(0u32.to_be_bytes());
+        inflated.extend(figures.to_be_bytes());
+        inflated.extend(1u64.to_be_bytes());
+        inflated.extend(MAX_LATENCY_US.to_be_bytes());
+        inflated.extend(1f64.to_bits().to_be_bytes());
+        inflated.extend(payload);
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(&inflated).unwrap();
+        let body = z.finish().unwrap();
+        let mut out = Vec::new();
+        out.extend(V2_COMPRESSED_COOKIE.to_be_bytes());
+        out.extend((body.len() as u32).to_be_bytes());
+        out.extend(body);
+        out
+    }
+
+    /// Found by attacking the server: skips that overflow the bucket index panicked the decoder
+    /// (debug) or wrapped it (release); counts that add up past 2^64 made kill rates wrong; five
+    /// significant figures let one small histogram decode into a million buckets.
+    #[test]
+    fn hostile_counts_and_skips_are_refused() {
+        assert_eq!(decode(&raw_v2(3, &[0, 2, 3])).unwrap().len(), 5);
+        let skips = raw_v2(3, &[i64::MIN + 1, i64::MIN + 1, 0, 0]);
+        let err = decode(&skips).unwrap_err();
+        assert!(err.contains("beyond the histogram's range"), "{err}");
+        let huge = raw_v2(3, &[i64::MAX, i64::MAX, i64::MAX]);
+        let err = decode(&huge).unwrap_err();
+        assert!(err.contains("past 2^64"), "{err}");
+        let fine = raw_v2(5, &[1; 100]);
+        let err = decode(&fine).unwrap_err();
+        assert!(err.contains("1-3 significant figures"), "{err}");
     }
 }

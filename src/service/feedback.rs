@@ -26,6 +26,9 @@ use crate::store::StoredBaseline;
 
 /// Most windows in one Report (an agent with 100 segments and 11 minutes kept is 1 100).
 pub const MAX_WINDOWS: usize = 4096;
+/// Most decoded histogram buckets one report may hold (16 bytes each: 16 MiB); windows past it
+/// are skipped, as refused windows are, and the agent sends them again.
+pub const MAX_REPORT_BUCKETS: usize = 1 << 20;
 /// A window may end this long before it reaches the server (SPEC §8: 10 minutes late).
 pub const MAX_LATENESS_MS: i64 = 10 * 60_000;
 /// Clocks differ: a window may start this far in the server's future.
@@ -189,9 +192,20 @@ pub async fn report(
     let total = windows.len() as u64;
     let mut accepted = Vec::with_capacity(windows.len());
     let mut first_refusal = None;
+    // Decoded histograms are held until the merge: their buckets are bounded per report.
+    let mut buckets = 0usize;
     for w in windows {
         match check_window(&hub, w, now_ms) {
-            Ok(w) => accepted.push(w),
+            Ok(w) if buckets + w.latency.buckets.len() > MAX_REPORT_BUCKETS => {
+                first_refusal.get_or_insert(format!(
+                    "the report's histograms hold more than {MAX_REPORT_BUCKETS} buckets; send \
+                     the rest in another report"
+                ));
+            }
+            Ok(w) => {
+                buckets += w.latency.buckets.len();
+                accepted.push(w);
+            }
             Err(reason) => {
                 first_refusal.get_or_insert(reason);
             }
