@@ -751,3 +751,41 @@ async fn a_draft_from_production_names_its_window_and_agents() {
         .contains("production"));
     app.stop().await;
 }
+
+/// A Report's decoded histograms are bounded together: windows past 2^20 buckets are skipped
+/// (and counted as not accepted, so the agent sends them again), where every window's buckets
+/// were held until the merge — gigabytes from one agent token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_holds_a_bounded_number_of_buckets() {
+    let app = fast_app(Backend::Sqlite).await.unwrap();
+    let token = published_with_agent(&app, "order-1").await;
+    // Every bucket of a 3-digit histogram from 1 µs to about 17 minutes: ~21,000 buckets.
+    let mut wide = hdrhistogram::Histogram::<u64>::new(3).unwrap();
+    let mut v = 1u64;
+    while v < 1_000_000_000 {
+        wide.record(v).unwrap();
+        v = wide.next_non_equivalent(v);
+    }
+    let buckets = wide.distinct_values();
+    assert!(buckets > 20_000, "{buckets}");
+    let mut bytes = Vec::new();
+    hdrhistogram::serialization::Serializer::serialize(
+        &mut hdrhistogram::serialization::V2DeflateSerializer::new(),
+        &wide,
+        &mut bytes,
+    )
+    .unwrap();
+    let start = now_ms() - 4_000;
+    let windows: Vec<SegmentWindow> = (0..60)
+        .map(|i| {
+            let mut w = window(start + i, 1, 1, "deadline", &[("ok", 1)], &[1_000]);
+            w.latency_hdr = bytes.clone();
+            w
+        })
+        .collect();
+    let accepted = report(&app, &token, "order-1", windows).await.unwrap() as usize;
+    // About 2^20 / 21,500 = 48.8 windows fit (the decoder counts non-empty buckets, a few
+    // fewer than the library's distinct values); the other 11 are left for the next report.
+    assert!((47..=50).contains(&accepted), "{accepted} windows of {buckets} buckets");
+    app.stop().await;
+}
