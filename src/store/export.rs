@@ -63,6 +63,7 @@ pub const EXPORT_TABLES: &[ExportTable] = {
                 ("sources", T),
                 ("mapping", T),
                 ("uploaded_by_owner", T),
+                ("distributions", T),
             ],
             identity: false,
         },
@@ -237,6 +238,7 @@ pub const ADDED_COLUMNS: &[(&str, &str, i64)] = &[
     ("agents", "token_hash", 5),
     ("baselines", "superseded_by", 9),
     ("baselines", "chain_seq", 9),
+    ("runs", "distributions", 12),
 ];
 
 /// A whole-store export as read back: what `export_all` writes.

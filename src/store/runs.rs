@@ -68,6 +68,8 @@ pub trait Runs: Send + Sync {
         audit: Audit,
     ) -> StoreResult<(StoredRun, Option<StoredBaseline>)>;
     async fn get_run(&self, chain: &str, id: &str) -> StoreResult<StoredRun>;
+    /// A chain's newest runs, without their distributions (`data.distributions` is empty: a
+    /// histogram is kilobytes per segment; [`Runs::get_run`] reads them).
     async fn list_runs(&self, chain: &str, limit: i64) -> StoreResult<Vec<StoredRun>>;
     /// Whether the chain has any run yet.
     async fn run_count(&self, chain: &str) -> StoreResult<i64>;

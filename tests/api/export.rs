@@ -112,7 +112,11 @@ async fn export_and_import_between_backends() {
     )
     .await
     .expect(200);
-    let e_id = upload(CHECKOUT_RUN_A).await;
+    // The last run carries inventory's histogram (the seed's incident): exported with it.
+    let e_id = upload(include_str!(
+        "../../schemas/examples/checkout-run-seed.json"
+    ))
+    .await;
     let r1 = src
         .post("/api/v1/releases", &p.uploader, release(&c_id, "1.0.0"))
         .await
@@ -226,6 +230,16 @@ async fn check_imported(
     assert_eq!(before.budgets, after.budgets);
     assert_eq!(before.releases, after.releases);
     assert_eq!(before.topology, after.topology);
+    // The run's distributions came along: what-if answers from the imported histogram.
+    let whatif = app
+        .get(
+            &format!("/api/v1/baselines/{last_id}/whatif?segment=order->inventory&timeout_ms=100"),
+            ADMIN_TOKEN,
+        )
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(whatif["kill_rate"].as_f64(), Some(0.25), "{whatif}");
 
     // The imported tokens work (hashes kept); new ids continue after the imported ones.
     let drift = app

@@ -786,6 +786,9 @@ async fn a_report_holds_a_bounded_number_of_buckets() {
     let accepted = report(&app, &token, "order-1", windows).await.unwrap() as usize;
     // About 2^20 / 21,500 = 48.8 windows fit (the decoder counts non-empty buckets, a few
     // fewer than the library's distinct values); the other 11 are left for the next report.
-    assert!((47..=50).contains(&accepted), "{accepted} windows of {buckets} buckets");
+    assert!(
+        (47..=50).contains(&accepted),
+        "{accepted} windows of {buckets} buckets"
+    );
     app.stop().await;
 }

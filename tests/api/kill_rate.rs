@@ -166,6 +166,22 @@ async fn the_seed_story(app: &TestApp) {
             "a few hundred bytes of base64: {s}"
         );
     }
+    // A list of runs reads no distribution (kilobytes per segment): it says none.
+    let list = app
+        .get("/api/v1/chains/checkout/runs", ADMIN_TOKEN)
+        .await
+        .expect(200)
+        .json();
+    let listed = &list["runs"][0];
+    assert_eq!(listed["id"], run_id.as_str());
+    assert!(
+        listed["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["distribution"].is_null()),
+        "{listed}"
+    );
 
     let inventory = &samples[0].1;
     let killed = slower(inventory, 100);

@@ -82,17 +82,31 @@ pub(super) fn topology_from_row(row: &AnyRow) -> StoreResult<TopologyVersion> {
 }
 
 pub(super) const RUN_COLUMNS: &str =
-    "id, chain, topology_version, format, tool, note, source_sha256, source_size, data, uploaded_by, created_at, sources, mapping, uploaded_by_owner";
+    "id, chain, topology_version, format, tool, note, source_sha256, source_size, data, uploaded_by, created_at, sources, mapping, uploaded_by_owner, distributions";
 
 /// [`RUN_COLUMNS`] of `runs`, and the draft the upload opened with its state (a draft of the run
 /// that is no recompute: the one the upload's transaction inserted).
 pub(super) const RUN_READ_COLUMNS: &str =
+    "id, chain, topology_version, format, tool, note, source_sha256, source_size, data, uploaded_by, created_at, sources, mapping, uploaded_by_owner, distributions, \
+     (SELECT b.id FROM baselines b WHERE b.run_id = runs.id AND b.reason <> 'recompute' ORDER BY b.created_at, b.id LIMIT 1) AS opened_draft, \
+     (SELECT b.state FROM baselines b WHERE b.run_id = runs.id AND b.reason <> 'recompute' ORDER BY b.created_at, b.id LIMIT 1) AS opened_draft_state";
+
+/// [`RUN_READ_COLUMNS`] without the distributions: what a list of runs reads (a histogram is
+/// kilobytes per segment, and a list shows percentiles only).
+pub(super) const RUN_LIST_COLUMNS: &str =
     "id, chain, topology_version, format, tool, note, source_sha256, source_size, data, uploaded_by, created_at, sources, mapping, uploaded_by_owner, \
      (SELECT b.id FROM baselines b WHERE b.run_id = runs.id AND b.reason <> 'recompute' ORDER BY b.created_at, b.id LIMIT 1) AS opened_draft, \
      (SELECT b.state FROM baselines b WHERE b.run_id = runs.id AND b.reason <> 'recompute' ORDER BY b.created_at, b.id LIMIT 1) AS opened_draft_state";
 
 pub(super) fn run_from_row(row: &AnyRow) -> StoreResult<StoredRun> {
     let data: String = row.try_get("data")?;
+    let mut data = serde_json::from_str::<RunData>(&data).map_err(internal)?;
+    // Absent from a list's columns; null for a run without any.
+    match row.try_get::<Option<String>, _>("distributions") {
+        Ok(Some(d)) => data.distributions = serde_json::from_str(&d).map_err(internal)?,
+        Ok(None) | Err(sqlx::Error::ColumnNotFound(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
     let uploaded_by: String = row.try_get("uploaded_by")?;
     Ok(StoredRun {
         id: row.try_get("id")?,
@@ -116,7 +130,7 @@ pub(super) fn run_from_row(row: &AnyRow) -> StoreResult<StoredRun> {
             .transpose()
             .map_err(internal)?,
         opened_draft: opened_draft(row)?,
-        data: serde_json::from_str::<RunData>(&data).map_err(internal)?,
+        data,
     })
 }
 

@@ -5,7 +5,7 @@ use budget_core::baseline::BaselineDocument;
 use sqlx::Row;
 
 use super::baselines::{current_id, insert_baseline_tx};
-use super::rows::{run_from_row, RUN_COLUMNS, RUN_READ_COLUMNS};
+use super::rows::{run_from_row, RUN_COLUMNS, RUN_LIST_COLUMNS, RUN_READ_COLUMNS};
 use super::tx::{commit, lock_chain, next_counter, replayed, write_audit};
 use super::{compact_date, internal, SqlStore};
 use crate::store::{Audit, NewRun, Runs, StoreError, StoreResult, StoredBaseline, StoredRun};
@@ -34,9 +34,16 @@ impl Runs for SqlStore {
         let day = compact_date(&run.created_at);
         let n = next_counter(&mut tx, &format!("run-{day}")).await?;
         let id = format!("run-{day}-{n:03}");
-        let data = serde_json::to_string(&run.data).map_err(internal)?;
+        // The distributions go to a column of their own (a list of runs does not read them).
+        let mut percentiles = run.data.clone();
+        let distributions = std::mem::take(&mut percentiles.distributions);
+        let data = serde_json::to_string(&percentiles).map_err(internal)?;
+        let distributions = (!distributions.is_empty())
+            .then(|| serde_json::to_string(&distributions))
+            .transpose()
+            .map_err(internal)?;
         let row = sqlx::query(&format!(
-            "INSERT INTO runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+            "INSERT INTO runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
              RETURNING {RUN_COLUMNS}"
         ))
         .bind(&id)
@@ -59,6 +66,7 @@ impl Runs for SqlStore {
                 .map_err(internal)?,
         )
         .bind(&run.uploaded_by_owner)
+        .bind(distributions)
         .fetch_one(&mut *tx)
         .await?;
         let mut stored = run_from_row(&row)?;
@@ -101,7 +109,7 @@ impl Runs for SqlStore {
 
     async fn list_runs(&self, chain: &str, limit: i64) -> StoreResult<Vec<StoredRun>> {
         let rows = sqlx::query(&format!(
-            "SELECT {RUN_READ_COLUMNS} FROM runs WHERE chain = $1 ORDER BY created_at DESC, id DESC LIMIT $2"
+            "SELECT {RUN_LIST_COLUMNS} FROM runs WHERE chain = $1 ORDER BY created_at DESC, id DESC LIMIT $2"
         ))
         .bind(chain)
         .bind(limit)

@@ -1,0 +1,5 @@
+-- A run's latency distributions (issue 17: kill rates, what-if) live beside its percentiles,
+-- not inside them: a histogram is kilobytes per segment, and listing a chain's runs reads
+-- `data` only. JSON: segment id → {"kind": "histogram", "hdr"} or {"kind": "percentiles",
+-- "points"}; null for a run without any.
+ALTER TABLE runs ADD COLUMN distributions TEXT;
