@@ -46,12 +46,13 @@ where
 pub struct Query<T>(pub T);
 
 /// The integers the API's query parameters take: `limit` is a page (1 to [`MAX_LIMIT`]);
-/// `before` and `version` are an id or a version (1 or more).
+/// `timeout_ms` a what-if's timeout (1 ms to an hour); `before` and `version` are an id or a
+/// version (1 or more).
 fn int_range(name: &str) -> RangeInclusive<i64> {
-    if name == "limit" {
-        1..=MAX_LIMIT
-    } else {
-        1..=i64::MAX
+    match name {
+        "limit" => 1..=MAX_LIMIT,
+        "timeout_ms" => 1..=crate::service::distributions::MAX_WHATIF_TIMEOUT_MS,
+        _ => 1..=i64::MAX,
     }
 }
 

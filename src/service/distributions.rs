@@ -16,8 +16,9 @@ use crate::error::{ApiError, ApiResult};
 use crate::feedback::hdr;
 use crate::state::AppState;
 
-/// Longest timeout a what-if takes: a day.
-pub const MAX_WHATIF_TIMEOUT_MS: i64 = 86_400_000;
+/// Longest timeout a what-if takes: an hour, the longest latency a histogram holds (longer
+/// samples are recorded as an hour).
+pub const MAX_WHATIF_TIMEOUT_MS: i64 = 3_600_000;
 
 /// One stored histogram (base64 of V2 compressed bytes) as buckets.
 fn decode(base64: &str) -> Result<Vec<Bucket>, String> {
@@ -49,12 +50,26 @@ pub fn tails(run: &RunData) -> impl Tails + Sync + '_ {
 /// Checks every histogram of an upload before anything is stored, decoding one at a time: one
 /// that does not decode is a 422 at its segment's `/segments/{i}/distribution/hdr` (`ids`: the
 /// upload's segment ids in order).
+///
+/// A histogram must hold the segment's `samples`: the kill rate is a share of its samples, and
+/// one of other calls would say what the timeout kills of another load test.
 pub fn check_upload(run: &RunData, ids: &[String]) -> ApiResult<()> {
     for (segment, d) in &run.distributions {
         let budget_core::Distribution::Histogram { hdr } = d else {
             continue;
         };
-        if let Err(why) = decode(hdr) {
+        let declared = run.segments.get(segment).map_or(0, |s| s.samples);
+        let checked = decode(hdr).and_then(|buckets| {
+            let held = buckets.iter().fold(0u64, |n, b| n.saturating_add(b.count));
+            if held == declared {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the histogram holds {held} samples, the segment's samples say {declared}"
+                ))
+            }
+        });
+        if let Err(why) = checked {
             let i = ids.iter().position(|id| id == segment).unwrap_or(0);
             return Err(violation(
                 &format!("/segments/{i}/distribution/hdr"),
@@ -86,15 +101,15 @@ async fn load(state: &AppState, id: &str, segment: Option<&str>) -> ApiResult<Lo
         .find(|s| s.id == segment)
         .cloned()
         .ok_or_else(|| {
+            let segments = &baseline.doc.segments;
+            let mut named: Vec<&str> = segments.iter().take(20).map(|s| s.id.as_str()).collect();
+            if segments.len() > named.len() {
+                named.push("…");
+            }
             ApiError::not_found(format!(
-                "baseline {id} has no segment {segment:?} (its segments: {})",
-                baseline
-                    .doc
-                    .segments
-                    .iter()
-                    .map(|s| s.id.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                "baseline {id} has no segment {segment:?} (its {} segments: {})",
+                segments.len(),
+                named.join(", ")
             ))
         })?;
     let run = state

@@ -420,9 +420,14 @@ async fn whatif_errors(app: &TestApp) {
     get("?segment=order->inventory&timeout_ms=0")
         .await
         .expect(400);
-    get("?segment=order->inventory&timeout_ms=86400001")
+    let long = get("?segment=order->inventory&timeout_ms=3600001")
         .await
-        .expect(400);
+        .expect(400)
+        .json();
+    assert!(
+        long.to_string().contains("from 1 to 3600000"),
+        "an hour at most: {long}"
+    );
     get("?segment=order->inventory&timeout_ms=ten")
         .await
         .expect(400);
@@ -471,6 +476,15 @@ async fn native_distributions() {
     )
     .unwrap();
     let hdr = base64::engine::general_purpose::STANDARD.encode(&bytes);
+    h.record(1_000).unwrap();
+    let mut more = Vec::new();
+    hdrhistogram::serialization::Serializer::serialize(
+        &mut hdrhistogram::serialization::V2DeflateSerializer::new(),
+        &h,
+        &mut more,
+    )
+    .unwrap();
+    let other = base64::engine::general_purpose::STANDARD.encode(&more);
     let run = |inventory: Value, payment: Value| {
         json!({"segments": [
             {"id": "order->inventory", "samples": 10000, "p99_ms": 180, "p999_ms": 420, "distribution": inventory},
@@ -505,6 +519,12 @@ async fn native_distributions() {
             json!({"kind": "histogram"}),
             points.clone(),
             "/segments/0/distribution",
+        ),
+        // A histogram of other samples than the segment's (p99/p999 of another load test).
+        (
+            json!({"kind": "histogram", "hdr": other}),
+            points.clone(),
+            "/segments/0/distribution/hdr",
         ),
     ] {
         let e = app

@@ -265,7 +265,7 @@ pub struct BaselineTree {
 pub struct WhatIfQuery {
     /// A segment id of the baseline, e.g. `order->inventory` (required).
     pub segment: Option<String>,
-    /// The timeout to try, in whole milliseconds (required; 1 to 86 400 000).
+    /// The timeout to try, in whole milliseconds (required; 1 to 3 600 000).
     pub timeout_ms: Option<i64>,
 }
 

@@ -75,7 +75,7 @@ pub(super) fn parse_canary(raw: &str) -> Result<budget_core::canary::Selector, S
 }
 
 /// Parses `whatif --timeout`: whole milliseconds (`100`) or a duration (`100ms`, `2s`), 1 ms
-/// to a day.
+/// to an hour (the longest latency a run's histogram holds).
 pub(super) fn parse_timeout(raw: &str) -> Result<u64, String> {
     let raw = raw.trim();
     let ms = match raw.parse::<u64>() {
@@ -87,8 +87,8 @@ pub(super) fn parse_timeout(raw: &str) -> Result<u64, String> {
             d.as_ms()
         }
     };
-    if !(1..=86_400_000).contains(&ms) {
-        return Err(format!("{raw:?}: a timeout is 1 ms to 1 day"));
+    if !(1..=3_600_000).contains(&ms) {
+        return Err(format!("{raw:?}: a timeout is 1 ms to 1 hour"));
     }
     Ok(ms)
 }
