@@ -49,6 +49,9 @@ struct Args {
     /// Latencies per segment's histogram.
     #[arg(long, default_value_t = 10_000)]
     samples: usize,
+    /// Only percentiles (`none`): what a server from before distributions takes.
+    #[arg(long)]
+    percentiles_only: bool,
 }
 
 const CHAIN: &str = "bench-upload";
@@ -204,7 +207,11 @@ async fn main() {
     )
     .await;
 
-    let modes = [Mode::None, Mode::Histogram, Mode::Points];
+    let modes: &[Mode] = if args.percentiles_only {
+        &[Mode::None]
+    } else {
+        &[Mode::None, Mode::Histogram, Mode::Points]
+    };
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
     let mut sizes = vec![0usize; modes.len()];
     let mut variant = 0;
