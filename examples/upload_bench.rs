@@ -9,12 +9,13 @@
 //! target/release/examples/upload_bench --url http://127.0.0.1:18080 --token $TOK --runs 30
 //! ```
 //!
-//! It registers chain `bench-upload` (a root, 32 parallel mid services, 967 leaves under them
-//! in parallel: 1,000 segments) and approves a first run. Then it uploads `--runs` native runs
+//! It registers chain `bench-upload` (a root, 32 parallel mid services pinned at 5 s, 967
+//! leaves under them in parallel: 1,000 segments) and approves a first run. Then it uploads `--runs` native runs
 //! per mode, the modes alternated run by run: `none` (percentiles only, as before issue 17),
 //! `histogram` (every segment with its HdrHistogram of `--samples` latencies, V2 compressed,
-//! base64) and `points` (every segment with 11 percentile points). Every run moves every
-//! percentile by 35 % from the one before, so each opens a draft and supersedes the last. The
+//! base64) and `points` (every segment with 10 percentile points). The approved run is 80 %
+//! slower than the base and the runs alternate between the base and 35 % slower, so each drifts
+//! from the approved baseline, opens a draft and supersedes the last. The
 //! histograms are made before the clock starts; the clock starts just before the upload
 //! request and stops when its answer (with the draft's id) has arrived.
 //!
@@ -64,9 +65,10 @@ fn topology() -> Value {
     let mut segments = vec![json!({"id": "edge->api", "caller": "edge", "callee": "api",
         "class": "volatile"})];
     for i in 0..MIDS {
+        // Pinned: room for the leaves below whatever the run says.
         segments.push(
             json!({"id": format!("api->m{i}"), "caller": "api", "callee": format!("m{i}"),
-            "parent": "edge->api", "class": "volatile", "stage": 1}),
+            "parent": "edge->api", "class": "volatile", "stage": 1, "pinned_timeout_ms": 5000}),
         );
     }
     for j in 0..SEGMENTS - 1 - MIDS {
@@ -106,7 +108,8 @@ enum Mode {
     Points,
 }
 
-/// A segment's row in one variant (0: base, 1: 35 % slower).
+/// A segment's row in one variant (0: base, 1: 35 % slower, 2: 80 % slower — the approved run,
+/// which both others drift from).
 struct Row {
     id: String,
     samples: u64,
@@ -122,7 +125,7 @@ fn rows(ids: &[String], variant: usize, samples: usize) -> Vec<Row> {
     ids.iter()
         .enumerate()
         .map(|(i, id)| {
-            let median = (2_000 + (i % 97) * 300) as f64 * if variant == 1 { 1.35 } else { 1.0 };
+            let median = (2_000 + (i % 97) * 300) as f64 * [1.0, 1.35, 1.8][variant];
             let h = histogram(&mut rng, median, samples);
             let at = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
             let points: Vec<Value> = [0.0, 50.0, 75.0, 90.0, 95.0, 98.0, 99.0, 99.9, 99.99, 100.0]
@@ -168,6 +171,23 @@ async fn main() {
     let args = Args::parse();
     let http = reqwest::Client::new();
     let api = |path: &str| format!("{}/api/v1{path}", args.url.trim_end_matches('/'));
+    // Four eyes: one person uploads, another approves the first run.
+    let mut tokens = Vec::new();
+    for (role, name) in [
+        ("uploader", "bench-uploader"),
+        ("approver", "bench-approver"),
+    ] {
+        let made = call(
+            &http,
+            reqwest::Method::POST,
+            api("/tokens"),
+            &args.token,
+            json!({"role": role, "name": name}),
+        )
+        .await;
+        tokens.push(made["token"].as_str().unwrap().to_owned());
+    }
+    let (uploader, approver) = (&tokens[0], &tokens[1]);
     let topology = topology();
     let ids: Vec<String> = topology["segments"]
         .as_array()
@@ -179,7 +199,7 @@ async fn main() {
         &http,
         reqwest::Method::PUT,
         api(&format!("/chains/{CHAIN}/topology")),
-        &args.token,
+        uploader,
         topology,
     )
     .await;
@@ -188,13 +208,17 @@ async fn main() {
         2 * ids.len(),
         args.samples
     );
-    let variants = [rows(&ids, 0, args.samples), rows(&ids, 1, args.samples)];
+    let variants = [
+        rows(&ids, 0, args.samples),
+        rows(&ids, 1, args.samples),
+        rows(&ids, 2, args.samples),
+    ];
     let first = call(
         &http,
         reqwest::Method::POST,
         api(&format!("/chains/{CHAIN}/runs")),
-        &args.token,
-        body(&variants[0], Mode::None),
+        uploader,
+        body(&variants[2], Mode::None),
     )
     .await;
     let draft = first["baseline_id"].as_str().unwrap().to_owned();
@@ -202,7 +226,7 @@ async fn main() {
         &http,
         reqwest::Method::POST,
         api(&format!("/baselines/{draft}/approve")),
-        &args.token,
+        approver,
         json!({"comment": "bench"}),
     )
     .await;
@@ -223,7 +247,7 @@ async fn main() {
         let started = Instant::now();
         let answer = http
             .post(api(&format!("/chains/{CHAIN}/runs")))
-            .bearer_auth(&args.token)
+            .bearer_auth(uploader)
             .header("content-type", "application/json")
             .body(payload)
             .send()
@@ -248,7 +272,7 @@ async fn main() {
                 Mode::Points => r.points.to_string().len(),
             })
             .sum();
-        total as f64 / (2 * ids.len()) as f64
+        total as f64 / (variants.len() * ids.len()) as f64
     };
     println!(
         "{} segments, {} samples per histogram, {} runs per mode (alternated)",

@@ -8,7 +8,9 @@
 use base64::Engine as _;
 use budget_api::baselines::{SegmentDistribution, WhatIf, MAX_CURVE_POINTS};
 use budget_core::baseline::BaselineSegment;
-use budget_core::distribution::{attempts_per_call, Bucket, Cdf, RunTails, Tails};
+use budget_core::distribution::{
+    attempts_per_call, kill_buckets, kill_points, Bucket, Cdf, Kill, RunTails, Tails,
+};
 use budget_core::RunData;
 
 use super::violation;
@@ -47,38 +49,104 @@ pub fn tails(run: &RunData) -> impl Tails + Sync + '_ {
     })
 }
 
-/// Checks every histogram of an upload before anything is stored, decoding one at a time: one
-/// that does not decode is a 422 at its segment's `/segments/{i}/distribution/hdr` (`ids`: the
-/// upload's segment ids in order).
-///
-/// A histogram must hold the segment's `samples`: the kill rate is a share of its samples, and
-/// one of other calls would say what the timeout kills of another load test.
-pub fn check_upload(run: &RunData, ids: &[String]) -> ApiResult<()> {
-    for (segment, d) in &run.distributions {
-        let budget_core::Distribution::Histogram { hdr } = d else {
-            continue;
-        };
-        let declared = run.segments.get(segment).map_or(0, |s| s.samples);
-        let checked = decode(hdr).and_then(|buckets| {
-            let held = buckets.iter().fold(0u64, |n, b| n.saturating_add(b.count));
-            if held == declared {
-                Ok(())
-            } else {
-                Err(format!(
-                    "the histogram holds {held} samples, the segment's samples say {declared}"
-                ))
-            }
-        });
-        if let Err(why) = checked {
-            let i = ids.iter().position(|id| id == segment).unwrap_or(0);
-            return Err(violation(
-                &format!("/segments/{i}/distribution/hdr"),
-                format!("segment {segment:?}: {why}"),
-                why,
-            ));
+/// The distributions of an upload, decoded once each: for the draft's kill rates as
+/// [`tails`] does, and checked on the way — a histogram must decode and hold its segment's
+/// `samples` (the kill rate is a share of them; one of other calls would say what the timeout
+/// kills of another load test). [`UploadTails::finish`] checks those the draft did not ask for
+/// (no draft opened) and answers the first problem as a 422 at
+/// `/segments/{i}/distribution/hdr`, before anything is stored.
+pub struct UploadTails<'a> {
+    run: &'a RunData,
+    state: std::sync::Mutex<Checked>,
+}
+
+#[derive(Default)]
+struct Checked {
+    /// Segments whose histogram was decoded and found good.
+    good: std::collections::BTreeSet<String>,
+    /// The first histogram found bad: segment and why.
+    bad: Option<(String, String)>,
+}
+
+impl<'a> UploadTails<'a> {
+    pub fn new(run: &'a RunData) -> Self {
+        Self {
+            run,
+            state: Default::default(),
         }
     }
-    Ok(())
+
+    /// `segment`'s histogram, decoded and checked against its samples.
+    fn decode_checked(&self, segment: &str, base64: &str) -> Result<Vec<Bucket>, String> {
+        let buckets = decode(base64)?;
+        let held = buckets.iter().fold(0u64, |n, b| n.saturating_add(b.count));
+        let declared = self.run.segments.get(segment).map_or(0, |s| s.samples);
+        if held != declared {
+            return Err(format!(
+                "the histogram holds {held} samples, the segment's samples say {declared}"
+            ));
+        }
+        Ok(buckets)
+    }
+
+    fn record(&self, segment: &str, outcome: &Result<Vec<Bucket>, String>) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match outcome {
+            Ok(_) => {
+                state.good.insert(segment.to_owned());
+            }
+            Err(why) => {
+                state
+                    .bad
+                    .get_or_insert_with(|| (segment.to_owned(), why.clone()));
+            }
+        }
+    }
+
+    /// Checks the histograms not decoded yet; the first problem found, as a 422 (`ids`: the
+    /// upload's segment ids in order, for the pointer).
+    pub fn finish(&self, ids: &[String]) -> ApiResult<()> {
+        for (segment, d) in &self.run.distributions {
+            let budget_core::Distribution::Histogram { hdr } = d else {
+                continue;
+            };
+            let done = {
+                let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                state.bad.is_some() || state.good.contains(segment)
+            };
+            if !done {
+                let outcome = self.decode_checked(segment, hdr);
+                self.record(segment, &outcome);
+            }
+        }
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match &state.bad {
+            None => Ok(()),
+            Some((segment, why)) => {
+                let i = ids.iter().position(|id| id == segment).unwrap_or(0);
+                Err(violation(
+                    &format!("/segments/{i}/distribution/hdr"),
+                    format!("segment {segment:?}: {why}"),
+                    why.clone(),
+                ))
+            }
+        }
+    }
+}
+
+impl Tails for UploadTails<'_> {
+    fn kill(&self, segment: &str, timeout_us: u64) -> Option<Kill> {
+        match self.run.distributions.get(segment)? {
+            budget_core::Distribution::Histogram { hdr } => {
+                let outcome = self.decode_checked(segment, hdr);
+                self.record(segment, &outcome);
+                outcome.ok().map(|b| kill_buckets(&b, timeout_us))
+            }
+            budget_core::Distribution::Percentiles { points } => {
+                Some(kill_points(points, timeout_us))
+            }
+        }
+    }
 }
 
 /// A baseline's segment and the decoded distribution its run holds for it.

@@ -226,8 +226,8 @@ async fn record_run(
             errs,
         )
     })?;
-    super::distributions::check_upload(&run, &ids)?;
-    let tails = super::distributions::tails(&run);
+    // Histograms are decoded once: for the draft's kill rates, and checked on the way.
+    let tails = super::distributions::UploadTails::new(&run);
     let (source_sha256, source_size) = source_checksum(&sources);
 
     // The approved baseline may change between comparing and inserting; the store refuses the
@@ -269,6 +269,7 @@ async fn record_run(
                     )
                 })?,
             };
+            tails.finish(&ids)?;
             let reason = assessment.reason;
             return Ok(RunOutcome {
                 run_id: String::new(),
@@ -294,6 +295,8 @@ async fn record_run(
                 preview: Some(preview),
             });
         }
+        // Every histogram checked (those the draft did not read too) before anything is stored.
+        tails.finish(&ids)?;
         let new_run = NewRun {
             chain: chain.to_owned(),
             topology_version: topo.version,
