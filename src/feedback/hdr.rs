@@ -19,6 +19,9 @@ pub const MAX_INFLATED: usize = 1024 * 1024;
 /// budgetd records; it bounds a decoded histogram to about 23,500 buckets (values up to two
 /// hours), whatever the sender claims.
 pub const MAX_FIGURES: u32 = 3;
+/// Most samples one histogram may hold (2^40, a trillion): no load test or window has more, and
+/// rollups adding up many windows stay far from `i64::MAX`, the largest count V2 can write.
+pub const MAX_SAMPLES: u64 = 1 << 40;
 /// Latencies are microseconds; nothing above an hour is tracked.
 pub const MAX_LATENCY_US: u64 = 3_600_000_000;
 
@@ -206,7 +209,8 @@ pub fn decode_named(bytes: &[u8], name: &str) -> Result<Sparse, String> {
             }
             total = total
                 .checked_add(n as u64)
-                .ok_or_else(|| format!("{name}: its counts add up past 2^64"))?;
+                .filter(|t| *t <= MAX_SAMPLES)
+                .ok_or_else(|| format!("{name}: its counts add up past 2^40 samples"))?;
             buckets.push((value, n as u64));
         }
         index = index.checked_add(1).ok_or_else(beyond)?;
@@ -227,13 +231,34 @@ pub fn merge(into: &mut Histogram<u64>, from: &Histogram<u64>) {
     }
 }
 
-/// V2 compressed bytes of `h`.
+/// V2 compressed bytes of `h`. V2 stores counts as `i64`: a bucket merged past that (rollups
+/// add up many windows) is written as `i64::MAX`, as a saturating counter would be, rather than
+/// failing the flush that stores every agent's report.
 pub fn encode(h: &Histogram<u64>) -> Vec<u8> {
     let mut out = Vec::new();
-    V2DeflateSerializer::new()
-        .serialize(h, &mut out)
-        .expect("serializing to memory does not fail");
-    out
+    if V2DeflateSerializer::new().serialize(h, &mut out).is_ok() {
+        return out;
+    }
+    // Bucket by bucket (`iter_recorded` walks by a total count that no longer adds up here).
+    let mut clamped = empty();
+    for v in h.iter_all().filter(|v| v.count_at_value() > 0) {
+        let (value, count) = (
+            v.value_iterated_to().min(MAX_LATENCY_US),
+            v.count_at_value().min(i64::MAX as u64),
+        );
+        // `record_n` grows the histogram to the value; only a count overflow fails it.
+        if clamped.record_n(value, count).is_err() {
+            clamped.saturating_record_n(value, count);
+        }
+    }
+    out.clear();
+    match V2DeflateSerializer::new().serialize(&clamped, &mut out) {
+        Ok(_) => out,
+        Err(e) => {
+            tracing::error!(error = ?e, "a histogram could not be encoded; stored empty");
+            Vec::new()
+        }
+    }
 }
 
 /// Nearest-rank p50 / p99 / p999 of `h`.
@@ -342,9 +367,33 @@ mod tests {
         assert!(err.contains("beyond the histogram's range"), "{err}");
         let huge = raw_v2(3, &[i64::MAX, i64::MAX, i64::MAX]);
         let err = decode(&huge).unwrap_err();
-        assert!(err.contains("past 2^64"), "{err}");
+        assert!(err.contains("past 2^40"), "{err}");
+        let many = raw_v2(3, &[1 << 39, 1 << 39, 1]);
+        assert!(decode(&many).unwrap_err().contains("past 2^40"));
+        assert_eq!(
+            decode(&raw_v2(3, &[1 << 39, 1 << 39])).unwrap().len(),
+            1 << 40
+        );
         let fine = raw_v2(5, &[1; 100]);
         let err = decode(&fine).unwrap_err();
         assert!(err.contains("1-3 significant figures"), "{err}");
+    }
+
+    /// Found by attacking the server: two reports whose counts met in one rollup bucket past
+    /// `i64::MAX` made `encode` panic in the flusher, and no report was stored until a restart.
+    #[test]
+    fn a_count_past_what_v2_writes_is_clamped_not_a_panic() {
+        let mut h = empty();
+        h.record_n(5_000, 1 << 62).unwrap();
+        h.record_n(5_000, 1 << 62).unwrap();
+        h.record_n(5_000, 1 << 62).unwrap();
+        h.record_n(9_000, 7).unwrap();
+        // Read back with the library (`decode` refuses more than 2^40 samples, as it should).
+        let bytes = encode(&h);
+        let back: Histogram<u64> = hdrhistogram::serialization::Deserializer::new()
+            .deserialize(&mut bytes.as_slice())
+            .unwrap();
+        assert_eq!(back.count_at(5_000), i64::MAX as u64);
+        assert_eq!(back.count_at(9_000), 7);
     }
 }

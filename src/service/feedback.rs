@@ -194,13 +194,23 @@ pub async fn report(
     let mut first_refusal = None;
     // Decoded histograms are held until the merge: their buckets are bounded per report.
     let mut buckets = 0usize;
+    let full = || {
+        format!(
+            "the report's histograms hold more than {MAX_REPORT_BUCKETS} buckets; send the rest \
+             in another report"
+        )
+    };
     for w in windows {
+        // Once full, the rest are not even decoded (decoding is the cost).
+        if buckets >= MAX_REPORT_BUCKETS {
+            first_refusal.get_or_insert_with(full);
+            continue;
+        }
         match check_window(&hub, w, now_ms) {
             Ok(w) if buckets + w.latency.buckets.len() > MAX_REPORT_BUCKETS => {
-                first_refusal.get_or_insert(format!(
-                    "the report's histograms hold more than {MAX_REPORT_BUCKETS} buckets; send \
-                     the rest in another report"
-                ));
+                // Nothing later fits either: stop decoding.
+                buckets = MAX_REPORT_BUCKETS;
+                first_refusal.get_or_insert_with(full);
             }
             Ok(w) => {
                 buckets += w.latency.buckets.len();

@@ -44,7 +44,7 @@
 //! push that would cross it is refused with an error naming the limit. In `finish` the text is
 //! read member by member into the few values above (the distributions are summed as they are
 //! read, the percentiles keep one key each, the points at most
-//! [`MAX_POINTS`](budget_core::distribution::MAX_POINTS) keys), everything else is validated and
+//! [`MAX_POINTS`] keys), everything else is validated and
 //! dropped: beyond the text, what is kept does not grow with the input. A syntax error answers with its line and
 //! column (and the last key before it), a semantic one with the JSON pointer of the field at
 //! fault (e.g. `/latencyPercentiles/p99.9`) and the line of that key in the text (of its parent
