@@ -196,6 +196,8 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound(what) => Self::not_found(format!("{what} not found")),
             StoreError::Conflict(msg) => Self::conflict(msg),
             StoreError::Invalid(msg) => Self::bad_request(msg),
+            // Overload, not a fault: 503, as a timed-out request is.
+            StoreError::Busy(msg) => Self::new(Code::Unavailable, msg),
             StoreError::Internal(source) => Self::internal(source),
         }
     }
@@ -207,5 +209,22 @@ impl IntoResponse for ApiError {
             tracing::error!(error = ?source, "request failed");
         }
         (self.code.status(), axum::Json(self.body())).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by attacking the server: a flood that took every database connection answered
+    /// 500 ("internal") where it is overload, as a timed-out request is: 503, to be retried.
+    #[test]
+    fn a_database_with_no_free_connection_is_unavailable() {
+        let e = ApiError::from(StoreError::from(sqlx::Error::PoolTimedOut));
+        assert_eq!(e.code.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(e.code.tonic(), tonic::Code::Unavailable);
+        assert!(e.message.contains("busy"), "{}", e.message);
+        let other = ApiError::from(StoreError::from(sqlx::Error::PoolClosed));
+        assert_eq!(other.code.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

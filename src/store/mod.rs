@@ -63,6 +63,9 @@ pub enum StoreError {
     /// caller's input, not the server, is at fault.
     #[error("{0}")]
     Invalid(String),
+    /// No database connection came free in time (every one busy): the caller may retry.
+    #[error("{0}")]
+    Busy(String),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -83,6 +86,9 @@ impl From<sqlx::Error> for StoreError {
                     db.message()
                 ))
             }
+            sqlx::Error::PoolTimedOut => Self::Busy(
+                "the database is busy: no connection came free in time; retry shortly".into(),
+            ),
             other => Self::Internal(anyhow::Error::new(other).context("database error")),
         }
     }
