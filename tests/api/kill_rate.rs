@@ -452,6 +452,18 @@ async fn whatif_errors(app: &TestApp) {
 
 crate::on_both_backends!(the_seed_story, whatif_errors);
 
+/// `h` as a native upload carries it: V2 compressed, base64.
+fn base64_v2(h: &hdrhistogram::Histogram<u64>) -> String {
+    let mut bytes = Vec::new();
+    hdrhistogram::serialization::Serializer::serialize(
+        &mut hdrhistogram::serialization::V2DeflateSerializer::new(),
+        h,
+        &mut bytes,
+    )
+    .unwrap();
+    base64::engine::general_purpose::STANDARD.encode(&bytes)
+}
+
 /// A native run may carry each segment's histogram (V2 compressed, base64, µs) or percentile
 /// points; a histogram that does not decode is refused at its pointer and nothing is stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -468,23 +480,10 @@ async fn native_distributions() {
     for &(ms, n) in &INVENTORY {
         h.record_n(ms * 1000, n as u64).unwrap();
     }
-    let mut bytes = Vec::new();
-    hdrhistogram::serialization::Serializer::serialize(
-        &mut hdrhistogram::serialization::V2DeflateSerializer::new(),
-        &h,
-        &mut bytes,
-    )
-    .unwrap();
-    let hdr = base64::engine::general_purpose::STANDARD.encode(&bytes);
+    let hdr = base64_v2(&h);
+    // One sample more than the segment's `samples`.
     h.record(1_000).unwrap();
-    let mut more = Vec::new();
-    hdrhistogram::serialization::Serializer::serialize(
-        &mut hdrhistogram::serialization::V2DeflateSerializer::new(),
-        &h,
-        &mut more,
-    )
-    .unwrap();
-    let other = base64::engine::general_purpose::STANDARD.encode(&more);
+    let other = base64_v2(&h);
     let run = |inventory: Value, payment: Value| {
         json!({"segments": [
             {"id": "order->inventory", "samples": 10000, "p99_ms": 180, "p999_ms": 420, "distribution": inventory},

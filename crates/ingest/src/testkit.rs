@@ -203,3 +203,15 @@ macro_rules! kit_tests {
 }
 
 pub(crate) use kit_tests;
+
+/// The percentile points `e` keeps for `label`, checked as an upload is (`check_points`), as
+/// `(percentile, µs)` pairs. Panics when the label has none.
+pub(crate) fn points(e: &crate::Extracted, label: &str) -> Vec<(f64, u64)> {
+    let Some(budget_core::distribution::Distribution::Percentiles { points }) =
+        e.distributions.get(label)
+    else {
+        panic!("no percentile points for {label}: {:?}", e.distributions)
+    };
+    assert_eq!(budget_core::distribution::check_points(points), Ok(()));
+    points.iter().map(|p| (p.percentile, p.us)).collect()
+}

@@ -383,7 +383,7 @@ fn extract(doc: Report) -> Result<Extracted, IngestError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit::{self, kit_tests};
+    use crate::testkit::{self, kit_tests, points};
 
     const REPORT: &[u8] = include_bytes!("../../../../tests/fixtures/artillery/report.json");
 
@@ -417,17 +417,6 @@ mod tests {
             ]
         );
         assert_eq!(crate::detect(REPORT), Some(Format::Artillery));
-    }
-
-    /// The points of `label`, checked as an upload is.
-    fn points(e: &Extracted, label: &str) -> Vec<(f64, u64)> {
-        let Some(budget_core::distribution::Distribution::Percentiles { points }) =
-            e.distributions.get(label)
-        else {
-            panic!("no percentile points for {label}: {:?}", e.distributions)
-        };
-        assert_eq!(budget_core::distribution::check_points(points), Ok(()));
-        points.iter().map(|p| (p.percentile, p.us)).collect()
     }
 
     /// `report.json`, `plugins.metrics-by-endpoint.response_time./payment`: min 13, p50 16.9,

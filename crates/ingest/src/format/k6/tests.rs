@@ -2,7 +2,7 @@
 //! inputs.
 
 use super::*;
-use crate::testkit::kit_tests;
+use crate::testkit::{kit_tests, points};
 use crate::{detect, read_all, MAX_JSON_SUMMARY_BYTES};
 use proptest::prelude::*;
 
@@ -560,17 +560,6 @@ fn tag_parsing_follows_k6() {
             .map(String::as_str),
         Some("")
     );
-}
-
-/// The points of `label`, checked as an upload is.
-fn points(e: &Extracted, label: &str) -> Vec<(f64, u64)> {
-    let Some(budget_core::distribution::Distribution::Percentiles { points }) =
-        e.distributions.get(label)
-    else {
-        panic!("no percentile points for {label}: {:?}", e.distributions)
-    };
-    assert_eq!(budget_core::distribution::check_points(points), Ok(()));
-    points.iter().map(|p| (p.percentile, p.us)).collect()
 }
 
 /// `summary-export.json`, `http_req_duration{name:inventory}`: `min` 4.381579 (as 0), `med`

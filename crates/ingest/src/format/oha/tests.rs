@@ -2,7 +2,7 @@
 //! against what oha printed.
 
 use super::*;
-use crate::testkit::{self, kit_tests};
+use crate::testkit::{self, kit_tests, points};
 use crate::{detect, read_all, MAX_JSON_SUMMARY_BYTES};
 use proptest::prelude::*;
 use serde_json::Value;
@@ -572,17 +572,6 @@ fn stats(label: &str, samples: u64, failures: u64, p50: u64, p99: u64, p999: u64
         p99_us: p99,
         p999_us: p999,
     }
-}
-
-/// The points of `label`, checked as an upload is.
-fn points(e: &Extracted, label: &str) -> Vec<(f64, u64)> {
-    let Some(budget_core::distribution::Distribution::Percentiles { points }) =
-        e.distributions.get(label)
-    else {
-        panic!("no percentile points for {label}: {:?}", e.distributions)
-    };
-    assert_eq!(budget_core::distribution::check_points(points), Ok(()));
-    points.iter().map(|p| (p.percentile, p.us)).collect()
 }
 
 /// `inventory.json`: `summary.fastest` 0.004225057 s as 0, `latencyPercentiles` p10
