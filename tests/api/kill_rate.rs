@@ -607,15 +607,21 @@ async fn native_distributions() {
     app.stop().await;
 }
 
-/// Kill rates from the real JMeter and HdrHistogram fixtures equal the share of their raw
-/// samples slower than the timeout, counted here from the files themselves.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn real_fixtures_kill_what_their_samples_say() {
+/// A SQLite app with chain `checkout` on the labelled topology, and its two people.
+async fn labelled_app() -> (TestApp, People) {
     let app = spawn_app(Backend::Sqlite).await.unwrap();
     let p = app.people().await;
     app.apply_topology(&p.uploader, "checkout", &labelled_topology().to_string())
         .await
         .expect(201);
+    (app, p)
+}
+
+/// Kill rates from the real JMeter and HdrHistogram fixtures equal the share of their raw
+/// samples slower than the timeout, counted here from the files themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_fixtures_kill_what_their_samples_say() {
+    let (app, p) = labelled_app().await;
 
     // JMeter: whole-ms `elapsed` per label, every row (failed ones too) a sample.
     let text = String::from_utf8(fixture("jmeter/shop_header.jtl")).unwrap();
@@ -711,11 +717,7 @@ async fn real_fixtures_kill_what_their_samples_say() {
 /// millisecond equals the share of the file's own counts above it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locust_json_response_times_are_the_distribution() {
-    let app = spawn_app(Backend::Sqlite).await.unwrap();
-    let p = app.people().await;
-    app.apply_topology(&p.uploader, "checkout", &labelled_topology().to_string())
-        .await
-        .expect(201);
+    let (app, p) = labelled_app().await;
     let file: Value = serde_json::from_slice(&fixture("locust/shop.json")).unwrap();
     let up = send(
         &app,
