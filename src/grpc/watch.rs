@@ -54,18 +54,18 @@ pub async fn open(
     control: Control,
     req: Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
-    opened: mpsc::UnboundedSender<Opened>,
+    opened: mpsc::UnboundedSender<Box<Opened>>,
 ) {
     match accept(&control, req).await {
         Ok(watch) => {
-            let _ = opened.send(Opened {
+            let _ = opened.send(Box::new(Opened {
                 respond,
                 selection: watch.selection,
                 known: watch.known_revision,
                 slot: watch.slot,
                 permit: watch.permit,
                 member: watch.member,
-            });
+            }));
         }
         Err(status) => {
             let response: Response<()> = status.into_http();

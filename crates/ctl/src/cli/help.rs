@@ -125,8 +125,11 @@ stdout, so `T=$(budgetctl token create --role uploader --name uma)` captures it.
 pub(super) const WATCH_ABOUT: &str = "\
 Opens N Watch streams (over M HTTP/2 connections) as agents of a fresh benchmark chain, then,
 round after round, uploads a run that drifts, approves the new draft, and measures the time from
-the approve response until every stream has received the new revision. Prints p50, p99 and max
-over the rounds, and the server's resident memory per idle stream (from /metrics).
+just before the approve request (its durable commit included) until every stream has received
+the new revision, and from the approve response. Prints p50, p99 and max over the rounds, the
+approve call's own time, the server's CPU per delivery (uploads and approvals included) and its
+resident memory per idle stream (from /metrics; it includes code first paged in by the streams,
+so it reads high for small N).
 
 Needs an admin token (--token): it creates its own uploader, approver and agent tokens and a
 chain named bench-<random>. Point it at a server on this machine only.";
