@@ -11,6 +11,9 @@ use crate::run::RunData;
 use crate::topology::{Idempotency, SegmentClass, Topology};
 use crate::us_to_ms;
 
+mod restate;
+pub use restate::{restate, Restate};
+
 /// One segment of a baseline: what was measured, the rule applied, and the result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BaselineSegment {
@@ -246,6 +249,20 @@ impl BaselineDocument {
 
     pub fn segment(&self, id: &str) -> Option<&BaselineSegment> {
         self.segments.iter().find(|s| s.id == id)
+    }
+
+    /// Applies a state change: the new state, the decision when one is given, and
+    /// `superseded_by` while superseded (cleared in every other state). [`restate`] does the
+    /// same to the canonical bytes.
+    pub fn apply(&mut self, change: Restate<'_>) {
+        self.state = change.state;
+        if let Some(decision) = change.decision {
+            self.decision = Some(decision.clone());
+        }
+        self.superseded_by = match change.state {
+            BaselineState::Superseded => change.superseded_by.map(str::to_owned),
+            _ => None,
+        };
     }
 
     /// The canonical bytes: pretty JSON with a trailing newline. Served and archived as is.

@@ -6,7 +6,7 @@
 
 use async_trait::async_trait;
 use budget_api::baselines::BaselineSummary;
-use budget_core::baseline::{BaselineDocument, BaselineState, Decision};
+use budget_core::baseline::{BaselineDocument, BaselineState, Decision, Restate};
 use budget_core::canary::{CanaryState, Rollout};
 use budget_core::lifecycle;
 use sqlx::Row;
@@ -73,7 +73,14 @@ pub(super) async fn insert_baseline_tx(
         run_uploaded_by,
         run_uploaded_by_owner,
     };
-    archive_document(tx, prefix, &stored, &stored.doc.created_at).await?;
+    let doc = &stored.doc;
+    archive_document(
+        tx,
+        prefix,
+        (&doc.id, &doc.created_at, &stored.sha256),
+        &doc.created_at,
+    )
+    .await?;
     let pending: Vec<String> = sqlx::query_scalar(
         "SELECT id FROM baselines WHERE chain = $1 AND state = 'draft' ORDER BY created_at, id",
     )
@@ -86,7 +93,7 @@ pub(super) async fn insert_baseline_tx(
         .collect();
     for old in &superseded {
         let change = Change::superseded_by(&stored.doc.id);
-        transition(
+        mark(
             tx,
             prefix,
             old,
@@ -124,7 +131,8 @@ impl<'a> Change<'a> {
     }
 }
 
-/// Moves a baseline to `change.to` (re-rendering its document) if it is in `from` now.
+/// Moves a baseline to `change.to` if it is in `from` now, and answers it as stored. The
+/// document's bytes are re-rendered by [`restate`] (only its state fields change).
 pub(super) async fn transition(
     tx: &mut Tx,
     prefix: &str,
@@ -133,36 +141,89 @@ pub(super) async fn transition(
     change: Change<'_>,
     now: &str,
 ) -> StoreResult<StoredBaseline> {
-    let mut stored = fetch_baseline(tx, id).await?;
-    if stored.doc.state != from {
+    let (bytes, sha256, row) = restated(tx, prefix, id, from, &change, now).await?;
+    let doc = serde_json::from_str(&bytes).map_err(internal)?;
+    Ok(StoredBaseline {
+        doc,
+        bytes,
+        sha256,
+        run_uploaded_by: row.try_get("uploaded_by")?,
+        run_uploaded_by_owner: row.try_get("uploaded_by_owner")?,
+    })
+}
+
+/// [`transition`] for a caller that does not need the document: the megabyte of a large
+/// chain's document is neither parsed nor rendered again (superseding a draft on every
+/// upload, the approved baseline on every approval).
+pub(super) async fn mark(
+    tx: &mut Tx,
+    prefix: &str,
+    id: &str,
+    from: BaselineState,
+    change: Change<'_>,
+    now: &str,
+) -> StoreResult<()> {
+    restated(tx, prefix, id, from, &change, now).await.map(drop)
+}
+
+/// The state change of [`transition`] and [`mark`]: the new bytes and their SHA-256 stored,
+/// the archive item queued; answers them with the row read (`uploaded_by`, …).
+async fn restated(
+    tx: &mut Tx,
+    prefix: &str,
+    id: &str,
+    from: BaselineState,
+    change: &Change<'_>,
+    now: &str,
+) -> StoreResult<(String, String, sqlx::any::AnyRow)> {
+    let row = sqlx::query(
+        "SELECT b.document, b.state, b.created_at, r.uploaded_by, \
+         COALESCE(r.uploaded_by_owner, r.uploaded_by) AS uploaded_by_owner \
+         FROM baselines b JOIN runs r ON r.id = b.run_id WHERE b.id = $1",
+    )
+    .bind(id)
+    .fetch_optional(&mut **tx)
+    .await?
+    .ok_or_else(|| StoreError::NotFound(format!("baseline {id:?}")))?;
+    let state: String = row.try_get("state")?;
+    if state != from.as_str() {
         return Err(StoreError::Conflict(format!(
-            "baseline {id} is {}, not {}",
-            stored.doc.state.as_str(),
+            "baseline {id} is {state}, not {}",
             from.as_str()
         )));
     }
-    let to = change.to;
-    stored.doc.state = to;
-    if change.decision.is_some() {
-        stored.doc.decision = change.decision;
-    }
-    stored.doc.superseded_by = match to {
-        BaselineState::Superseded => change.superseded_by.map(str::to_owned),
-        _ => None,
+    let old: String = row.try_get("document")?;
+    let restate = Restate {
+        state: change.to,
+        decision: change.decision.as_ref(),
+        superseded_by: change.superseded_by,
     };
-    stored.bytes = String::from_utf8(stored.doc.to_bytes()).map_err(internal)?;
-    stored.sha256 = sha256_hex(stored.bytes.as_bytes());
+    let bytes = match budget_core::baseline::restate(&old, restate) {
+        Some(bytes) => bytes,
+        // Not in the canonical layout (never written so, but a document is not trusted to
+        // be): parsed and rendered whole.
+        None => {
+            let mut doc: BaselineDocument = serde_json::from_str(&old).map_err(internal)?;
+            doc.apply(restate);
+            String::from_utf8(doc.to_bytes()).map_err(internal)?
+        }
+    };
+    drop(old);
+    let sha256 = sha256_hex(bytes.as_bytes());
     let done = sqlx::query(
         "UPDATE baselines SET state = $2, document = $3, sha256 = $4, updated_at = $5, superseded_by = $7 \
          WHERE id = $1 AND state = $6",
     )
     .bind(id)
-    .bind(to.as_str())
-    .bind(&stored.bytes)
-    .bind(&stored.sha256)
+    .bind(change.to.as_str())
+    .bind(&bytes)
+    .bind(&sha256)
     .bind(now)
     .bind(from.as_str())
-    .bind(stored.doc.superseded_by.clone())
+    .bind(match change.to {
+        BaselineState::Superseded => change.superseded_by.map(str::to_owned),
+        _ => None,
+    })
     .execute(&mut **tx)
     .await?;
     if done.rows_affected() != 1 {
@@ -170,8 +231,9 @@ pub(super) async fn transition(
             "baseline {id} changed state concurrently"
         )));
     }
-    archive_document(tx, prefix, &stored, now).await?;
-    Ok(stored)
+    let created_at: String = row.try_get("created_at")?;
+    archive_document(tx, prefix, (id, &created_at, &sha256), now).await?;
+    Ok((bytes, sha256, row))
 }
 
 pub(super) async fn current_id(tx: &mut Tx, chain: &str) -> StoreResult<Option<String>> {
@@ -195,7 +257,7 @@ async fn supersede_current(
         return Ok(None);
     };
     let change = Change::superseded_by(by);
-    transition(
+    mark(
         tx,
         archive_prefix,
         &old,

@@ -46,15 +46,11 @@ pub(super) async fn enqueue(
 pub(super) async fn archive_document(
     tx: &mut Tx,
     prefix: &str,
-    stored: &StoredBaseline,
+    (id, created_at, sha256): (&str, &str, &str),
     now: &str,
 ) -> StoreResult<()> {
-    let key = archive_key(
-        prefix,
-        &stored.doc.created_at,
-        &format!("{}.json", stored.doc.id),
-    );
-    enqueue(tx, &stored.doc.id, &key, ("", &stored.sha256), now).await
+    let key = archive_key(prefix, created_at, &format!("{id}.json"));
+    enqueue(tx, id, &key, ("", sha256), now).await
 }
 
 /// An approval (or rollback) also writes the seed's `{prefix}/{date}/budget.json`.

@@ -9,7 +9,7 @@ use budget_core::canary::{CanaryState, Rollout, Selector};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::baselines::{fetch_baseline, transition, Change};
+use super::baselines::{fetch_baseline, mark, transition, Change};
 use super::feedback::{counts_from_row, counts_values, COUNT_COLUMNS};
 use super::outbox::archive_budget;
 use super::rows::{publication_with_baseline_from_row, BASELINE_COLUMNS};
@@ -259,7 +259,7 @@ impl Rollouts for SqlStore {
             }
             CanaryEnd::Abort => {
                 let previous = rollout.previous_baseline_id.as_str();
-                transition(
+                mark(
                     &mut tx,
                     &self.archive_prefix,
                     baseline_id,
