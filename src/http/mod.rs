@@ -7,6 +7,7 @@ pub mod fields;
 pub mod metrics;
 pub mod middleware;
 pub mod serve;
+mod sorted;
 
 use axum::extract::State;
 use axum::http::header::{CONTENT_TYPE, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS};

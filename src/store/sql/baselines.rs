@@ -132,7 +132,7 @@ impl<'a> Change<'a> {
 }
 
 /// Moves a baseline to `change.to` if it is in `from` now, and answers it as stored. The
-/// document's bytes are re-rendered by [`restate`] (only its state fields change).
+/// document's bytes are re-rendered by [`budget_core::baseline::restate`] (only its state fields change).
 pub(super) async fn transition(
     tx: &mut Tx,
     prefix: &str,
@@ -208,7 +208,6 @@ async fn restated(
             String::from_utf8(doc.to_bytes()).map_err(internal)?
         }
     };
-    drop(old);
     let sha256 = sha256_hex(bytes.as_bytes());
     let done = sqlx::query(
         "UPDATE baselines SET state = $2, document = $3, sha256 = $4, updated_at = $5, superseded_by = $7 \

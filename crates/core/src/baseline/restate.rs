@@ -1,5 +1,5 @@
 //! A stored document's new state without parsing it: the canonical bytes (pretty JSON, see
-//! [`BaselineDocument::to_bytes`]) of a 1,000-segment chain are about a megabyte, and a state
+//! [`BaselineDocument::to_bytes`](super::BaselineDocument::to_bytes)) of a 1,000-segment chain are about a megabyte, and a state
 //! change touches three top-level fields. [`restate`] rewrites those three in the bytes and
 //! gives exactly what `to_bytes` gives for the changed document.
 //!
