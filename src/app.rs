@@ -110,6 +110,7 @@ impl App {
             archive_prefix,
             reports,
             agent_tokens: Default::default(),
+            approved: Default::default(),
         };
         Ok(Self {
             listener,

@@ -24,4 +24,6 @@ pub struct AppState {
     pub reports: Arc<crate::feedback::Reports>,
     /// Agent tokens of Watch, Ack and Report, resolved once per TTL.
     pub agent_tokens: Arc<crate::auth::TokenCache>,
+    /// The approved baselines uploads compare with, kept parsed.
+    pub approved: Arc<crate::service::approved::ApprovedBaselines>,
 }

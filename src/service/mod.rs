@@ -12,6 +12,7 @@
 
 pub mod admin;
 pub mod agents;
+pub mod approved;
 pub mod archive;
 pub mod audit;
 pub mod baselines;

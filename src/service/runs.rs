@@ -233,7 +233,7 @@ async fn record_run(
     // The approved baseline may change between comparing and inserting; the store refuses the
     // insert then, and we compare again.
     for _ in 0..5 {
-        let current = state.store.current_baseline(chain).await?;
+        let current = state.approved.current(state.store.as_ref(), chain).await?;
         let first_run = state.store.run_count(chain).await? == 0;
         let before = ChainBefore {
             approved: current.as_ref().map(|c| &c.doc),

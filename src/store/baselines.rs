@@ -57,6 +57,8 @@ pub trait Baselines: Send + Sync {
     async fn newest_baseline(&self, chain: &str) -> StoreResult<Option<String>>;
     /// The chain's approved baseline, if any.
     async fn current_baseline(&self, chain: &str) -> StoreResult<Option<StoredBaseline>>;
+    /// The id and SHA-256 of the chain's approved baseline, if any, without its document.
+    async fn current_baseline_ref(&self, chain: &str) -> StoreResult<Option<(String, String)>>;
 
     /// Approves or rejects a draft. `Conflict` when it is no longer a draft.
     async fn decide(

@@ -2,7 +2,7 @@
 //! one replica reaches agents streaming from the other (LISTEN/NOTIFY + catch-up read).
 
 use crate::grpc::{authed, next, watch_req};
-use crate::helpers::draft_a;
+use crate::helpers::{draft_a, example};
 use crate::helpers::{spawn_app, spawn_replica, Backend};
 use budget_proto::v1::budget_control_client::BudgetControlClient;
 
@@ -58,6 +58,49 @@ async fn approval_on_one_replica_reaches_agents_on_the_other() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert!(seen, "B's agent shows in A's fleet view");
+    b.stop().await;
+    a.stop().await;
+}
+
+/// Each replica keeps the approved baseline it compared with last: an approval on the other
+/// replica must count at its next upload (the store's id and SHA-256 decide, not the copy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_compares_with_the_baseline_approved_on_the_other_replica() {
+    use budget_core::example::{CHECKOUT_RUN_A, CHECKOUT_RUN_C};
+    let Some(a) = spawn_app(Backend::Postgres).await else {
+        return;
+    };
+    let b = spawn_replica(&a).await;
+    let p = a.people().await;
+    let first = draft_a(&a, &p).await;
+    a.approve(&p.approver, &first).await.expect(200);
+
+    // B compares run A with the first baseline (and keeps it): no drift, no draft.
+    let on_b = b
+        .upload(&p.uploader, "checkout", example(CHECKOUT_RUN_A))
+        .await;
+    let on_b = on_b.expect(201).json();
+    assert_eq!(on_b["compared_to"], first.as_str());
+    assert!(on_b["baseline_id"].is_null(), "{on_b}");
+
+    // A approves run C's draft.
+    let on_a = a
+        .upload(&p.uploader, "checkout", example(CHECKOUT_RUN_C))
+        .await;
+    let second = on_a.expect(201).json()["baseline_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    a.approve(&p.approver, &second).await.expect(200);
+
+    // B's next upload of run C compares with the second baseline: nothing drifted.
+    let on_b = b
+        .upload(&p.uploader, "checkout", example(CHECKOUT_RUN_C))
+        .await;
+    let on_b = on_b.expect(201).json();
+    assert_eq!(on_b["compared_to"], second.as_str(), "{on_b}");
+    assert!(on_b["baseline_id"].is_null(), "{on_b}");
+    assert_eq!(on_b["drift"], serde_json::json!([]));
     b.stop().await;
     a.stop().await;
 }

@@ -1074,3 +1074,73 @@ async fn sqlite_abandoned_writes_leave_the_store_usable() {
 async fn postgres_abandoned_writes_leave_the_store_usable() {
     abandoned_writes_leave_the_store_usable(Backend::Postgres).await;
 }
+
+/// The approved baselines uploads compare with, kept parsed (`service::approved`): the same
+/// copy while the store's id and SHA-256 match, the new one after an approval, at most
+/// `KEPT_CHAINS` chains.
+async fn approved_baselines_are_kept_while_they_hold(backend: Backend) {
+    use budgetd::service::approved::{ApprovedBaselines, KEPT_CHAINS};
+    let Some((_db, store, _)) = two_stores(backend).await else {
+        return;
+    };
+    let approve = |chain: String| {
+        let store = store.clone();
+        async move {
+            let run = NewRun {
+                chain: chain.clone(),
+                ..new_run("uma")
+            };
+            let current = store
+                .current_baseline_ref(&chain)
+                .await
+                .unwrap()
+                .map(|r| r.0);
+            let doc = BaselineDocument {
+                chain: chain.clone(),
+                ..draft("")
+            };
+            let (_, draft) = store
+                .insert_run(run, Some(doc), current, audit("uma"))
+                .await
+                .unwrap();
+            let id = draft.unwrap().doc.id;
+            store
+                .decide(&id, Verdict::Approve, None, audit("abe"))
+                .await
+                .unwrap();
+            id
+        }
+    };
+    let kept = ApprovedBaselines::default();
+    assert!(kept.current(store.as_ref(), "c0").await.unwrap().is_none());
+    let mut ids = Vec::new();
+    for i in 0..=KEPT_CHAINS {
+        let chain = format!("c{i}");
+        store
+            .put_topology(&chain, &topology(), audit("uma"))
+            .await
+            .unwrap();
+        ids.push(approve(chain.clone()).await);
+        let current = kept.current(store.as_ref(), &chain).await.unwrap().unwrap();
+        assert_eq!(current.doc.id, ids[i]);
+        assert!(kept.kept() <= KEPT_CHAINS, "{} kept", kept.kept());
+    }
+    let last = format!("c{KEPT_CHAINS}");
+    let once = kept.current(store.as_ref(), &last).await.unwrap().unwrap();
+    let again = kept.current(store.as_ref(), &last).await.unwrap().unwrap();
+    assert!(Arc::ptr_eq(&once, &again), "the same copy while it holds");
+    let newer = approve(last.clone()).await;
+    let now = kept.current(store.as_ref(), &last).await.unwrap().unwrap();
+    assert_eq!(now.doc.id, newer);
+    assert_eq!(now.doc.state, BaselineState::Approved);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_approved_baselines_are_kept_while_they_hold() {
+    approved_baselines_are_kept_while_they_hold(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_approved_baselines_are_kept_while_they_hold() {
+    approved_baselines_are_kept_while_they_hold(Backend::Postgres).await;
+}

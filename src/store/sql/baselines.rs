@@ -485,6 +485,15 @@ impl Baselines for SqlStore {
         row.as_ref().map(baseline_from_row).transpose()
     }
 
+    async fn current_baseline_ref(&self, chain: &str) -> StoreResult<Option<(String, String)>> {
+        let row =
+            sqlx::query("SELECT id, sha256 FROM baselines WHERE chain = $1 AND state = 'approved'")
+                .bind(chain)
+                .fetch_optional(&self.pool)
+                .await?;
+        row.map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).transpose()
+    }
+
     async fn decide(
         &self,
         id: &str,
