@@ -77,14 +77,19 @@ pub const EXPORT_TABLES: &[ExportTable] = {
                 ("state", T),
                 ("reason", T),
                 ("has_errors", I),
-                ("document", T),
                 ("sha256", T),
                 ("created_at", T),
                 ("created_by", T),
                 ("updated_at", T),
                 ("superseded_by", T),
                 ("chain_seq", I),
+                ("document_behind", I),
             ],
+            identity: false,
+        },
+        ExportTable {
+            name: "baseline_documents",
+            columns: &[("baseline_id", T), ("document", T)],
             identity: false,
         },
         ExportTable {
@@ -228,10 +233,15 @@ pub const EXPORT_TABLES: &[ExportTable] = {
 /// like report rollups, is runtime data and not exported.)
 pub const ADDED_TABLES: &[(&str, i64)] = &[("rollouts", 11), ("canary_nacks", 11)];
 
+/// The schema version from which a baseline's document has a table of its own
+/// (`baseline_documents`); an export from before holds it in the `document` column of
+/// `baselines`, from which an import takes it.
+pub const DOCUMENTS_TABLE_VERSION: i64 = 13;
+
 /// Columns added after the first export format, with the schema version that added them: an
 /// export from an older schema lacks them and imports them as null (which the store reads as
 /// the old meaning: a token's owner is its name, a run's uploader owner the token name, an
-/// agent unbound, a superseded baseline without its link).
+/// agent unbound, a superseded baseline without its link, a stored document current).
 pub const ADDED_COLUMNS: &[(&str, &str, i64)] = &[
     ("runs", "uploaded_by_owner", 5),
     ("api_tokens", "owner", 5),
@@ -239,6 +249,7 @@ pub const ADDED_COLUMNS: &[(&str, &str, i64)] = &[
     ("baselines", "superseded_by", 9),
     ("baselines", "chain_seq", 9),
     ("runs", "distributions", 12),
+    ("baselines", "document_behind", 13),
 ];
 
 /// A whole-store export as read back: what `export_all` writes.

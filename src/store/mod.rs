@@ -41,7 +41,7 @@ pub use self::chains::Chains;
 pub use self::connection::{Backend, Connection, PoolStatus};
 pub use self::export::{
     ColumnKind, Export, ExportImport, ExportTable, ExportedTable, Progress, TableCounts,
-    ADDED_COLUMNS, ADDED_TABLES, EXPORT_FORMAT, EXPORT_TABLES,
+    ADDED_COLUMNS, ADDED_TABLES, DOCUMENTS_TABLE_VERSION, EXPORT_FORMAT, EXPORT_TABLES,
 };
 pub use self::feedback::Feedback;
 pub use self::fleet::{AgentClaim, AgentCursor, AgentProgress, AgentStatus, Fleet};

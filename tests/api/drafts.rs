@@ -221,14 +221,19 @@ async fn reopen_as_legacy_draft(app: &TestApp, id: &str) {
         .unwrap();
     sqlx::query(
         "UPDATE baselines SET state = 'draft', superseded_by = NULL, chain_seq = NULL, \
-         document = $1, sha256 = $2 WHERE id = $3",
+         document_behind = NULL, sha256 = $1 WHERE id = $2",
     )
-    .bind(bytes)
     .bind(sha)
     .bind(id)
     .execute(&mut conn)
     .await
     .unwrap();
+    sqlx::query("UPDATE baseline_documents SET document = $1 WHERE baseline_id = $2")
+        .bind(bytes)
+        .bind(id)
+        .execute(&mut conn)
+        .await
+        .unwrap();
 }
 
 async fn an_older_draft_is_never_approved(app: &TestApp) {

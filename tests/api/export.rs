@@ -311,6 +311,11 @@ async fn import_refuses_a_non_empty_store_and_bad_documents() {
         "{e}"
     );
     older.schema_version = 10;
+    // Before schema version 13 a baseline's document was a column of its row.
+    older.tables.remove("baseline_documents");
+    let baselines = older.tables.get_mut("baselines").unwrap();
+    baselines.columns.retain(|c| c != "document_behind");
+    baselines.columns.push("document".into());
     let fresh = TestDb::new(Backend::Sqlite).await.unwrap();
     let other = budgetd::store::connect(&fresh.url).await.unwrap();
     let counts = other.import_all(&older, &|_, _| {}).await.unwrap();

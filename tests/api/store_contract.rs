@@ -1144,3 +1144,400 @@ async fn sqlite_approved_baselines_are_kept_while_they_hold() {
 async fn postgres_approved_baselines_are_kept_while_they_hold() {
     approved_baselines_are_kept_while_they_hold(Backend::Postgres).await;
 }
+
+/// The state written in `id`'s stored document, whether it holds a decision, and whether its
+/// row says the document is behind it.
+async fn stored(raw: &mut sqlx::AnyConnection, id: &str) -> (BaselineState, bool, bool) {
+    let row = sqlx::query(
+        "SELECT d.document, b.document_behind FROM baselines b \
+         JOIN baseline_documents d ON d.baseline_id = b.id WHERE b.id = $1",
+    )
+    .bind(id)
+    .fetch_one(raw)
+    .await
+    .unwrap();
+    let document: String = sqlx::Row::get(&row, 0);
+    let behind: Option<i64> = sqlx::Row::get(&row, 1);
+    let doc: BaselineDocument = serde_json::from_str(&document).unwrap();
+    (doc.state, doc.decision.is_some(), behind == Some(1))
+}
+
+/// On SQLite a baseline's document is written when it is created and when a decision is
+/// recorded; a state change without one (the draft superseded by the next upload, the approved
+/// baseline by the next approval, a rollback) changes the baseline's row alone, and the store
+/// renders the document's state fields from it. On PostgreSQL every change writes the document
+/// (replicas of the previous version read it from the row). Either way every read and archive
+/// item gives the bytes `to_bytes` gives for the baseline as it is, with their SHA-256.
+async fn documents_are_written_once_per_decision(backend: Backend) {
+    let Some((db, store, other)) = two_stores(backend).await else {
+        return;
+    };
+    // What the stored document says after a change without a decision: as it was (SQLite), or
+    // the change (PostgreSQL).
+    let apart = backend == Backend::Sqlite;
+    let left = |before: BaselineState, after: BaselineState, decision: bool| {
+        if apart {
+            (before, decision, true)
+        } else {
+            (after, decision, false)
+        }
+    };
+    store
+        .put_topology("checkout", &topology(), audit("uma"))
+        .await
+        .unwrap();
+    let upload = || {
+        let store = store.clone();
+        async move {
+            let current = store
+                .current_baseline_ref("checkout")
+                .await
+                .unwrap()
+                .map(|r| r.0);
+            let (_, draft) = store
+                .insert_run(new_run("uma"), Some(draft("")), current, audit("uma"))
+                .await
+                .unwrap();
+            draft.unwrap().doc.id
+        }
+    };
+    sqlx::any::install_default_drivers();
+    let mut raw = <sqlx::AnyConnection as sqlx::Connection>::connect(&db.url)
+        .await
+        .unwrap();
+    // What both stores serve for `id`: canonical bytes of its state, their SHA-256.
+    let served = |id: String| {
+        let (store, other) = (store.clone(), other.clone());
+        async move {
+            let a = store.get_baseline(&id).await.unwrap();
+            let b = other.get_baseline(&id).await.unwrap();
+            assert_eq!(a.bytes, b.bytes, "{id}");
+            assert_eq!(
+                a.bytes.as_bytes(),
+                a.doc.to_bytes(),
+                "{id}: canonical bytes"
+            );
+            assert_eq!(a.sha256, served_sha(&store, &id).await, "{id}");
+            a.doc
+        }
+    };
+
+    let d1 = upload().await;
+    let d2 = upload().await;
+    assert_eq!(
+        stored(&mut raw, &d1).await,
+        left(BaselineState::Draft, BaselineState::Superseded, false),
+        "superseding a draft writes its document again only on PostgreSQL"
+    );
+    let doc = served(d1.clone()).await;
+    assert_eq!(doc.state, BaselineState::Superseded);
+    assert_eq!(doc.superseded_by.as_deref(), Some(d2.as_str()));
+
+    store
+        .decide(&d2, Verdict::Approve, None, audit("abe"))
+        .await
+        .unwrap();
+    assert_eq!(
+        stored(&mut raw, &d2).await,
+        (BaselineState::Approved, true, false),
+        "a decision is written into the document"
+    );
+    let d3 = upload().await;
+    store
+        .decide(&d3, Verdict::Approve, None, audit("abe"))
+        .await
+        .unwrap();
+    assert_eq!(
+        stored(&mut raw, &d2).await,
+        left(BaselineState::Approved, BaselineState::Superseded, true)
+    );
+    let doc = served(d2.clone()).await;
+    assert_eq!(doc.state, BaselineState::Superseded);
+    assert_eq!(doc.superseded_by.as_deref(), Some(d3.as_str()));
+    assert!(doc.decision.is_some(), "the decision is kept");
+    assert_eq!(
+        store
+            .current_baseline("checkout")
+            .await
+            .unwrap()
+            .unwrap()
+            .doc
+            .id,
+        d3
+    );
+
+    // Back to d2: approved again, its link cleared, its decision kept; d3 superseded.
+    store.rollback("checkout", &d2, audit("abe")).await.unwrap();
+    let doc = served(d2.clone()).await;
+    assert_eq!(
+        (
+            doc.state,
+            doc.superseded_by.is_none(),
+            doc.decision.is_some()
+        ),
+        (BaselineState::Approved, true, true)
+    );
+    assert_eq!(served(d3.clone()).await.state, BaselineState::Superseded);
+    let current = other.current_baseline("checkout").await.unwrap().unwrap();
+    assert_eq!(current.bytes.as_bytes(), doc.to_bytes());
+
+    // The archive's newest item of each baseline holds what is served.
+    let later = (chrono::Utc::now() + chrono::Duration::minutes(1))
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let claimed = store.archive_claim(&later, &later, 1000).await.unwrap();
+    for id in [&d1, &d2, &d3] {
+        let key = format!("{id}.json");
+        let item = claimed.iter().find(|i| i.key.ends_with(&key)).unwrap();
+        let now = store.get_baseline(id).await.unwrap();
+        assert_eq!(
+            (&item.body, &item.sha256),
+            (&now.bytes, &now.sha256),
+            "{id}"
+        );
+    }
+    let listed = store.baselines_created_on(None).await.unwrap();
+    for baseline in &listed {
+        let served = store.get_baseline(&baseline.doc.id).await.unwrap();
+        assert_eq!(baseline.bytes, served.bytes);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_documents_are_written_once_per_decision() {
+    documents_are_written_once_per_decision(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_documents_are_written_once_per_decision() {
+    documents_are_written_once_per_decision(Backend::Postgres).await;
+}
+
+/// A store from before migration 0013 held each document in its baseline's row; after it the
+/// store serves the same bytes with the same SHA-256, whatever they hold (here a superseded
+/// baseline from before `superseded_by` was a column). On PostgreSQL a replica of the previous
+/// version, still running, reads and writes the documents in the rows as before.
+async fn stores_from_before_0013_serve_the_same_documents(backend: Backend) {
+    use budget_core::baseline::Decision;
+    use sha2::Digest;
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let folder = match backend {
+        Backend::Sqlite => "sqlite",
+        Backend::Postgres => "postgres",
+    };
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("migrations")
+        .join(folder);
+    let mut before = sqlx::migrate::Migrator::new(dir).await.unwrap();
+    before.migrations = before
+        .migrations
+        .iter()
+        .filter(|m| m.version < 13)
+        .cloned()
+        .collect();
+    assert_eq!(before.migrations.len(), 12);
+    sqlx::any::install_default_drivers();
+    let url = match backend {
+        Backend::Sqlite => format!("{}?mode=rwc", db.url),
+        Backend::Postgres => db.url.clone(),
+    };
+    let mut raw = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    before.run(&mut raw).await.unwrap();
+    let at = budgetd::service::now();
+    sqlx::query("INSERT INTO chains (name, created_at, updated_at) VALUES ('checkout', $1, $1)")
+        .bind(&at)
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO runs (id, chain, topology_version, format, source_sha256, source_size, data, uploaded_by, created_at) \
+         VALUES ('run-20260101-001', 'checkout', 1, 'native', '00', 1, '{}', 'uma', $1)",
+    )
+    .bind(&at)
+    .execute(&mut raw)
+    .await
+    .unwrap();
+    let approved = BaselineDocument {
+        id: "bl-20260101-002".into(),
+        state: BaselineState::Approved,
+        decision: Some(Decision {
+            by: "abe".into(),
+            at: at.clone(),
+            comment: Some("looks right".into()),
+        }),
+        ..draft("run-20260101-001")
+    };
+    let superseded = BaselineDocument {
+        id: "bl-20260101-001".into(),
+        state: BaselineState::Superseded,
+        superseded_by: Some(approved.id.clone()),
+        ..draft("run-20260101-001")
+    };
+    let mut legacy = Vec::new();
+    for doc in [&superseded, &approved] {
+        let bytes = String::from_utf8(doc.to_bytes()).unwrap();
+        let sha = hex::encode(sha2::Sha256::digest(bytes.as_bytes()));
+        sqlx::query(
+            "INSERT INTO baselines (id, chain, run_id, topology_version, state, reason, has_errors, document, sha256, created_at, created_by, updated_at) \
+             VALUES ($1, 'checkout', 'run-20260101-001', 1, $2, 'recompute', 0, $3, $4, $5, 'uma', $5)",
+        )
+        .bind(&doc.id)
+        .bind(doc.state.as_str())
+        .bind(&bytes)
+        .bind(&sha)
+        .bind(&at)
+        .execute(&mut raw)
+        .await
+        .unwrap();
+        legacy.push((doc.id.clone(), bytes, sha));
+    }
+    drop(raw);
+
+    let store = store::connect(&db.url).await.unwrap();
+    for (id, bytes, sha) in &legacy {
+        let served = store.get_baseline(id).await.unwrap();
+        assert_eq!((&served.bytes, &served.sha256), (bytes, sha), "{id}");
+    }
+    // The migrated approved baseline is superseded by the next approval: its decision stays.
+    let (_, next) = store
+        .insert_run(
+            new_run("uma"),
+            Some(draft("")),
+            Some(approved.id.clone()),
+            audit("uma"),
+        )
+        .await
+        .unwrap();
+    let next = next.unwrap().doc.id;
+    store
+        .decide(&next, Verdict::Approve, None, audit("abe"))
+        .await
+        .unwrap();
+    let now = store.get_baseline(&approved.id).await.unwrap();
+    assert_eq!(now.doc.state, BaselineState::Superseded);
+    assert_eq!(now.doc.superseded_by.as_deref(), Some(next.as_str()));
+    assert_eq!(now.doc.decision, approved.decision);
+    assert_eq!(now.bytes.as_bytes(), now.doc.to_bytes());
+    assert_eq!(now.sha256, served_sha(&store, &approved.id).await);
+    if backend == Backend::Sqlite {
+        return;
+    }
+    // The previous version's reads and writes, on the migrated PostgreSQL database.
+    let mut raw = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    for id in [&approved.id, &next] {
+        let row = sqlx::query("SELECT document, sha256 FROM baselines WHERE id = $1")
+            .bind(id)
+            .fetch_one(&mut raw)
+            .await
+            .unwrap();
+        let served = store.get_baseline(id).await.unwrap();
+        let (document, sha): (String, String) = (sqlx::Row::get(&row, 0), sqlx::Row::get(&row, 1));
+        assert_eq!((document, sha), (served.bytes, served.sha256), "{id}");
+    }
+    let old_style = BaselineDocument {
+        id: "bl-20260101-003".into(),
+        ..draft("run-20260101-001")
+    };
+    let bytes = String::from_utf8(old_style.to_bytes()).unwrap();
+    let sha = hex::encode(sha2::Sha256::digest(bytes.as_bytes()));
+    sqlx::query(
+        "INSERT INTO baselines (id, chain, run_id, topology_version, state, reason, has_errors, document, sha256, created_at, created_by, updated_at) \
+         VALUES ($1, 'checkout', 'run-20260101-001', 1, 'draft', 'recompute', 0, $2, $3, $4, 'uma', $4)",
+    )
+    .bind(&old_style.id)
+    .bind(&bytes)
+    .bind(&sha)
+    .bind(&at)
+    .execute(&mut raw)
+    .await
+    .unwrap();
+    let served = store.get_baseline(&old_style.id).await.unwrap();
+    assert_eq!((served.bytes, served.sha256), (bytes, sha));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_stores_from_before_0013_serve_the_same_documents() {
+    stores_from_before_0013_serve_the_same_documents(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_stores_from_before_0013_serve_the_same_documents() {
+    stores_from_before_0013_serve_the_same_documents(Backend::Postgres).await;
+}
+
+/// An export from before migration 0013 holds each document in the `document` column of
+/// `baselines` (as the baseline is, state fields current); importing it fills the documents'
+/// table, and the store serves the same bytes. An export from after must hold that table.
+async fn exports_from_before_the_documents_table_import(backend: Backend) {
+    let Some((_db, source, _)) = two_stores(Backend::Sqlite).await else {
+        return;
+    };
+    source
+        .put_topology("checkout", &topology(), audit("uma"))
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        source
+            .insert_run(new_run("uma"), Some(draft("")), None, audit("uma"))
+            .await
+            .unwrap();
+    }
+    let mut out = Vec::new();
+    source.export_all(&mut out, &|_, _| {}).await.unwrap();
+    let export: store::Export = serde_json::from_slice(&out).unwrap();
+    assert_eq!(export.tables["baseline_documents"].rows.len(), 2);
+
+    let mut old = export.clone();
+    old.schema_version = 12;
+    old.tables.remove("baseline_documents");
+    let baselines = old.tables.get_mut("baselines").unwrap();
+    let column = |name: &str| baselines.columns.iter().position(|c| c == name).unwrap();
+    let (id_at, behind_at) = (column("id"), column("document_behind"));
+    baselines.columns.remove(behind_at);
+    baselines.columns.push("document".into());
+    let mut served = Vec::new();
+    for row in &mut baselines.rows {
+        row.remove(behind_at);
+        let id = row[id_at].as_str().unwrap().to_owned();
+        let now = source.get_baseline(&id).await.unwrap();
+        row.push(json!(now.bytes));
+        served.push((id, now.bytes, now.sha256));
+    }
+    assert!(served
+        .iter()
+        .any(|(_, bytes, _)| bytes.contains("\"superseded\"")));
+
+    let Some(target_db) = TestDb::new(backend).await else {
+        return;
+    };
+    let target = store::connect(&target_db.url).await.unwrap();
+    let mut newer = export.clone();
+    newer.tables.remove("baseline_documents");
+    let e = target.import_all(&newer, &|_, _| {}).await.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("table \"baseline_documents\" is missing"),
+        "{e}"
+    );
+    let counts = target.import_all(&old, &|_, _| {}).await.unwrap();
+    assert!(counts.contains(&("baseline_documents", 2)), "{counts:?}");
+    for (id, bytes, sha) in &served {
+        let now = target.get_baseline(id).await.unwrap();
+        assert_eq!((&now.bytes, &now.sha256), (bytes, sha), "{id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_exports_from_before_the_documents_table_import() {
+    exports_from_before_the_documents_table_import(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_exports_from_before_the_documents_table_import() {
+    exports_from_before_the_documents_table_import(Backend::Postgres).await;
+}

@@ -13,7 +13,10 @@ use sqlx::Row;
 
 use super::outbox::{archive_budget, archive_document};
 use super::rollouts::baking_on;
-use super::rows::{baseline_from_row, baseline_summary_from_row, BASELINE_COLUMNS};
+use super::rows::{
+    baseline_from_row, baseline_summary_from_row, restated_document, BASELINE_COLUMNS,
+    BASELINE_JOINS,
+};
 use super::tx::{commit, lock_chain, next_counter, publish, replayed, write_audit};
 use super::{compact_date, internal, sha256_hex, SqlStore, Tx};
 use crate::store::{
@@ -22,7 +25,7 @@ use crate::store::{
 
 pub(super) async fn fetch_baseline(tx: &mut Tx, id: &str) -> StoreResult<StoredBaseline> {
     let row = sqlx::query(&format!(
-        "SELECT {BASELINE_COLUMNS} FROM baselines b JOIN runs r ON r.id = b.run_id WHERE b.id = $1"
+        "SELECT {BASELINE_COLUMNS} FROM baselines b {BASELINE_JOINS} WHERE b.id = $1"
     ))
     .bind(id)
     .fetch_optional(&mut **tx)
@@ -50,8 +53,8 @@ pub(super) async fn insert_baseline_tx(
     // Drawn under the chain's lock: the chain's baselines in commit order.
     let seq = next_counter(tx, &format!("baselines:{}", doc.chain)).await?;
     sqlx::query(
-        "INSERT INTO baselines (id, chain, run_id, topology_version, state, reason, has_errors, document, sha256, created_at, created_by, updated_at, chain_seq) \
-         VALUES ($1, $2, $3, $4, 'draft', $5, $6, $7, $8, $9, $10, $9, $11)",
+        "INSERT INTO baselines (id, chain, run_id, topology_version, state, reason, has_errors, sha256, created_at, created_by, updated_at, chain_seq, document_behind) \
+         VALUES ($1, $2, $3, $4, 'draft', $5, $6, $7, $8, $9, $8, $10, 0)",
     )
     .bind(&doc.id)
     .bind(&doc.chain)
@@ -59,13 +62,17 @@ pub(super) async fn insert_baseline_tx(
     .bind(doc.topology_version)
     .bind(reason.as_str().unwrap_or_default().to_owned())
     .bind(i64::from(doc.has_errors()))
-    .bind(&bytes)
     .bind(&sha256)
     .bind(&doc.created_at)
     .bind(&doc.created_by)
     .bind(seq)
     .execute(&mut **tx)
     .await?;
+    sqlx::query("INSERT INTO baseline_documents (baseline_id, document) VALUES ($1, $2)")
+        .bind(&doc.id)
+        .bind(&bytes)
+        .execute(&mut **tx)
+        .await?;
     let stored = StoredBaseline {
         doc,
         bytes,
@@ -153,8 +160,8 @@ pub(super) async fn transition(
 }
 
 /// [`transition`] for a caller that does not need the document: the megabyte of a large
-/// chain's document is neither parsed nor rendered again (superseding a draft on every
-/// upload, the approved baseline on every approval).
+/// chain's document is not parsed (superseding a draft on every upload, the approved baseline
+/// on every approval).
 pub(super) async fn mark(
     tx: &mut Tx,
     prefix: &str,
@@ -166,8 +173,12 @@ pub(super) async fn mark(
     restated(tx, prefix, id, from, &change, now).await.map(drop)
 }
 
-/// The state change of [`transition`] and [`mark`]: the new bytes and their SHA-256 stored,
-/// the archive item queued; answers them with the row read (`uploaded_by`, …).
+/// The state change of [`transition`] and [`mark`]: the row's state and the SHA-256 of the
+/// changed document stored, the archive item queued; answers the changed document's bytes,
+/// their SHA-256 and the row read (`uploaded_by`, …). On SQLite the document itself is written
+/// again only when a decision is recorded (it lives in the document alone); otherwise the row
+/// is marked `document_behind` and reads render the state fields from it
+/// ([`document_from_row`](super::rows::document_from_row)).
 async fn restated(
     tx: &mut Tx,
     prefix: &str,
@@ -177,9 +188,10 @@ async fn restated(
     now: &str,
 ) -> StoreResult<(String, String, sqlx::any::AnyRow)> {
     let row = sqlx::query(
-        "SELECT b.document, b.state, b.created_at, r.uploaded_by, \
+        "SELECT d.document, b.state, b.created_at, r.uploaded_by, \
          COALESCE(r.uploaded_by_owner, r.uploaded_by) AS uploaded_by_owner \
-         FROM baselines b JOIN runs r ON r.id = b.run_id WHERE b.id = $1",
+         FROM baselines b JOIN runs r ON r.id = b.run_id \
+         JOIN baseline_documents d ON d.baseline_id = b.id WHERE b.id = $1",
     )
     .bind(id)
     .fetch_optional(&mut **tx)
@@ -192,30 +204,27 @@ async fn restated(
             from.as_str()
         )));
     }
+    // The stored document may be behind its row; `restate` rewrites every state field but the
+    // decision, which only a full write (below) changes.
     let old: String = row.try_get("document")?;
     let restate = Restate {
         state: change.to,
         decision: change.decision.as_ref(),
         superseded_by: change.superseded_by,
     };
-    let bytes = match budget_core::baseline::restate(&old, restate) {
-        Some(bytes) => bytes,
-        // Not in the canonical layout (never written so, but a document is not trusted to
-        // be): parsed and rendered whole.
-        None => {
-            let mut doc: BaselineDocument = serde_json::from_str(&old).map_err(internal)?;
-            doc.apply(restate);
-            String::from_utf8(doc.to_bytes()).map_err(internal)?
-        }
-    };
+    let (bytes, canonical) = restated_document(&old, restate)?;
+    drop(old);
     let sha256 = sha256_hex(bytes.as_bytes());
+    // Written whole: a decision; bytes that had to be rendered anew (so that reads never
+    // render them with another version's code); and on PostgreSQL always, where replicas of
+    // the previous version read the document from the baseline's row (migration 0013).
+    let written = change.decision.is_some() || !canonical || !documents_apart(tx);
     let done = sqlx::query(
-        "UPDATE baselines SET state = $2, document = $3, sha256 = $4, updated_at = $5, superseded_by = $7 \
-         WHERE id = $1 AND state = $6",
+        "UPDATE baselines SET state = $2, sha256 = $3, updated_at = $4, superseded_by = $6, document_behind = $7 \
+         WHERE id = $1 AND state = $5",
     )
     .bind(id)
     .bind(change.to.as_str())
-    .bind(&bytes)
     .bind(&sha256)
     .bind(now)
     .bind(from.as_str())
@@ -223,6 +232,7 @@ async fn restated(
         BaselineState::Superseded => change.superseded_by.map(str::to_owned),
         _ => None,
     })
+    .bind(i64::from(!written))
     .execute(&mut **tx)
     .await?;
     if done.rows_affected() != 1 {
@@ -230,9 +240,23 @@ async fn restated(
             "baseline {id} changed state concurrently"
         )));
     }
+    if written {
+        sqlx::query("UPDATE baseline_documents SET document = $2 WHERE baseline_id = $1")
+            .bind(id)
+            .bind(&bytes)
+            .execute(&mut **tx)
+            .await?;
+    }
     let created_at: String = row.try_get("created_at")?;
     archive_document(tx, prefix, (id, &created_at, &sha256), now).await?;
     Ok((bytes, sha256, row))
+}
+
+/// Whether a baseline's document has a table of its own (SQLite), so that a state change may
+/// leave it behind the baseline's row; on PostgreSQL `baseline_documents` is a view of the
+/// row's own document (migration 0013).
+fn documents_apart(tx: &Tx) -> bool {
+    tx.backend_name() == "SQLite"
 }
 
 pub(super) async fn current_id(tx: &mut Tx, chain: &str) -> StoreResult<Option<String>> {
@@ -432,7 +456,7 @@ impl Baselines for SqlStore {
 
     async fn get_baseline(&self, id: &str) -> StoreResult<StoredBaseline> {
         let row = sqlx::query(&format!(
-            "SELECT {BASELINE_COLUMNS} FROM baselines b JOIN runs r ON r.id = b.run_id WHERE b.id = $1"
+            "SELECT {BASELINE_COLUMNS} FROM baselines b {BASELINE_JOINS} WHERE b.id = $1"
         ))
         .bind(id)
         .fetch_optional(&self.pool)
@@ -476,7 +500,7 @@ impl Baselines for SqlStore {
 
     async fn current_baseline(&self, chain: &str) -> StoreResult<Option<StoredBaseline>> {
         let row = sqlx::query(&format!(
-            "SELECT {BASELINE_COLUMNS} FROM baselines b JOIN runs r ON r.id = b.run_id \
+            "SELECT {BASELINE_COLUMNS} FROM baselines b {BASELINE_JOINS} \
              WHERE b.chain = $1 AND b.state = 'approved'"
         ))
         .bind(chain)
@@ -564,7 +588,7 @@ impl Baselines for SqlStore {
 
     async fn baselines_created_on(&self, date: Option<&str>) -> StoreResult<Vec<StoredBaseline>> {
         let rows = sqlx::query(&format!(
-            "SELECT {BASELINE_COLUMNS} FROM baselines b JOIN runs r ON r.id = b.run_id \
+            "SELECT {BASELINE_COLUMNS} FROM baselines b {BASELINE_JOINS} \
              WHERE ($1 = '' OR b.created_at LIKE $2) ORDER BY b.created_at, b.id"
         ))
         .bind(date.unwrap_or(""))

@@ -8,7 +8,7 @@ use super::rows::export_row;
 use super::{internal, SqlStore, Tx};
 use crate::store::{
     Backend, ColumnKind, Export, ExportImport, Progress, StoreError, StoreResult, TableCounts,
-    ADDED_COLUMNS, ADDED_TABLES, EXPORT_FORMAT, EXPORT_TABLES,
+    ADDED_COLUMNS, ADDED_TABLES, DOCUMENTS_TABLE_VERSION, EXPORT_FORMAT, EXPORT_TABLES,
 };
 
 #[async_trait]
@@ -131,36 +131,49 @@ impl ExportImport for SqlStore {
             let added_later = ADDED_TABLES
                 .iter()
                 .any(|(t, version)| *t == table.name && export.schema_version < *version);
+            // Before the documents' own table, each was the `document` of its baseline's row.
+            let documents_in_baselines = export.schema_version < DOCUMENTS_TABLE_VERSION;
+            let from_baselines = documents_in_baselines && table.name == "baseline_documents";
             let data = match export.tables.get(table.name) {
-                Some(data) => data,
+                Some(data) if !from_baselines => data,
+                _ if from_baselines => export
+                    .tables
+                    .get("baselines")
+                    .ok_or_else(|| invalid("table \"baselines\" is missing".to_owned()))?,
                 // A table added after the export's schema version: nothing to import.
                 None if added_later => {
                     counts.push((table.name, 0));
                     continue;
                 }
-                None => return Err(invalid(format!("table {:?} is missing", table.name))),
+                _ => return Err(invalid(format!("table {:?} is missing", table.name))),
             };
             // Where each of our columns is in the export's rows; none for a column added after
             // the export's schema version (imported as null).
             let mut positions = Vec::with_capacity(table.columns.len());
             for (column, _) in table.columns {
-                let at = data.columns.iter().position(|c| c == column);
+                let source = match *column {
+                    "baseline_id" if from_baselines => "id",
+                    column => column,
+                };
+                let at = data.columns.iter().position(|c| c == source);
                 let added_later = ADDED_COLUMNS.iter().any(|(t, c, version)| {
                     *t == table.name && c == column && export.schema_version < *version
                 });
                 if at.is_none() && !added_later {
-                    return Err(invalid(format!(
-                        "table {:?} lacks column {column:?}",
+                    let name = if from_baselines {
+                        "baselines"
+                    } else {
                         table.name
-                    )));
+                    };
+                    return Err(invalid(format!("table {name:?} lacks column {source:?}")));
                 }
                 positions.push(at);
             }
-            if let Some(extra) = data
-                .columns
-                .iter()
-                .find(|c| !table.columns.iter().any(|(k, _)| k == c))
-            {
+            let moved =
+                |c: &str| documents_in_baselines && table.name == "baselines" && c == "document";
+            if let Some(extra) = data.columns.iter().find(|c| {
+                !from_baselines && !moved(c) && !table.columns.iter().any(|(k, _)| k == *c)
+            }) {
                 return Err(invalid(format!(
                     "table {:?} has an unknown column {extra:?}",
                     table.name
@@ -244,6 +257,16 @@ impl ExportImport for SqlStore {
             }
             progress(table.name, n);
             counts.push((table.name, n));
+        }
+        // Every baseline has its document (a table of its own since schema version 13).
+        let bare: Option<String> = sqlx::query_scalar(
+            "SELECT b.id FROM baselines b WHERE NOT EXISTS (SELECT 1 FROM baseline_documents d \
+             WHERE d.baseline_id = b.id AND d.document <> '') ORDER BY b.id LIMIT 1",
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(id) = bare {
+            return Err(invalid(format!("baseline {id:?} has no document")));
         }
         tx.commit().await?;
         Ok(counts)

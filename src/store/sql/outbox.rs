@@ -5,7 +5,8 @@ use budget_api::archive::ArchiveUpload;
 use sqlx::Row;
 
 use super::rows::{
-    archive_upload_from_row, outbox_item_from_row, ARCHIVE_UPLOAD_COLUMNS, OUTBOX_ITEM_COLUMNS,
+    archive_upload_from_row, document_from_row, outbox_item_from_row, ARCHIVE_UPLOAD_COLUMNS,
+    OUTBOX_ITEM_COLUMNS,
 };
 use super::{sha256_hex, SqlStore, Tx};
 use crate::store::{archive_key, Backend, Outbox, OutboxItem, StoreResult, StoredBaseline};
@@ -108,15 +109,17 @@ impl Outbox for SqlStore {
             // An item without a body archives its baseline's document (`archive_document`).
             if item.body.is_empty() {
                 let baseline_id: String = row.try_get("baseline_id")?;
-                let document: Option<String> = sqlx::query_scalar(
-                    "SELECT document FROM baselines WHERE id = $1 AND sha256 = $2",
+                let document = sqlx::query(
+                    "SELECT d.document, b.state, b.superseded_by, b.document_behind \
+                     FROM baselines b JOIN baseline_documents d ON d.baseline_id = b.id \
+                     WHERE b.id = $1 AND b.sha256 = $2",
                 )
                 .bind(&baseline_id)
                 .bind(&item.sha256)
                 .fetch_optional(&self.pool)
                 .await?;
                 match document {
-                    Some(document) => item.body = document,
+                    Some(row) => item.body = document_from_row(&row)?,
                     None => {
                         // Changed since it was queued: the change queued a newer item.
                         sqlx::query(

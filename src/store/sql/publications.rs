@@ -2,7 +2,9 @@
 
 use async_trait::async_trait;
 
-use super::rows::{publication_from_row, publication_with_baseline_from_row, BASELINE_COLUMNS};
+use super::rows::{
+    publication_from_row, publication_with_baseline_from_row, BASELINE_COLUMNS, BASELINE_JOINS,
+};
 use super::tx::PUBLICATION_CHANNEL;
 use super::SqlStore;
 use crate::store::{Publication, PublicationListener, Publications, StoreResult, StoredBaseline};
@@ -50,7 +52,7 @@ impl Publications for SqlStore {
     ) -> StoreResult<Vec<(Publication, StoredBaseline)>> {
         let rows = sqlx::query(&format!(
             "SELECT p.revision, p.chain, p.baseline_id, p.kind, p.created_by, p.created_at, {BASELINE_COLUMNS} \
-             FROM publications p JOIN baselines b ON b.id = p.baseline_id JOIN runs r ON r.id = b.run_id \
+             FROM publications p JOIN baselines b ON b.id = p.baseline_id {BASELINE_JOINS} \
              WHERE p.revision > $1 AND p.revision = (SELECT MAX(q.revision) FROM publications q WHERE q.chain = p.chain) \
              ORDER BY p.revision"
         ))

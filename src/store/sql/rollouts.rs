@@ -12,7 +12,7 @@ use sqlx::Row;
 use super::baselines::{fetch_baseline, mark, transition, Change};
 use super::feedback::{counts_from_row, counts_values, COUNT_COLUMNS};
 use super::outbox::archive_budget;
-use super::rows::{publication_with_baseline_from_row, BASELINE_COLUMNS};
+use super::rows::{publication_with_baseline_from_row, BASELINE_COLUMNS, BASELINE_JOINS};
 use super::tx::{commit, lock_chain, publish, replayed, write_audit};
 use super::{internal, placeholders, SqlStore, Tx};
 use crate::store::rollouts::{CanaryEnd, CanaryHealthRow, Rollouts, StoredRollout, WHOLE_BAKE};
@@ -420,7 +420,7 @@ impl Rollouts for SqlStore {
     ) -> StoreResult<Option<(Publication, StoredBaseline)>> {
         let row = sqlx::query(&format!(
             "SELECT p.revision, p.chain, p.baseline_id, p.kind, p.created_by, p.created_at, {BASELINE_COLUMNS} \
-             FROM publications p JOIN baselines b ON b.id = p.baseline_id JOIN runs r ON r.id = b.run_id \
+             FROM publications p JOIN baselines b ON b.id = p.baseline_id {BASELINE_JOINS} \
              WHERE p.chain = $1 AND p.kind <> 'canary' AND p.revision < $2 ORDER BY p.revision DESC LIMIT 1"
         ))
         .bind(chain)

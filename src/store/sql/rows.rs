@@ -6,7 +6,7 @@ use budget_api::audit::AuditEntry;
 use budget_api::baselines::BaselineSummary;
 use budget_api::chains::{ChainSummary, TopologyVersion};
 use budget_api::releases::Release;
-use budget_core::baseline::{BaselineDocument, BaselineState};
+use budget_core::baseline::{BaselineDocument, BaselineState, Restate};
 use budget_core::RunData;
 use sqlx::any::AnyRow;
 use sqlx::{FromRow, Row};
@@ -18,23 +18,65 @@ use crate::store::{
     StoredRun, TokenRecord,
 };
 
-/// The columns of a [`StoredBaseline`], in the order [`baseline_from_row`] reads them (`b`: the
-/// baseline, `r`: its run).
+/// The columns of a [`StoredBaseline`], read by name by [`baseline_from_row`] (`b`: the
+/// baseline, `r`: its run, `d`: its document; [`BASELINE_JOINS`] after `FROM baselines b`).
 pub(super) const BASELINE_COLUMNS: &str =
-    "b.document, b.sha256, r.uploaded_by, COALESCE(r.uploaded_by_owner, r.uploaded_by) AS uploaded_by_owner";
+    "d.document, b.state, b.superseded_by, b.document_behind, b.sha256, r.uploaded_by, \
+     COALESCE(r.uploaded_by_owner, r.uploaded_by) AS uploaded_by_owner";
+
+/// The tables [`BASELINE_COLUMNS`] come from besides the baseline `b`.
+pub(super) const BASELINE_JOINS: &str =
+    "JOIN runs r ON r.id = b.run_id JOIN baseline_documents d ON d.baseline_id = b.id";
 
 pub(super) fn baseline_from_row(row: &AnyRow) -> StoreResult<StoredBaseline> {
-    let bytes: String = row.try_get(0)?;
+    let bytes = document_from_row(row)?;
     let doc: BaselineDocument = serde_json::from_str(&bytes).map_err(|e| {
         internal(anyhow::Error::new(e).context("stored baseline document is not valid"))
     })?;
     Ok(StoredBaseline {
         doc,
         bytes,
-        sha256: row.try_get(1)?,
-        run_uploaded_by: row.try_get(2)?,
-        run_uploaded_by_owner: row.try_get(3)?,
+        sha256: row.try_get("sha256")?,
+        run_uploaded_by: row.try_get("uploaded_by")?,
+        run_uploaded_by_owner: row.try_get("uploaded_by_owner")?,
     })
+}
+
+/// A baseline's document as it is now, from the columns `document`, `state`, `superseded_by`
+/// and `document_behind`: on SQLite a state change without a decision updates the baseline's
+/// row and leaves the stored document behind it (migration 0013), so its state fields are
+/// rendered from the row's.
+pub(super) fn document_from_row(row: &AnyRow) -> StoreResult<String> {
+    let stored: String = row.try_get("document")?;
+    if row
+        .try_get::<Option<i64>, _>("document_behind")?
+        .unwrap_or(0)
+        == 0
+    {
+        return Ok(stored);
+    }
+    let state: String = row.try_get("state")?;
+    let state = BaselineState::parse(&state)
+        .ok_or_else(|| internal(anyhow::anyhow!("bad state {state:?}")))?;
+    let superseded_by: Option<String> = row.try_get("superseded_by")?;
+    let change = Restate {
+        state,
+        decision: None,
+        superseded_by: superseded_by.as_deref(),
+    };
+    restated_document(&stored, change).map(|(bytes, _)| bytes)
+}
+
+/// `stored` (a baseline's document) with `change` applied, as `to_bytes` renders it: its state
+/// fields rewritten in place, or, for bytes not in the canonical layout (never written so, but
+/// a document is not trusted to be), parsed and rendered whole; and whether they were in it.
+pub(super) fn restated_document(stored: &str, change: Restate<'_>) -> StoreResult<(String, bool)> {
+    if let Some(bytes) = budget_core::baseline::restate(stored, change) {
+        return Ok((bytes, true));
+    }
+    let mut doc: BaselineDocument = serde_json::from_str(stored).map_err(internal)?;
+    doc.apply(change);
+    Ok((String::from_utf8(doc.to_bytes()).map_err(internal)?, false))
 }
 
 pub(super) fn baseline_summary_from_row(r: &AnyRow) -> StoreResult<BaselineSummary> {
@@ -152,15 +194,7 @@ pub(super) fn publication_with_baseline_from_row(
     r: &AnyRow,
 ) -> StoreResult<(Publication, StoredBaseline)> {
     let publication = publication_from_row(r)?;
-    let bytes: String = r.try_get("document")?;
-    let doc = serde_json::from_str(&bytes).map_err(internal)?;
-    let baseline = StoredBaseline {
-        doc,
-        bytes,
-        sha256: r.try_get("sha256")?,
-        run_uploaded_by: r.try_get("uploaded_by")?,
-        run_uploaded_by_owner: r.try_get("uploaded_by_owner")?,
-    };
+    let baseline = baseline_from_row(r)?;
     Ok((publication, baseline))
 }
 
