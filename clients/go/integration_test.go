@@ -280,7 +280,8 @@ func (b *budgetd) forge(target, source string) {
 	must(b.t, err)
 	var store map[string]interface{}
 	must(b.t, decodeNumbers(data, &store))
-	table := store["tables"].(map[string]interface{})["baselines"].(map[string]interface{})
+	// Documents have a table of their own on SQLite (budgetd's migration 0013).
+	table := store["tables"].(map[string]interface{})["baseline_documents"].(map[string]interface{})
 	columns := table["columns"].([]interface{})
 	at := func(name string) int {
 		for i, c := range columns {
@@ -288,10 +289,10 @@ func (b *budgetd) forge(target, source string) {
 				return i
 			}
 		}
-		b.t.Fatalf("the export's baselines have no column %q", name)
+		b.t.Fatalf("the export's baseline_documents have no column %q", name)
 		return -1
 	}
-	id, document := at("id"), at("document")
+	id, document := at("baseline_id"), at("document")
 	docs := map[string]map[string]interface{}{}
 	rows := table["rows"].([]interface{})
 	for _, row := range rows {
