@@ -1541,3 +1541,60 @@ async fn sqlite_exports_from_before_the_documents_table_import() {
 async fn postgres_exports_from_before_the_documents_table_import() {
     exports_from_before_the_documents_table_import(Backend::Postgres).await;
 }
+
+/// An item the archive worker claims while an upload supersedes its baseline is let go at
+/// once: no claim is left holding its key (which would hold back the newer item of the key
+/// for the whole lease, 30 s in the server). Uploads and claims race on two connections pools.
+async fn claims_of_changed_baselines_release_their_key(backend: Backend) {
+    let Some((db, uploads, worker)) = two_stores(backend).await else {
+        return;
+    };
+    uploads
+        .put_topology("checkout", &topology(), audit("uma"))
+        .await
+        .unwrap();
+    let far = (chrono::Utc::now() + chrono::Duration::hours(1))
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let uploading = tokio::spawn(async move {
+        for _ in 0..150 {
+            uploads
+                .insert_run(new_run("uma"), Some(draft("")), None, audit("uma"))
+                .await
+                .unwrap();
+        }
+    });
+    let mut claimed = 0;
+    while !uploading.is_finished() {
+        let now = budgetd::service::now();
+        for item in worker.archive_claim(&now, &far, 1000).await.unwrap() {
+            worker.archive_done(item.id, &now).await.unwrap();
+            claimed += 1;
+        }
+    }
+    uploading.await.unwrap();
+    assert!(claimed > 0);
+    sqlx::any::install_default_drivers();
+    let mut raw = <sqlx::AnyConnection as sqlx::Connection>::connect(&db.url)
+        .await
+        .unwrap();
+    let held: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT id, state FROM archive_outbox WHERE locked_until IS NOT NULL ORDER BY id",
+    )
+    .fetch_all(&mut raw)
+    .await
+    .unwrap();
+    assert!(
+        held.is_empty(),
+        "claims still held after the worker let go: {held:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_claims_of_changed_baselines_release_their_key() {
+    claims_of_changed_baselines_release_their_key(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_claims_of_changed_baselines_release_their_key() {
+    claims_of_changed_baselines_release_their_key(Backend::Postgres).await;
+}

@@ -121,10 +121,13 @@ impl Outbox for SqlStore {
                 match document {
                     Some(row) => item.body = document_from_row(&row)?,
                     None => {
-                        // Changed since it was queued: the change queued a newer item.
+                        // Changed since it was queued: the change queued a newer item (and
+                        // may have marked this one superseded since the claim). Let go of it
+                        // either way, or the newer item waits for this claim's lease.
                         sqlx::query(
-                            "UPDATE archive_outbox SET state = 'superseded', locked_until = NULL \
-                             WHERE id = $1 AND state = 'pending'",
+                            "UPDATE archive_outbox SET state = CASE WHEN state = 'pending' \
+                             THEN 'superseded' ELSE state END, body = '', locked_until = NULL \
+                             WHERE id = $1",
                         )
                         .bind(item.id)
                         .execute(&self.pool)
