@@ -1524,6 +1524,33 @@ async fn exports_from_before_the_documents_table_import(backend: Backend) {
             .contains("table \"baseline_documents\" is missing"),
         "{e}"
     );
+    // Documents that belong to no baseline, are not baseline documents, or hold another
+    // baseline's id are refused by name (and leave the target empty).
+    let documents = &export.tables["baseline_documents"];
+    let hostile = |edit: &dyn Fn(&mut Vec<Vec<serde_json::Value>>)| {
+        let mut bad = export.clone();
+        edit(&mut bad.tables.get_mut("baseline_documents").unwrap().rows);
+        bad
+    };
+    let cases: [(store::Export, &str); 3] = [
+        (
+            hostile(&|rows| rows[0][0] = json!("bl-nope")),
+            "baseline_id \"bl-nope\" is not a baseline of the export",
+        ),
+        (
+            hostile(&|rows| rows[1][1] = json!("{\"x\": 1}")),
+            "is not a baseline document",
+        ),
+        (
+            hostile(&|rows| (rows[0][1], rows[1][1]) = (rows[1][1].clone(), rows[0][1].clone())),
+            "holds the id",
+        ),
+    ];
+    assert_eq!(documents.columns, ["baseline_id", "document"]);
+    for (bad, expected) in cases {
+        let e = target.import_all(&bad, &|_, _| {}).await.unwrap_err();
+        assert!(e.to_string().contains(expected), "{e}");
+    }
     let counts = target.import_all(&old, &|_, _| {}).await.unwrap();
     assert!(counts.contains(&("baseline_documents", 2)), "{counts:?}");
     for (id, bytes, sha) in &served {

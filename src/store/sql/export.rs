@@ -2,9 +2,10 @@
 //! from one snapshot, and loaded back in one transaction.
 
 use async_trait::async_trait;
+use budget_core::baseline::BaselineDocument;
 use sqlx::Row;
 
-use super::rows::export_row;
+use super::rows::{document_from_row, export_row};
 use super::{internal, SqlStore, Tx};
 use crate::store::{
     Backend, ColumnKind, Export, ExportImport, Progress, StoreError, StoreResult, TableCounts,
@@ -179,6 +180,9 @@ impl ExportImport for SqlStore {
                     table.name
                 )));
             }
+            if table.name == "baseline_documents" && !from_baselines {
+                documents_have_baselines(export, data, positions[0]).map_err(invalid)?;
+            }
             let names: Vec<&str> = table.columns.iter().map(|(c, _)| *c).collect();
             let overriding = if self.backend == Backend::Postgres && table.identity {
                 " OVERRIDING SYSTEM VALUE"
@@ -268,9 +272,63 @@ impl ExportImport for SqlStore {
         if let Some(id) = bare {
             return Err(invalid(format!("baseline {id:?} has no document")));
         }
+        // And each document, rendered as the store serves it, is a baseline document of its
+        // own id: not a 500 on every read later.
+        {
+            use futures_util::TryStreamExt as _;
+            let mut rows = sqlx::query(
+                "SELECT b.id, d.document, b.state, b.superseded_by, b.document_behind \
+                 FROM baselines b JOIN baseline_documents d ON d.baseline_id = b.id ORDER BY b.id",
+            )
+            .fetch(&mut *tx);
+            while let Some(row) = rows.try_next().await? {
+                let id: String = row.try_get("id")?;
+                let bad = |why: String| invalid(format!("the document of baseline {id:?} {why}"));
+                let bytes =
+                    document_from_row(&row).map_err(|e| bad(format!("cannot be read: {e}")))?;
+                let doc: BaselineDocument = serde_json::from_str(&bytes)
+                    .map_err(|e| bad(format!("is not a baseline document: {e}")))?;
+                if doc.id != id {
+                    return Err(bad(format!("holds the id {:?}", doc.id)));
+                }
+            }
+        }
         tx.commit().await?;
         Ok(counts)
     }
+}
+
+/// Every row of an export's `baseline_documents` (its `baseline_id` at `at`) belongs to one of
+/// its baselines.
+fn documents_have_baselines(
+    export: &Export,
+    documents: &crate::store::ExportedTable,
+    at: Option<usize>,
+) -> Result<(), String> {
+    let baselines = export
+        .tables
+        .get("baselines")
+        .ok_or("table \"baselines\" is missing")?;
+    let id_at = baselines.columns.iter().position(|c| c == "id");
+    let ids: std::collections::HashSet<&str> = baselines
+        .rows
+        .iter()
+        .filter_map(|row| row.get(id_at?)?.as_str())
+        .collect();
+    for (n, row) in documents.rows.iter().enumerate() {
+        let id = at.and_then(|at| row.get(at));
+        if !id
+            .and_then(|id| id.as_str())
+            .is_some_and(|id| ids.contains(id))
+        {
+            return Err(format!(
+                "row {} of table \"baseline_documents\": baseline_id {} is not a baseline of the export",
+                n + 1,
+                id.unwrap_or(&serde_json::Value::Null)
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The newest migration applied to the store.
