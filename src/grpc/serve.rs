@@ -80,7 +80,7 @@ pub async fn serve<IO, E>(
     let routes = routes.prepare();
     // Each connection task holds a clone; when all are dropped, every connection has ended.
     let (alive, mut all_ended) = mpsc::channel::<()>(1);
-    let mut incoming = std::pin::pin!(incoming);
+    let mut incoming = Box::pin(incoming);
     loop {
         let io = tokio::select! {
             _ = stop.wait_for(|s| *s) => break,
@@ -100,6 +100,9 @@ pub async fn serve<IO, E>(
             drop(alive);
         });
     }
+    // Closed at once: while the connections drain, an agent's new connection is refused (it
+    // tries the next replica) instead of waiting in the listener's backlog until the exit.
+    drop(incoming);
     drop(alive);
     let _ = tokio::time::timeout(DRAIN + Duration::from_secs(1), all_ended.recv()).await;
 }

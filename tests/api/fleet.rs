@@ -787,3 +787,64 @@ crate::on_both_backends!(
     agents_and_baselines_are_paginated,
     agent_input_is_validated_and_bounded
 );
+
+/// A stopping server closes its gRPC listener at once: while a connection with a call in
+/// flight drains (up to 10 s), a new connection is refused, so an agent goes to another
+/// replica at once instead of waiting in the backlog until the process exits.
+async fn a_stopping_server_refuses_new_connections_while_it_drains(backend: Backend) {
+    let Some(mut app) = app_with(backend, |_| {}).await else {
+        return;
+    };
+    // A call in flight that never finishes its request keeps its connection draining.
+    let tcp = tokio::net::TcpStream::connect(app.grpc_addr).await.unwrap();
+    let (sender, mut connection) = h2::client::handshake(tcp).await.unwrap();
+    let mut ping = connection.ping_pong().unwrap();
+    let driver = tokio::spawn(connection);
+    let mut sender = sender.ready().await.unwrap();
+    let request = http::Request::post(format!(
+        "http://{}/budget.v1.BudgetControl/Report",
+        app.grpc_addr
+    ))
+    .header("content-type", "application/grpc")
+    .body(())
+    .unwrap();
+    let (_answer, _unfinished) = sender.send_request(request, false).unwrap();
+    // The server has read the request once it answers a ping sent after it; a moment later its
+    // connection task has taken the call (a stream still unread when the stop begins is
+    // refused, and the connection would end at once).
+    ping.ping(h2::Ping::opaque()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    app.begin_stop();
+    let refused = async {
+        loop {
+            match tokio::net::TcpStream::connect(app.grpc_addr).await {
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return,
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    };
+    let in_time = tokio::time::timeout(Duration::from_secs(3), refused).await;
+    if driver.is_finished() {
+        panic!(
+            "the connection with a call in flight ended: {:?}",
+            driver.await
+        );
+    }
+    assert!(
+        in_time.is_ok(),
+        "new connections were still accepted 3 s into the stop"
+    );
+    driver.abort();
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_stopping_server_refuses_new_connections_while_it_drains() {
+    a_stopping_server_refuses_new_connections_while_it_drains(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_stopping_server_refuses_new_connections_while_it_drains() {
+    a_stopping_server_refuses_new_connections_while_it_drains(Backend::Postgres).await;
+}

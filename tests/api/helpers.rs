@@ -294,6 +294,13 @@ impl TestApp {
         self.stop_in_place().await;
     }
 
+    /// Tells the app to stop without waiting for it: it drains until [`Self::stop`].
+    pub fn begin_stop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+
     /// Sends `body` (JSON value, raw string, or nothing) with `token`.
     pub async fn send(
         &self,
