@@ -213,11 +213,13 @@ async fn main() {
     );
 
     // The restart: SIGTERM, wait for the exit, down for --down-ms, start again.
+    let stopping = Instant::now();
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .expect("kill runs");
     child.wait().expect("budgetd exits");
+    println!("stopped (SIGTERM to exit) in {:?}", stopping.elapsed());
     tokio::time::sleep(Duration::from_millis(args.down_ms)).await;
     let t0 = Instant::now();
     let mut child = s.spawn();

@@ -54,6 +54,7 @@ impl App {
         settings
             .feedback
             .check()
+            .and_then(|()| settings.agents.check())
             .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
         if let Some(token) = &settings.admin_token {
             check_admin_token(&token.0)?;

@@ -132,6 +132,10 @@ pub struct AgentSettings {
     /// Seconds an agent with no Watch stream stays in fleet status (`GET /agents`, memory
     /// and database) before it is forgotten.
     pub retention_secs: u64,
+    /// Streams per second this replica's agents should reopen at after their streams end:
+    /// each stream is told to spread its reconnect over (open streams / this) seconds, at
+    /// most a minute (`budget-reconnect-spread-ms`).
+    pub reconnect_per_second: u32,
 }
 
 impl Default for AgentSettings {
@@ -139,11 +143,20 @@ impl Default for AgentSettings {
         Self {
             max_streams_per_token: 1024,
             retention_secs: 24 * 3600,
+            reconnect_per_second: 2000,
         }
     }
 }
 
 impl AgentSettings {
+    /// The settings' problems, if any (checked at start).
+    pub fn check(&self) -> Result<(), String> {
+        if !(1..=1_000_000).contains(&self.reconnect_per_second) {
+            return Err("agents.reconnect_per_second must be from 1 to 1000000".into());
+        }
+        Ok(())
+    }
+
     /// [`Self::retention_secs`], at least one second.
     pub fn retention(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.retention_secs.max(1))
@@ -443,6 +456,11 @@ max_streams_per_token = 1024
 # Seconds an agent without a Watch stream stays in fleet status (GET /api/v1/agents, memory,
 # database) before it is forgotten. Connected agents stay. Default: 24 h.
 retention_secs = 86400
+# Streams per second the agents should reopen at when their streams end (a restart, a rolling
+# upgrade): each Watch stream is told, in its headers and in its trailers when this replica
+# stops, to spread its reconnect over (open streams / this) seconds, at most 60 s. From 1 to
+# 1000000. Environment: BUDGETD_AGENTS__RECONNECT_PER_SECOND.
+reconnect_per_second = 2000
 
 [feedback]
 # Agents' reports are merged into rollups of this many milliseconds (a minute; the production

@@ -143,11 +143,6 @@ impl Hub {
         self.tx.borrow().clone()
     }
 
-    /// Number of open subscriptions (Watch streams on this replica).
-    pub fn subscribers(&self) -> usize {
-        self.tx.receiver_count()
-    }
-
     /// Loads every publication newer than what the hub has; returns how many chains changed.
     pub async fn refresh(&self) -> StoreResult<usize> {
         let _one_at_a_time = self.refresh.lock().await;

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/budgetd/budgetd/clients/go/internal/pb"
@@ -37,10 +39,12 @@ type watcher struct {
 	conn    *grpc.ClientConn
 }
 
-// watchStream is an open Watch stream; cancel closes it.
+// watchStream is an open Watch stream; cancel closes it. spread is the reconnect spread its
+// replica asked for in the headers (0 when none).
 type watchStream struct {
 	updates pb.BudgetControl_WatchClient
 	cancel  context.CancelFunc
+	spread  time.Duration
 }
 
 func newWatcher(opts *Options) (*watcher, error) {
@@ -163,8 +167,9 @@ func (w *watcher) open(abort <-chan struct{}, knownRevision int64, limit time.Du
 	timer := time.AfterFunc(limit, cancel)
 	defer cancelOn(abort, cancel)()
 	updates, err := client.Watch(ctx, w.request(knownRevision))
+	var header metadata.MD
 	if err == nil {
-		_, err = updates.Header()
+		header, err = updates.Header()
 	}
 	expired := !timer.Stop()
 	switch {
@@ -175,7 +180,8 @@ func (w *watcher) open(abort <-chan struct{}, knownRevision int64, limit time.Du
 		cancel()
 		return nil, fmt.Errorf("watch on %s failed: %s", target, statusLine(err))
 	}
-	return &watchStream{updates: updates, cancel: cancel}, nil
+	spread, _ := spreadIn(header)
+	return &watchStream{updates: updates, cancel: cancel, spread: spread}, nil
 }
 
 // recvFirst waits for the first update of a stream just opened, within FirstConfigTimeout,
@@ -285,9 +291,15 @@ func (w *watcher) save(s *Snapshot) {
 func (w *watcher) run(l *live, s *watchStream) {
 	backoff := reconnectBackoff{base: reconnectBase, cap: reconnectCap}
 	failing := false
+	// The spread the replica of the last stream asked for in its headers: taken after a failed
+	// attempt (the replica is down, its fleet is retrying), not at once (a broken connection of
+	// this agent alone comes back quickly).
+	var asked time.Duration
 	for {
 		if s != nil {
 			opened := time.Now()
+			asked = s.spread
+			var endedByReplica time.Duration
 			for {
 				update, err := s.updates.Recv()
 				if err != nil {
@@ -297,6 +309,7 @@ func (w *watcher) run(l *live, s *watchStream) {
 					}
 					if err == io.EOF {
 						w.opts.Logger.Printf("watch stream ended; reconnecting")
+						endedByReplica, _ = spreadIn(s.updates.Trailer())
 					} else {
 						w.opts.Logger.Printf("watch stream failed: %s; reconnecting", statusLine(err))
 					}
@@ -309,6 +322,10 @@ func (w *watcher) run(l *live, s *watchStream) {
 			s = nil
 			if time.Since(opened) >= reconnectCap {
 				backoff.reset()
+			}
+			// The replica stopped and told its whole fleet to spread out: so does this agent.
+			if endedByReplica > 0 {
+				backoff.spreadOver(endedByReplica)
 			}
 			// The replica went away or broke the stream: try the next one first.
 			w.rotate()
@@ -327,6 +344,7 @@ func (w *watcher) run(l *live, s *watchStream) {
 		if w.ctx.Err() != nil {
 			return
 		}
+		backoff.spreadOver(asked)
 		if !failing {
 			w.opts.Logger.Printf("cannot watch the control plane: %v; retrying with backoff", err)
 			failing = true
@@ -363,24 +381,79 @@ const (
 	reconnectCap  = 10 * time.Second
 )
 
+// spreadKey is the response metadata in which a replica asks its agents to spread their
+// reconnects (milliseconds): in a Watch stream's headers, and in the trailers of a stream it
+// ends because it stops. maxSpread is the longest spread taken.
+const (
+	spreadKey = "budget-reconnect-spread-ms"
+	maxSpread = time.Minute
+)
+
+// spreadIn is the spread md asks for; false when it has none or not a whole number of
+// milliseconds.
+func spreadIn(md metadata.MD) (time.Duration, bool) {
+	values := md.Get(spreadKey)
+	if len(values) == 0 {
+		return 0, false
+	}
+	return parseSpread(values[0])
+}
+
+// parseSpread reads one budget-reconnect-spread-ms value; larger than maxSpread counts as it.
+func parseSpread(value string) (time.Duration, bool) {
+	ms, err := strconv.ParseUint(strings.TrimSpace(value), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	if ms > uint64(maxSpread/time.Millisecond) {
+		return maxSpread, true
+	}
+	return time.Duration(ms) * time.Millisecond, true
+}
+
 // reconnectBackoff is exponential with full jitter: each delay is uniform in
-// 0..=min(cap, base × 2^failures). Apart from R-retry on purpose: that backs off a call
-// inside its budget, this backs off reconnecting to the control plane, forever.
+// 0..=min(cap, base × 2^failures), from the spread the replica asked for when longer
+// (spreadOver), so a fleet whose replica restarts comes back at the rate it asked for instead
+// of together. Apart from R-retry on purpose: that backs off a call inside its budget, this
+// backs off reconnecting to the control plane, forever.
 type reconnectBackoff struct {
 	base, cap time.Duration
 	failures  uint
+	spread    time.Duration
 }
 
-// ceiling is the next delay before jitter.
+// ceiling is the next delay before jitter: min(cap, base × 2^failures), where a spread asked
+// for takes the place of base when longer, and of cap when longer.
 func (b *reconnectBackoff) ceiling() time.Duration {
-	d := b.base
-	for i := uint(0); i < b.failures && d < b.cap; i++ {
+	base, limit := b.base, b.cap
+	if b.spread > base {
+		base = b.spread
+	}
+	if b.spread > limit {
+		limit = b.spread
+	}
+	d := base
+	for i := uint(0); i < b.failures && d < limit; i++ {
 		d *= 2
 	}
-	if d > b.cap {
-		d = b.cap
+	if d > limit {
+		d = limit
 	}
 	return d
+}
+
+// spreadOver makes over (at most maxSpread) the base of the ceilings until the next healthy
+// stream; zero leaves the backoff as it is. (Not held at over: agents retrying every 0..=over
+// while the replica is down would come back twice as fast as asked the moment it is up, as
+// the time to each one's next try is most often short.)
+func (b *reconnectBackoff) spreadOver(over time.Duration) {
+	if over <= 0 {
+		return
+	}
+	if over > maxSpread {
+		over = maxSpread
+	}
+	b.spread = over
 }
 
 // next is the next delay; pick(max) returns a value in 0..=max (microseconds).
@@ -397,5 +470,5 @@ func (b *reconnectBackoff) next(pick func(max uint64) uint64) time.Duration {
 	return time.Duration(us) * time.Microsecond
 }
 
-// reset starts again from the base, after a healthy stream.
-func (b *reconnectBackoff) reset() { b.failures = 0 }
+// reset starts again from the base, with no spread, after a healthy stream.
+func (b *reconnectBackoff) reset() { b.failures, b.spread = 0, 0 }

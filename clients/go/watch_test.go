@@ -37,6 +37,7 @@ type fakeControl struct {
 	silent  bool          // accept watches, send nothing
 	changed chan struct{} // closed (and replaced) on every publication or drop
 	dropped int           // streams opened before a drop end with UNAVAILABLE
+	spread  string        // set: a drop ends streams with OK, asking this reconnect spread
 	watches []watchSeen
 	acks    []*pb.AckRequest
 	open    int
@@ -85,6 +86,17 @@ func (f *fakeControl) dropStreams() {
 	f.changed = make(chan struct{})
 }
 
+// endStreamsAsking ends every open stream as a stopping replica does: status OK, with
+// trailers asking the agents to spread their reconnects over ms milliseconds.
+func (f *fakeControl) endStreamsAsking(ms string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.spread = ms
+	f.dropped++
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
 func (f *fakeControl) Watch(req *pb.WatchRequest, stream pb.BudgetControl_WatchServer) error {
 	md, _ := metadata.FromIncomingContext(stream.Context())
 	f.mu.Lock()
@@ -109,8 +121,12 @@ func (f *fakeControl) Watch(req *pb.WatchRequest, stream pb.BudgetControl_WatchS
 				due = append(due, u)
 			}
 		}
-		changed, drop := f.changed, f.dropped != generation
+		changed, drop, spread := f.changed, f.dropped != generation, f.spread
 		f.mu.Unlock()
+		if drop && spread != "" {
+			stream.SetTrailer(metadata.Pairs(spreadKey, spread))
+			return nil
+		}
 		if drop {
 			return status.Error(codes.Unavailable, "replica going away")
 		}
@@ -419,5 +435,84 @@ func TestAnUpdateOverTheReceiveLimitLeavesTheConfigInForce(t *testing.T) {
 	})
 	if a.Snapshot().Revision != 7 {
 		t.Fatalf("revision %d", a.Snapshot().Revision)
+	}
+}
+
+func TestASpreadAskedForIsTheBaseOfTheCeilingsUntilAHealthyStream(t *testing.T) {
+	b := reconnectBackoff{base: reconnectBase, cap: reconnectCap}
+	b.spreadOver(1500 * time.Millisecond)
+	highest := func(max uint64) uint64 { return max }
+	want := []time.Duration{1500, 3000, 6000, 10000, 10000, 10000, 10000}
+	for i, w := range want {
+		if d := b.next(highest); d != w*time.Millisecond {
+			t.Fatalf("delay %d: %v, want %v ms", i, d, w)
+		}
+	}
+	// Zero asks for nothing; above the cap the spread is every ceiling; above a minute, a minute.
+	b.spreadOver(0)
+	if b.ceiling() != reconnectCap {
+		t.Fatalf("after a zero spread %v", b.ceiling())
+	}
+	b.spreadOver(30 * time.Second)
+	for i := 0; i < 2; i++ {
+		if d := b.next(highest); d != 30*time.Second {
+			t.Fatalf("a 30 s spread gave %v", d)
+		}
+	}
+	b.spreadOver(time.Hour)
+	if b.ceiling() != maxSpread {
+		t.Fatalf("an hour's spread gave %v", b.ceiling())
+	}
+	b.reset()
+	if b.ceiling() != reconnectBase {
+		t.Fatalf("after reset %v", b.ceiling())
+	}
+}
+
+func TestSpreadValuesAreWholeMilliseconds(t *testing.T) {
+	good := map[string]time.Duration{"2500": 2500 * time.Millisecond, "0": 0, "99999999999": maxSpread}
+	for in, want := range good {
+		if got, ok := parseSpread(in); !ok || got != want {
+			t.Fatalf("%q: %v %v", in, got, ok)
+		}
+	}
+	for _, bad := range []string{"", "-1", "1.5", "1e3", "ten", "18446744073709551616"} {
+		if _, ok := parseSpread(bad); ok {
+			t.Fatalf("%q was taken", bad)
+		}
+	}
+	if d, ok := spreadIn(metadata.Pairs(spreadKey, "750")); !ok || d != 750*time.Millisecond {
+		t.Fatalf("from metadata: %v %v", d, ok)
+	}
+	if _, ok := spreadIn(metadata.MD{}); ok {
+		t.Fatal("no metadata gave a spread")
+	}
+}
+
+// A replica that stops asks its agents to spread their reconnects: agents told a minute come
+// back over that minute, not at once as they do when a stream merely breaks.
+func TestAgentsSpreadTheirReconnectWhenTheReplicaAsks(t *testing.T) {
+	const agents = 20
+	f := serveFake(t)
+	f.publish(update(7, checkout(t, "example-a")))
+	for i := 0; i < agents; i++ {
+		opts := fakeOptions("", f.url())
+		opts.AgentID = fmt.Sprintf("order-%d", i)
+		startAgent(t, opts)
+	}
+	eventually(t, "every stream", 5*time.Second, func() bool { return f.openStreams() == agents })
+
+	// A broken stream, no spread asked: every agent is back within its 100 ms ceiling.
+	f.dropStreams()
+	eventually(t, "every agent back", 5*time.Second, func() bool {
+		return len(f.seenWatches()) == 2*agents && f.openStreams() == agents
+	})
+
+	// Ended with a 60 s spread asked: each waits uniformly up to a minute, so a few at most are
+	// back after a second (20 × 1/60 expected; 10 or more has a chance below 1e-12).
+	f.endStreamsAsking("60000")
+	time.Sleep(time.Second)
+	if back := len(f.seenWatches()) - 2*agents; back >= agents/2 {
+		t.Fatalf("%d of %d reconnected within 1 s", back, agents)
 	}
 }

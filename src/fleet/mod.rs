@@ -133,33 +133,41 @@ pub enum AckOutcome {
     Unknown,
 }
 
-/// Open Watch streams per token on this replica.
-type StreamCounts = Arc<Mutex<HashMap<String, usize>>>;
+/// Open Watch streams per token on this replica, and in all.
+#[derive(Debug, Default)]
+struct StreamCounts {
+    per_token: Mutex<HashMap<String, usize>>,
+    total: AtomicUsize,
+}
 
 /// One Watch stream's place in its token's quota, given back when dropped.
 #[derive(Debug)]
 pub struct StreamPermit {
-    counts: StreamCounts,
+    counts: Arc<StreamCounts>,
     token_id: String,
 }
 
 impl Drop for StreamPermit {
     fn drop(&mut self) {
-        let mut counts = lock(&self.counts);
+        let mut counts = lock(&self.counts.per_token);
         if let Some(n) = counts.get_mut(&self.token_id) {
             *n -= 1;
             if *n == 0 {
                 counts.remove(&self.token_id);
             }
         }
+        self.counts.total.fetch_sub(1, Ordering::AcqRel);
     }
 }
+
+/// The longest reconnect spread a replica asks of its agents.
+pub const MAX_RECONNECT_SPREAD: Duration = Duration::from_secs(60);
 
 #[derive(Clone)]
 pub struct Fleet {
     replica: String,
     agents: Arc<Mutex<HashMap<String, Arc<Slot>>>>,
-    streams: StreamCounts,
+    streams: Arc<StreamCounts>,
     store: Arc<dyn Store>,
     claims: claims::Claims,
     /// Some slot has news since the last flush (an idle fleet costs no scan of its slots).
@@ -167,6 +175,10 @@ pub struct Fleet {
     /// When every connected agent was last rewritten (the heartbeat).
     beat: Arc<Mutex<Instant>>,
     max_streams_per_token: usize,
+    reconnect_per_second: u32,
+    /// The spread asked of every stream this replica ends because it stops, fixed when the
+    /// first is ended (streams close meanwhile).
+    stopping_spread: Arc<std::sync::OnceLock<Duration>>,
     retention: Duration,
 }
 
@@ -182,6 +194,8 @@ impl Fleet {
             beat: Arc::new(Mutex::new(Instant::now())),
             store,
             max_streams_per_token: settings.max_streams_per_token,
+            reconnect_per_second: settings.reconnect_per_second.max(1),
+            stopping_spread: Default::default(),
             retention: settings.retention(),
         }
     }
@@ -189,16 +203,36 @@ impl Fleet {
     /// A place for one more Watch stream of the token `token_id`, or `None` when it holds
     /// `agents.max_streams_per_token` already.
     pub fn open_stream(&self, token_id: &str) -> Option<StreamPermit> {
-        let mut counts = lock(&self.streams);
+        let mut counts = lock(&self.streams.per_token);
         let n = counts.entry(token_id.to_owned()).or_insert(0);
         if *n >= self.max_streams_per_token {
             return None;
         }
         *n += 1;
+        self.streams.total.fetch_add(1, Ordering::AcqRel);
         Some(StreamPermit {
             counts: self.streams.clone(),
             token_id: token_id.to_owned(),
         })
+    }
+
+    /// Watch streams open on this replica (accepted, not yet ended).
+    pub fn open_streams(&self) -> usize {
+        self.streams.total.load(Ordering::Acquire)
+    }
+
+    /// How long the agents of this replica should spread their reconnects over when their
+    /// streams end: its open streams at `agents.reconnect_per_second`, at most
+    /// [`MAX_RECONNECT_SPREAD`]. Sent to each agent as `budget-reconnect-spread-ms`.
+    pub fn reconnect_spread(&self) -> Duration {
+        let streams = u64::try_from(self.open_streams()).unwrap_or(u64::MAX);
+        let ms = streams.saturating_mul(1000) / u64::from(self.reconnect_per_second);
+        Duration::from_millis(ms).min(MAX_RECONNECT_SPREAD)
+    }
+
+    /// [`Self::reconnect_spread`] as it was when this replica began ending its streams.
+    pub fn stopping_spread(&self) -> Duration {
+        *self.stopping_spread.get_or_init(|| self.reconnect_spread())
     }
 
     /// The stream limit per token in effect.

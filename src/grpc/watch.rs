@@ -35,6 +35,15 @@ use crate::fleet::{Fleet, Slot, StreamPermit};
 use crate::publish::{ChainEntry, HubState, Member};
 use crate::service::agents::{self, Selection};
 
+/// Response metadata of every Watch stream, in its headers and in the trailers of a stream
+/// ended because the server stops: the milliseconds over which the agent should spread its
+/// reconnect ([`Fleet::reconnect_spread`]).
+pub const RECONNECT_SPREAD: &str = "budget-reconnect-spread-ms";
+
+fn spread_value(spread: std::time::Duration) -> http::HeaderValue {
+    http::HeaderValue::from(u64::try_from(spread.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// Largest Watch request read (a request names at most 256 chains and 32 labels).
 pub const MAX_WATCH_REQUEST: usize = 256 * 1024;
 
@@ -325,6 +334,9 @@ impl Watches {
             http::header::CONTENT_TYPE,
             http::HeaderValue::from_static("application/grpc"),
         );
+        let spread = self.fleet.reconnect_spread();
+        head.headers_mut()
+            .insert(RECONNECT_SPREAD, spread_value(spread));
         let key = self.streams.vacant_key();
         let waker = Waker::from(Arc::new(StreamWaker {
             key,
@@ -383,11 +395,15 @@ impl Watches {
         Poll::Ready(())
     }
 
-    /// Ends every stream (the server is stopping): the agents reconnect elsewhere.
+    /// Ends every stream (the server is stopping): the agents reconnect elsewhere, spread
+    /// over the time this replica's open streams, when it began to stop, take at
+    /// `agents.reconnect_per_second`.
     pub fn end_all(&mut self) {
+        let spread = spread_value(self.fleet.stopping_spread());
         for mut s in self.streams.drain() {
             let mut trailers = HeaderMap::new();
             trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+            trailers.insert(RECONNECT_SPREAD, spread.clone());
             let _ = s.send.send_trailers(trailers);
         }
     }

@@ -79,7 +79,7 @@ pub async fn render(State(state): State<AppState>) -> Response {
         let _ = writeln!(out, "budgetd_http_request_seconds_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {secs}");
     }
     out.push_str("# HELP budgetd_watch_streams Open Watch streams on this replica.\n# TYPE budgetd_watch_streams gauge\n");
-    let _ = writeln!(out, "budgetd_watch_streams {}", state.hub.subscribers());
+    let _ = writeln!(out, "budgetd_watch_streams {}", state.fleet.open_streams());
     crate::observe::render(&mut out);
     let gauges = crate::service::admin::gauges(&state).await;
     let pool = gauges.pool;

@@ -167,7 +167,7 @@ async fn postgres_watch_streams_are_limited_per_token() {
     watch_streams_are_limited_per_token(Backend::Postgres).await;
 }
 
-/// A counter of `/metrics`.
+/// A counter or gauge of `/metrics`.
 async fn counter(app: &TestApp, name: &str) -> u64 {
     let answer = app.get("/metrics", ADMIN_TOKEN).await.expect(200);
     String::from_utf8_lossy(&answer.body)
@@ -787,6 +787,69 @@ crate::on_both_backends!(
     agents_and_baselines_are_paginated,
     agent_input_is_validated_and_bounded
 );
+
+// ---- issue 14: streams counted, reconnects spread ------------------------------------------
+
+/// `budgetd_watch_streams` counts Watch streams, not connections; each stream is told in its
+/// headers to spread its reconnect over (open streams / `agents.reconnect_per_second`), and a
+/// stopping server tells every stream it ends the same in its trailers.
+async fn streams_are_counted_and_told_to_spread_their_reconnect(backend: Backend) {
+    let Some(app) = app_with(backend, |s| s.agents.reconnect_per_second = 4).await else {
+        return;
+    };
+    let token = app.token("agent", "fleet-a").await;
+    // A connection without a Watch stream (a health check, an ACK) holds no stream.
+    let _no_watch = client(&app).await;
+    let shared = client(&app).await;
+    let mut streams = Vec::new();
+    let mut spreads = Vec::new();
+    for i in 0..3 {
+        let opened = shared
+            .clone()
+            .watch(authed(
+                &token,
+                watch_req(&format!("m-{i}"), &["checkout"], "order", 0),
+            ))
+            .await
+            .unwrap();
+        let spread = opened.metadata().get("budget-reconnect-spread-ms").cloned();
+        spreads.push(spread.map(|v| v.to_str().unwrap().to_owned()));
+        streams.push(opened.into_inner());
+    }
+    // 1, 2 and 3 streams open, reopened at 4 a second: 250, 500 and 750 ms.
+    let ms = |v: &str| Some(v.to_owned());
+    assert_eq!(spreads, [ms("250"), ms("500"), ms("750")]);
+    assert_eq!(counter(&app, "budgetd_watch_streams").await, 3);
+    drop(streams.pop());
+    assert!(
+        eventually(5, || async {
+            counter(&app, "budgetd_watch_streams").await == 2
+        })
+        .await,
+        "a closed stream is no longer counted"
+    );
+    app.stop().await;
+    for mut s in streams {
+        let end = tokio::time::timeout(Duration::from_secs(10), s.message()).await;
+        assert!(matches!(end, Ok(Ok(None))), "{end:?}");
+        let trailers = s.trailers().await.unwrap().expect("trailers");
+        assert_eq!(
+            trailers.get("budget-reconnect-spread-ms").unwrap(),
+            "500",
+            "{trailers:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_streams_are_counted_and_told_to_spread_their_reconnect() {
+    streams_are_counted_and_told_to_spread_their_reconnect(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_streams_are_counted_and_told_to_spread_their_reconnect() {
+    streams_are_counted_and_told_to_spread_their_reconnect(Backend::Postgres).await;
+}
 
 /// A stopping server closes its gRPC listener at once: while a connection with a call in
 /// flight drains (up to 10 s), a new connection is refused, so an agent goes to another

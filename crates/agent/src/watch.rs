@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tonic::codec::Streaming;
 use tracing::{debug, info, warn};
 
-use crate::backoff::ReconnectBackoff;
+use crate::backoff::{self, ReconnectBackoff};
 use crate::cache;
 use crate::config::AgentConfig;
 use crate::connect::{status, Auth, Client, Endpoints, Link};
@@ -28,7 +28,21 @@ use crate::snapshot::{Refusal, Snapshot};
 /// An open watch stream and the client it came from.
 pub(crate) struct Stream {
     client: Client,
+    updates: Watching,
+}
+
+/// A watch stream's updates, and the reconnect spread its replica asked for in the headers.
+pub(crate) struct Watching {
     updates: Streaming<v1::BudgetUpdate>,
+    spread: Option<Duration>,
+}
+
+/// The spread a replica asks for in `metadata` ([`backoff::SPREAD_KEY`]), if any.
+fn spread_in(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
+    metadata
+        .get(backoff::SPREAD_KEY)
+        .and_then(|v| v.to_str().ok())
+        .and_then(backoff::parse_spread)
 }
 
 /// Who the agent is, what it watches and where it caches; owned by the background task.
@@ -95,7 +109,7 @@ impl Watcher {
                 .watch(&mut client, 0)
                 .await
                 .map_err(|s| format!("watch on {target} failed: {}", status(&s)))?;
-            match updates.message().await {
+            match updates.updates.message().await {
                 Ok(Some(update)) => Ok((updates, update)),
                 Ok(None) => Err(format!("watch on {target} ended before the first config")),
                 Err(s) => Err(format!("watch on {target} failed: {}", status(&s))),
@@ -142,7 +156,7 @@ impl Watcher {
         &self,
         client: &mut Client,
         known_revision: i64,
-    ) -> Result<Streaming<v1::BudgetUpdate>, tonic::Status> {
+    ) -> Result<Watching, tonic::Status> {
         let request = self.endpoints.authorized(v1::WatchRequest {
             agent_id: self.agent_id.clone(),
             service: self.service.clone(),
@@ -151,7 +165,12 @@ impl Watcher {
             labels: self.labels.clone().into_iter().collect(),
             client: crate::CLIENT.to_owned(),
         });
-        Ok(client.watch(request).await?.into_inner())
+        let response = client.watch(request).await?;
+        let spread = spread_in(response.metadata());
+        Ok(Watching {
+            updates: response.into_inner(),
+            spread,
+        })
     }
 
     /// ACK (`Ok`) or NACK (`Err`, with the reason) of `revision`; failures are only logged.
@@ -219,9 +238,19 @@ impl Watcher {
         self.link.set(client.clone());
         let mut backoff = ReconnectBackoff::default();
         let mut failing = false;
+        // The spread the replica of the last stream asked for in its headers: taken after a
+        // failed attempt (the replica is down, its fleet is retrying), not at once (a broken
+        // connection of this agent alone comes back quickly).
+        let mut asked: Option<Duration> = None;
         loop {
-            if let Some(mut s) = updates.take() {
+            if let Some(Watching {
+                updates: mut s,
+                spread,
+            }) = updates.take()
+            {
+                asked = spread;
                 let opened = Instant::now();
+                let mut ended_by_replica = None;
                 loop {
                     match s.message().await {
                         Ok(Some(update)) => {
@@ -230,6 +259,12 @@ impl Watcher {
                         }
                         Ok(None) => {
                             info!("watch stream ended; reconnecting");
+                            ended_by_replica = s
+                                .trailers()
+                                .await
+                                .ok()
+                                .flatten()
+                                .and_then(|t| spread_in(&t));
                             break;
                         }
                         Err(e) => {
@@ -240,6 +275,14 @@ impl Watcher {
                 }
                 if opened.elapsed() >= ReconnectBackoff::CAP {
                     backoff.reset();
+                }
+                // The replica stopped and told its whole fleet to spread out: so does this agent.
+                if let Some(spread) = ended_by_replica {
+                    debug!(
+                        spread_ms = spread.as_millis(),
+                        "spreading the reconnect as the replica asked"
+                    );
+                    backoff.spread(spread);
                 }
                 // The replica went away or broke the stream: try the next one first.
                 if self.endpoints.len() > 1 {
@@ -261,6 +304,9 @@ impl Watcher {
                     Ok(Err(s)) => status(&s),
                     Err(_) => format!("no answer within {limit:?}"),
                 };
+            if let Some(spread) = asked {
+                backoff.spread(spread);
+            }
             let target = self.endpoints.target();
             if failing {
                 debug!(%target, %reason, "still cannot watch the control plane");

@@ -19,6 +19,9 @@ const _ = grpc.SupportPackageIsVersion7
 type BudgetControlClient interface {
 	// The current config at once (unless `known_revision` is already current), then every new
 	// publication of the chains asked for. Revisions strictly increase on a stream.
+	// Response metadata `budget-reconnect-spread-ms` (in the headers, and in the trailers of a
+	// stream ended because the replica stops): the milliseconds over which the agent should
+	// spread its reconnect, so that a fleet comes back at the rate the replica asked for.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (BudgetControl_WatchClient, error)
 	// ACK (accepted) or NACK (refused, with the reason) of a revision an agent received.
 	Ack(ctx context.Context, in *AckRequest, opts ...grpc.CallOption) (*AckResponse, error)
@@ -91,6 +94,9 @@ func (c *budgetControlClient) Report(ctx context.Context, in *ReportRequest, opt
 type BudgetControlServer interface {
 	// The current config at once (unless `known_revision` is already current), then every new
 	// publication of the chains asked for. Revisions strictly increase on a stream.
+	// Response metadata `budget-reconnect-spread-ms` (in the headers, and in the trailers of a
+	// stream ended because the replica stops): the milliseconds over which the agent should
+	// spread its reconnect, so that a fleet comes back at the rate the replica asked for.
 	Watch(*WatchRequest, BudgetControl_WatchServer) error
 	// ACK (accepted) or NACK (refused, with the reason) of a revision an agent received.
 	Ack(context.Context, *AckRequest) (*AckResponse, error)

@@ -117,6 +117,20 @@ impl Fake {
         self.0.lock().unwrap().streams.clear();
     }
 
+    /// Ends every open stream as a stopping replica does: status OK, with trailers asking the
+    /// agents to spread their reconnects over `spread_ms`.
+    pub(super) fn end_streams_asking_spread(&self, spread_ms: u64) {
+        let mut trailers = tonic::metadata::MetadataMap::new();
+        trailers.insert(
+            crate::backoff::SPREAD_KEY,
+            spread_ms.to_string().parse().unwrap(),
+        );
+        let end = Status::with_metadata(tonic::Code::Ok, "", trailers);
+        for tx in self.0.lock().unwrap().streams.drain(..) {
+            let _ = tx.try_send(Err(end.clone()));
+        }
+    }
+
     pub(super) fn acks(&self) -> Vec<(i64, bool, String)> {
         let state = self.0.lock().unwrap();
         state

@@ -205,3 +205,40 @@ async fn a_bad_endpoint_is_a_config_error() {
         .unwrap_err();
     assert!(matches!(err, AgentError::Config(_)), "{err}");
 }
+
+/// A replica that stops asks its agents to spread their reconnects (issue 14): agents told a
+/// minute come back over that minute, not at once as they do when a stream merely breaks.
+#[tokio::test]
+async fn agents_spread_their_reconnect_when_the_replica_asks() {
+    const AGENTS: usize = 20;
+    let fake = Fake::default();
+    fake.publish(update(7, &example_a()));
+    let addr = fake.serve().await;
+    let mut agents = Vec::new();
+    for i in 0..AGENTS {
+        let mut c = config(format!("http://{addr}"), None);
+        c.agent_id = format!("order-{i}");
+        agents.push(Agent::start(c).await.unwrap());
+    }
+    eventually("every stream", || async { fake.open_streams() == AGENTS }).await;
+
+    // A broken stream, no spread asked: every agent is back within its 100 ms ceiling.
+    fake.drop_streams();
+    eventually("every agent back", || async {
+        fake.watches().len() == 2 * AGENTS && fake.open_streams() == AGENTS
+    })
+    .await;
+
+    // Ended with a 60 s spread asked: each waits uniformly up to a minute, so a few at most
+    // are back after a second (20 × 1/60 expected; 10 or more has a chance below 1e-12).
+    fake.end_streams_asking_spread(60_000);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let back = fake.watches().len() - 2 * AGENTS;
+    assert!(
+        back < AGENTS / 2,
+        "{back} of {AGENTS} reconnected within 1 s"
+    );
+    for a in agents {
+        a.shutdown();
+    }
+}
