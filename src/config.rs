@@ -569,6 +569,19 @@ mod tests {
     }
 
     #[test]
+    fn reconnect_pace_is_checked() {
+        let pace = |v: &str| {
+            Settings::load(None, &env(&[("BUDGETD_AGENTS__RECONNECT_PER_SECOND", v)]))
+                .map(|s| s.agents.check())
+        };
+        assert_eq!(pace("500").unwrap(), Ok(()));
+        let refused = pace("0").unwrap().unwrap_err();
+        assert!(refused.contains("agents.reconnect_per_second"), "{refused}");
+        assert!(pace("1000001").unwrap().is_err());
+        assert!(pace("-1").is_err() && pace("fast").is_err());
+    }
+
+    #[test]
     fn example_parses_and_unknown_keys_fail() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("budgetd.toml");
