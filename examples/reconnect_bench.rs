@@ -15,7 +15,8 @@
 //! `budgetd_watch_streams` every 5 ms until every agent is back and prints when the server was
 //! ready, when 50 / 90 / 99 / 100 % of the streams were open again, the most streams opened
 //! in any 100 ms, and the new process's CPU time and memory once all are back. The agents'
-//! reconnect backoff is the library's default (full jitter, 100 ms doubling to 10 s).
+//! reconnect backoff is the library's (full jitter, 100 ms doubling to 10 s, from the spread
+//! the stopping replica asks for: its streams / `agents.reconnect_per_second`).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -323,8 +323,10 @@ func (w *watcher) run(l *live, s *watchStream) {
 			if time.Since(opened) >= reconnectCap {
 				backoff.reset()
 			}
-			// The replica stopped and told its whole fleet to spread out: so does this agent.
+			// The replica stopped and told its whole fleet to spread out: so does this agent,
+			// from the spread (the stream's end was no failure of this agent's).
 			if endedByReplica > 0 {
+				backoff.reset()
 				backoff.spreadOver(endedByReplica)
 			}
 			// The replica went away or broke the stream: try the next one first.
@@ -443,17 +445,17 @@ func (b *reconnectBackoff) ceiling() time.Duration {
 }
 
 // spreadOver makes over (at most maxSpread) the base of the ceilings until the next healthy
-// stream; zero leaves the backoff as it is. (Not held at over: agents retrying every 0..=over
-// while the replica is down would come back twice as fast as asked the moment it is up, as
-// the time to each one's next try is most often short.)
+// stream. (Not held at over: agents retrying every 0..=over while the replica is down would
+// come back twice as fast as asked the moment it is up, as the time to each one's next try is
+// most often short.) A longer spread than the one in force starts the doubling again; zero, or
+// the same spread again, leaves the backoff as it is.
 func (b *reconnectBackoff) spreadOver(over time.Duration) {
-	if over <= 0 {
-		return
-	}
 	if over > maxSpread {
 		over = maxSpread
 	}
-	b.spread = over
+	if over > b.spread {
+		b.spread, b.failures = over, 0
+	}
 }
 
 // next is the next delay; pick(max) returns a value in 0..=max (microseconds).

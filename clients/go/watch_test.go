@@ -440,19 +440,25 @@ func TestAnUpdateOverTheReceiveLimitLeavesTheConfigInForce(t *testing.T) {
 
 func TestASpreadAskedForIsTheBaseOfTheCeilingsUntilAHealthyStream(t *testing.T) {
 	b := reconnectBackoff{base: reconnectBase, cap: reconnectCap}
-	b.spreadOver(1500 * time.Millisecond)
 	highest := func(max uint64) uint64 { return max }
+	// Failures before the ask (a stream resumed without an update, a failed attempt) do not
+	// double the first ceiling.
+	b.next(highest)
+	b.next(highest)
+	b.spreadOver(1500 * time.Millisecond)
 	want := []time.Duration{1500, 3000, 6000, 10000, 10000, 10000, 10000}
 	for i, w := range want {
 		if d := b.next(highest); d != w*time.Millisecond {
 			t.Fatalf("delay %d: %v, want %v ms", i, d, w)
 		}
 	}
-	// Zero asks for nothing; above the cap the spread is every ceiling; above a minute, a minute.
+	// Zero, or the same spread again (after each failed attempt), leaves the doubling going.
 	b.spreadOver(0)
+	b.spreadOver(1500 * time.Millisecond)
 	if b.ceiling() != reconnectCap {
-		t.Fatalf("after a zero spread %v", b.ceiling())
+		t.Fatalf("after a zero or the same spread %v", b.ceiling())
 	}
+	// Above the cap the spread is every ceiling; above a minute, a minute.
 	b.spreadOver(30 * time.Second)
 	for i := 0; i < 2; i++ {
 		if d := b.next(highest); d != 30*time.Second {
@@ -476,7 +482,7 @@ func TestSpreadValuesAreWholeMilliseconds(t *testing.T) {
 			t.Fatalf("%q: %v %v", in, got, ok)
 		}
 	}
-	for _, bad := range []string{"", "-1", "1.5", "1e3", "ten", "18446744073709551616"} {
+	for _, bad := range []string{"", "-1", "+5", "1.5", "1e3", "ten", "18446744073709551616"} {
 		if _, ok := parseSpread(bad); ok {
 			t.Fatalf("%q was taken", bad)
 		}

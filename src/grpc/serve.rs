@@ -167,6 +167,12 @@ async fn connection<IO>(
     if !stopping {
         return;
     }
+    // Watches accepted but not yet served end with the others, asked for the same spread;
+    // those still being accepted are reset when they find the queue closed.
+    opened.close();
+    while let Ok(o) = opened.try_recv() {
+        watches.add(*o, &state);
+    }
     watches.end_all();
     conn.graceful_shutdown();
     let drain = async {

@@ -32,7 +32,11 @@ pub const MAX_SPREAD: Duration = Duration::from_secs(60);
 /// The spread a `budget-reconnect-spread-ms` value asks for; `None` when it is not a whole
 /// number of milliseconds.
 pub fn parse_spread(value: &str) -> Option<Duration> {
-    let ms: u64 = value.trim().parse().ok()?;
+    let value = value.trim();
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let ms: u64 = value.parse().ok()?;
     Some(Duration::from_millis(ms).min(MAX_SPREAD))
 }
 
@@ -65,10 +69,13 @@ impl ReconnectBackoff {
     /// healthy stream, the ceilings start from it and double. (Not held at `over`: agents
     /// retrying every `0..=over` while the replica is down would come back twice as fast as
     /// asked the moment it is up, as the time to each one's next try is most often short.)
-    /// Zero leaves the backoff as it is.
+    /// A longer spread than the one in force starts the doubling again; zero, or the same
+    /// spread again, leaves the backoff as it is.
     pub fn spread(&mut self, over: Duration) {
-        if !over.is_zero() {
-            self.spread = over.min(MAX_SPREAD);
+        let over = over.min(MAX_SPREAD);
+        if over > self.spread {
+            self.spread = over;
+            self.failures = 0;
         }
     }
 
@@ -128,11 +135,18 @@ mod tests {
     #[test]
     fn a_spread_asked_for_is_the_base_of_the_ceilings_until_a_healthy_stream() {
         let mut b = ReconnectBackoff::default();
+        // Failures before the ask (a stream resumed without an update, a failed attempt) do
+        // not double the first ceiling.
+        b.next_delay(NONE);
+        b.next_delay(NONE);
         b.spread(MS(1500));
         let ceilings: Vec<u64> = (0..7)
             .map(|_| b.next_delay(MAX).as_millis() as u64)
             .collect();
         assert_eq!(ceilings, [1500, 3000, 6000, 10_000, 10_000, 10_000, 10_000]);
+        // Asked again for the same spread (after each failed attempt): the doubling goes on.
+        b.spread(MS(1500));
+        assert_eq!(b.ceiling(), ReconnectBackoff::CAP);
         for _ in 0..200 {
             assert!(b.next_delay(random_pick) <= ReconnectBackoff::CAP);
         }
@@ -151,7 +165,7 @@ mod tests {
         assert_eq!(parse_spread("2500"), Some(MS(2500)));
         assert_eq!(parse_spread("0"), Some(Duration::ZERO));
         assert_eq!(parse_spread("99999999999"), Some(MAX_SPREAD));
-        for bad in ["", "-1", "1.5", "1e3", "ten", "18446744073709551616"] {
+        for bad in ["", "-1", "+5", "1.5", "1e3", "ten", "18446744073709551616"] {
             assert_eq!(parse_spread(bad), None, "{bad:?}");
         }
     }

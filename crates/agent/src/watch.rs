@@ -276,8 +276,10 @@ impl Watcher {
                 if opened.elapsed() >= ReconnectBackoff::CAP {
                     backoff.reset();
                 }
-                // The replica stopped and told its whole fleet to spread out: so does this agent.
+                // The replica stopped and told its whole fleet to spread out: so does this agent,
+                // from the spread (the stream's end was no failure of this agent's).
                 if let Some(spread) = ended_by_replica {
+                    backoff.reset();
                     debug!(
                         spread_ms = spread.as_millis(),
                         "spreading the reconnect as the replica asked"
