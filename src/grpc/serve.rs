@@ -167,18 +167,22 @@ async fn connection<IO>(
     if !stopping {
         return;
     }
-    // Watches accepted but not yet served end with the others, asked for the same spread;
-    // those still being accepted are reset when they find the queue closed.
-    opened.close();
-    while let Ok(o) = opened.try_recv() {
-        watches.add(*o, &state);
-    }
     watches.end_all();
     conn.graceful_shutdown();
+    // Until the connection closes: a Watch still being accepted when the stop began (its
+    // opener holds the stream open) is answered and ended like the others, asked for the same
+    // spread; a request the peer sent after the GOAWAY is refused (clients retry those).
     let drain = async {
-        while let Some(accepted) = conn.accept().await {
-            if let Ok((_, mut respond)) = accepted {
-                respond.send_reset(h2::Reason::REFUSED_STREAM);
+        loop {
+            tokio::select! {
+                accepted = conn.accept() => match accepted {
+                    Some(Ok((_, mut respond))) => respond.send_reset(h2::Reason::REFUSED_STREAM),
+                    Some(Err(_)) | None => break,
+                },
+                Some(o) = opened.recv() => {
+                    watches.add(*o, &state);
+                    watches.end_all();
+                }
             }
         }
     };
