@@ -282,9 +282,7 @@ impl TestApp {
     }
 
     async fn stop_in_place(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
+        self.begin_stop();
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
