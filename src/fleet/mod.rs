@@ -19,10 +19,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub mod claims;
+mod cohorts;
+
+use cohorts::Cohorts;
 
 use crate::clock::now;
 use crate::config::AgentSettings;
-use crate::store::{AgentClaim, AgentProgress, AgentStatus, Store, StoreError};
+use crate::store::{AgentClaim, AgentStatus, Store, StoreError};
 
 /// One agent's status; shared by its streams and the fleet.
 #[derive(Debug)]
@@ -40,6 +43,12 @@ pub struct Slot {
     streams: AtomicUsize,
     /// Set with `dirty` or `progressed`: the fleet has something to flush.
     news: Arc<AtomicBool>,
+    /// The stored entry follows its token's cohort on this replica ([`Fleet::flush`]).
+    /// Changed only by the flush, under its lock.
+    in_cohort: AtomicBool,
+    /// The token and chains watched, one line each: the agents that may share a cohort.
+    /// Made when first needed, forgotten when the chains change.
+    cohort_key: Mutex<Option<Arc<str>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -82,7 +91,17 @@ impl Slot {
         }
         s.chains.sort();
         drop(s);
+        *lock(&self.cohort_key) = None;
         self.touch();
+    }
+
+    fn cohort_key(&self) -> Arc<str> {
+        let mut key = lock(&self.cohort_key);
+        key.get_or_insert_with(|| {
+            let chains = lock(&self.status).chains.join(",");
+            format!("{}\n{chains}", self.token_id).into()
+        })
+        .clone()
     }
 
     fn snapshot(&self) -> AgentStatus {
@@ -180,11 +199,14 @@ pub struct Fleet {
     /// first is ended (streams close meanwhile).
     stopping_spread: Arc<std::sync::OnceLock<Duration>>,
     retention: Duration,
+    /// One flush at a time: cohort membership is decided by the flush.
+    flushing: Arc<tokio::sync::Mutex<Cohorts>>,
 }
 
 impl Fleet {
     /// A fleet on the current tokio runtime (its claim task runs there).
     pub fn new(store: Arc<dyn Store>, replica: String, settings: &AgentSettings) -> Self {
+        let prefix = format!("{replica}#{}", hex::encode(rand::random::<[u8; 6]>()));
         Self {
             replica,
             agents: Default::default(),
@@ -197,6 +219,7 @@ impl Fleet {
             reconnect_per_second: settings.reconnect_per_second.max(1),
             stopping_spread: Default::default(),
             retention: settings.retention(),
+            flushing: Arc::new(tokio::sync::Mutex::new(Cohorts::new(prefix))),
         }
     }
 
@@ -315,6 +338,8 @@ impl Fleet {
                     progressed: AtomicBool::new(false),
                     streams: AtomicUsize::new(0),
                     news: self.news.clone(),
+                    in_cohort: AtomicBool::new(false),
+                    cohort_key: Mutex::new(None),
                 });
                 agents.insert(agent_id.to_owned(), slot.clone());
                 slot
@@ -395,18 +420,29 @@ impl Fleet {
     /// Writes what changed since the last flush (and connected agents due for a heartbeat),
     /// then forgets the slots of agents whose streams all ended.
     ///
-    /// A publication changes only the revisions each agent was sent and accepted: those
-    /// agents are written grouped by (token, delivered, acked), one statement per group — so a
-    /// publication to a whole fleet costs one statement, not one row of bound values per agent.
-    /// Entries with other news (connected, disconnected, new chains, a NACK) are rewritten
-    /// whole.
+    /// Entries with news besides their revisions (connected, disconnected, new chains, a NACK)
+    /// are rewritten whole, and follow no cohort. A publication changes only the revisions
+    /// each agent was sent and accepted: the agents of one token watching the same chains
+    /// follow a cohort, whose revisions are those most of them are at ([`Self::progress`]),
+    /// so a publication to a whole fleet updates one cohort row, and writes only the agents
+    /// not at its revisions.
     pub async fn flush(&self) {
+        self.flush_now(false).await;
+    }
+
+    /// [`Self::flush`]; with `may_wait`, the revisions of a cohort whose agents are caught
+    /// mid-publication (at different revisions) wait for the next flush, once, so that a
+    /// publication still on its way to some agents does not write the entries of the others.
+    async fn flush_now(&self, may_wait: bool) {
+        let mut cohorts = self.flushing.lock().await;
         let beat = lock(&self.beat).elapsed() >= self.heartbeat();
         if !self.news.swap(false, Ordering::AcqRel) && !beat {
             return;
         }
         let mut whole: Vec<Arc<Slot>> = Vec::new();
         let mut progressed: Vec<Arc<Slot>> = Vec::new();
+        // Cohort members without news: they leave their cohort if it moves on without them.
+        let mut members: Vec<Arc<Slot>> = Vec::new();
         for slot in lock(&self.agents).values() {
             if slot.dirty.swap(false, Ordering::AcqRel) {
                 // The whole entry carries the revisions too.
@@ -416,6 +452,8 @@ impl Fleet {
                 || (beat && slot.streams.load(Ordering::Acquire) > 0)
             {
                 progressed.push(slot.clone());
+            } else if slot.in_cohort.load(Ordering::Acquire) {
+                members.push(slot.clone());
             }
         }
         if whole.is_empty() && progressed.is_empty() {
@@ -440,30 +478,16 @@ impl Fleet {
                 progressed.iter().for_each(|slot| slot.progress());
                 return;
             }
+            whole
+                .iter()
+                .for_each(|slot| slot.in_cohort.store(false, Ordering::Release));
         }
         if !progressed.is_empty() {
-            let mut groups: HashMap<(&str, i64, i64), Vec<String>> = HashMap::new();
-            for slot in &progressed {
-                let s = lock(&slot.status);
-                let delivered = s.delivered.max(slot.delivered.load(Ordering::Acquire));
-                groups
-                    .entry((slot.token_id.as_str(), delivered, s.acked))
-                    .or_default()
-                    .push(s.agent_id.clone());
-            }
-            let groups: Vec<AgentProgress> = groups
-                .into_iter()
-                .map(|((token_id, delivered, acked), agent_ids)| AgentProgress {
-                    token_id: token_id.to_owned(),
-                    delivered,
-                    acked,
-                    agent_ids,
-                })
-                .collect();
             let seen = beat.then_some(at.as_str());
-            if let Err(e) = self.store.record_progress(seen, &groups).await {
-                tracing::warn!(error = %e, agents = progressed.len(), "failed to record fleet progress; will retry");
-                progressed.iter().for_each(|slot| slot.progress());
+            if !self
+                .progress(&mut cohorts, seen, may_wait && !beat, &progressed, members)
+                .await
+            {
                 return;
             }
         }
@@ -499,7 +523,7 @@ impl Fleet {
             let mut last_sweep: Option<Instant> = None;
             loop {
                 tick.tick().await;
-                fleet.flush().await;
+                fleet.flush_now(true).await;
                 if last_sweep.is_none_or(|t| t.elapsed() >= sweep) {
                     fleet.expire().await;
                     last_sweep = Some(Instant::now());

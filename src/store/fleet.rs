@@ -68,6 +68,20 @@ pub struct AgentProgress {
     pub agent_ids: Vec<String>,
 }
 
+/// A cohort's revisions: the agents of one token on one replica that were sent and accepted
+/// the same revisions follow one row, so a publication to all of them updates that row alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CohortProgress {
+    /// Unique to one replica's process and one token.
+    pub id: String,
+    /// The identity of the token its agents are bound to.
+    pub token_id: String,
+    pub delivered: i64,
+    pub acked: i64,
+    /// Agents that follow the cohort from now on: their own revisions are no longer read.
+    pub joining: Vec<String>,
+}
+
 /// Where a page of `GET /agents` starts: after this `(service, agent_id)`.
 pub type AgentCursor = (String, String);
 
@@ -104,12 +118,15 @@ pub trait Fleet: Send + Sync {
     /// Records agents' status: inserts new entries, updates those bound to the same token
     /// (an entry bound to another token is left alone).
     async fn upsert_agents(&self, agents: &[AgentStatus]) -> StoreResult<()>;
-    /// Records, in one transaction, the revisions each group's agents were sent and accepted
-    /// and, with `last_seen` (a heartbeat), that they were seen then: one statement per group,
-    /// whatever its size. An entry bound to another token, or gone, is left alone.
+    /// Records, in one transaction, each cohort's revisions (the agents in its `joining`
+    /// follow it from now on), then the revisions each group's agents were sent and accepted
+    /// (they follow no cohort any more) and, with `last_seen` (a heartbeat), that the joining
+    /// agents and the groups' agents were seen then. Two statements per cohort and one per
+    /// group, whatever their sizes. An entry bound to another token, or gone, is left alone.
     async fn record_progress(
         &self,
         last_seen: Option<&str>,
+        cohorts: &[CohortProgress],
         groups: &[AgentProgress],
     ) -> StoreResult<()>;
     /// A page of the agents last seen at or after `seen_since`, by service and id: at most
@@ -120,6 +137,7 @@ pub trait Fleet: Send + Sync {
         after: Option<&AgentCursor>,
         limit: i64,
     ) -> StoreResult<Vec<AgentStatus>>;
-    /// Forgets agents last seen before `cutoff`; returns how many.
+    /// Forgets agents last seen before `cutoff`, and cohorts no agent follows that have not
+    /// changed since; returns how many agents.
     async fn expire_agents(&self, cutoff: &str) -> StoreResult<u64>;
 }

@@ -44,7 +44,7 @@ pub use self::export::{
     ADDED_COLUMNS, ADDED_TABLES, DOCUMENTS_TABLE_VERSION, EXPORT_FORMAT, EXPORT_TABLES,
 };
 pub use self::feedback::Feedback;
-pub use self::fleet::{AgentClaim, AgentCursor, AgentProgress, AgentStatus, Fleet};
+pub use self::fleet::{AgentClaim, AgentCursor, AgentProgress, AgentStatus, CohortProgress, Fleet};
 pub use self::idempotency::{with_idempotency, IdemClaim, IdemLookup, IdemResponse, Idempotency};
 pub use self::outbox::{archive_key, Outbox, OutboxItem, DEFAULT_ARCHIVE_PREFIX};
 pub use self::publications::{Publication, PublicationListener, Publications};

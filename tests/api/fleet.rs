@@ -16,7 +16,8 @@ use tonic::{Code, Streaming};
 
 use crate::grpc::{authed, client, watch_req};
 use crate::helpers::{
-    draft_a, settings_for, spawn_app_on, spawn_replica, Backend, TestApp, TestDb, ADMIN_TOKEN,
+    draft_a, publish_run, settings_for, spawn_app_on, spawn_replica, Backend, TestApp, TestDb,
+    ADMIN_TOKEN,
 };
 
 async fn app_with(backend: Backend, tune: impl FnOnce(&mut Settings)) -> Option<TestApp> {
@@ -1005,4 +1006,147 @@ async fn sqlite_watches_opening_at_the_stop_end_like_the_others() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_watches_opening_at_the_stop_end_like_the_others() {
     watches_opening_at_the_stop_end_like_the_others(Backend::Postgres).await;
+}
+
+// ---- issue 14: a publication writes no agent's entry ---------------------------------------
+
+/// Counts the rows of `agents` updated from now on (a trigger into a table of the test's own).
+async fn count_agent_writes(app: &TestApp, backend: Backend) -> sqlx::AnyConnection {
+    sqlx::any::install_default_drivers();
+    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&app.db_url)
+        .await
+        .unwrap();
+    let trigger = match backend {
+        Backend::Sqlite => vec![
+            "CREATE TRIGGER test_agent_writes AFTER UPDATE ON agents \
+             BEGIN UPDATE test_agent_writes SET n = n + 1; END",
+        ],
+        Backend::Postgres => vec![
+            "CREATE FUNCTION test_agent_write() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN UPDATE test_agent_writes SET n = n + 1; RETURN NULL; END $$",
+            "CREATE TRIGGER test_agent_writes AFTER UPDATE ON agents \
+             FOR EACH ROW EXECUTE FUNCTION test_agent_write()",
+        ],
+    };
+    let setup = [
+        "CREATE TABLE test_agent_writes (n BIGINT NOT NULL)",
+        "INSERT INTO test_agent_writes VALUES (0)",
+    ];
+    for sql in setup.into_iter().chain(trigger) {
+        sqlx::query(sql).execute(&mut conn).await.unwrap();
+    }
+    conn
+}
+
+async fn agent_writes(conn: &mut sqlx::AnyConnection) -> i64 {
+    sqlx::query_scalar("SELECT n FROM test_agent_writes")
+        .fetch_one(conn)
+        .await
+        .unwrap()
+}
+
+/// The fleet status after a publication: every agent shows the revision it was sent (and
+/// accepted), an agent gone before it keeps the revision it had, and the publication writes
+/// one row for the fleet, not one per agent (before: 300 agents, 300 rows rewritten).
+async fn a_publication_writes_the_fleet_status_once(backend: Backend) {
+    const N: usize = 300;
+    let Some(app) = app_with(backend, |s| s.agents.max_streams_per_token = 2 * N).await else {
+        return;
+    };
+    let p = app.people().await;
+    let token = app.token("agent", "fleet-w").await;
+    let (mut open, refused) = open_at_once(&app, &token, N, 4).await;
+    assert!(refused.is_empty(), "refused: {:?}", refused.first());
+    let first = draft_a(&app, &p).await;
+    let rev0 = app.approve(&p.approver, &first).await.expect(200).json()["revision"]
+        .as_i64()
+        .unwrap();
+    let revisions = || async {
+        let all = all_agents(&app, ADMIN_TOKEN, 1000).await;
+        all.into_iter()
+            .filter(|a| a["agent_id"].as_str().unwrap().starts_with("storm-"))
+            .map(|a| {
+                let id = a["agent_id"].as_str().unwrap().to_owned();
+                let of = |k: &str| a[k].as_i64().unwrap();
+                (
+                    id,
+                    (of("delivered"), of("acked"), a["connected"] == json!(true)),
+                )
+            })
+            .collect::<std::collections::HashMap<_, _>>()
+    };
+    let all_at = |rev: i64| async move {
+        let r = revisions().await;
+        r.len() == N && r.values().all(|&(d, _, _)| d == rev)
+    };
+    // The first publication brings each agent a chain it had not received: the entries are
+    // written whole. The second is the first with revisions alone to record.
+    assert!(
+        eventually(10, || all_at(rev0)).await,
+        "every agent shows revision {rev0}"
+    );
+    let (_, rev1) = publish_run(&app, &p, budget_core::example::CHECKOUT_RUN_C).await;
+    assert!(
+        eventually(10, || all_at(rev1)).await,
+        "every agent shows revision {rev1}"
+    );
+    let mut writes = count_agent_writes(&app, backend).await;
+    // storm-1 goes before the next publication.
+    drop(open.remove(1));
+    assert!(
+        eventually(10, || async { !revisions().await["storm-1"].2 }).await,
+        "storm-1 shows disconnected"
+    );
+    let gone = agent_writes(&mut writes).await;
+    let (_, rev2) = publish_run(&app, &p, budget_core::example::CHECKOUT_RUN_A).await;
+    // storm-0 accepts it.
+    client(&app)
+        .await
+        .ack(authed(
+            &token,
+            AckRequest {
+                agent_id: "storm-0".into(),
+                revision: rev2,
+                accepted: true,
+                error: String::new(),
+            },
+        ))
+        .await
+        .unwrap();
+    let expected = |id: &str| match id {
+        "storm-0" => (rev2, rev2, true),
+        "storm-1" => (rev1, 0, false),
+        _ => (rev2, 0, true),
+    };
+    assert!(
+        eventually(10, || async {
+            revisions().await.iter().all(|(id, &r)| r == expected(id))
+        })
+        .await,
+        "every agent shows what it was sent and accepted: {:?}",
+        revisions()
+            .await
+            .into_iter()
+            .filter(|(id, r)| *r != expected(id))
+            .take(5)
+            .collect::<Vec<_>>()
+    );
+    let published = agent_writes(&mut writes).await - gone;
+    // A few writes at most: the ACK's agent, the cohort joined by an agent that was slow.
+    assert!(
+        published <= 5,
+        "the publication to {N} agents rewrote {published} agent rows"
+    );
+    drop(open);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_publication_writes_the_fleet_status_once() {
+    a_publication_writes_the_fleet_status_once(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_publication_writes_the_fleet_status_once() {
+    a_publication_writes_the_fleet_status_once(Backend::Postgres).await;
 }

@@ -10,8 +10,8 @@ use budget_core::run::RunUpload;
 use budget_core::Topology;
 use budgetd::auth::Role;
 use budgetd::store::{
-    self, AgentClaim, AgentProgress, AgentStatus, Audit, IdemClaim, IdemLookup, IdemResponse,
-    NewRun, NewToken, Store, StoreError, Verdict,
+    self, AgentClaim, AgentProgress, AgentStatus, Audit, CohortProgress, IdemClaim, IdemLookup,
+    IdemResponse, NewRun, NewToken, Store, StoreError, Verdict,
 };
 use serde_json::json;
 
@@ -641,7 +641,7 @@ async fn agents_contract(backend: Backend) {
             agent_ids: vec!["order-1".into()],
         },
     ];
-    b.record_progress(Some(t2), &groups).await.unwrap();
+    b.record_progress(Some(t2), &[], &groups).await.unwrap();
     let all = a.list_agents(t0, None, 100).await.unwrap();
     let of = |id: &str| all.iter().find(|x| x.agent_id == id).unwrap();
     for id in ["a-0", "a-1", "c-2"] {
@@ -662,7 +662,7 @@ async fn agents_contract(backend: Backend) {
     let other = of("order-1");
     assert_ne!(other.delivered, 99, "another token's group changed order-1");
     assert_eq!(all.len(), 10, "an unknown id in a group adds no entry");
-    b.record_progress(Some(t2), &[]).await.unwrap();
+    b.record_progress(Some(t2), &[], &[]).await.unwrap();
     // Without a heartbeat only the revisions change.
     let later = AgentProgress {
         token_id: "hash-b".into(),
@@ -670,7 +670,7 @@ async fn agents_contract(backend: Backend) {
         acked: 13,
         agent_ids: vec!["a-0".into()],
     };
-    b.record_progress(None, &[later]).await.unwrap();
+    b.record_progress(None, &[], &[later]).await.unwrap();
     let a0 = a.list_agents(t0, None, 100).await.unwrap();
     let a0 = a0.iter().find(|x| x.agent_id == "a-0").unwrap();
     assert_eq!(
@@ -714,6 +714,124 @@ async fn agents_contract(backend: Backend) {
     let again = a.claim_agents(&fleet).await.unwrap();
     assert_eq!(again, claims);
     assert!(a.claim_agents(&[]).await.unwrap().is_empty());
+}
+
+/// Agents that follow a cohort read its revisions, on every replica, until they are written
+/// with their own; a cohort moves its followers in one write, and only its token's agents
+/// join it.
+async fn cohorts_contract(backend: Backend) {
+    let Some((_db, a, b)) = two_stores(backend).await else {
+        return;
+    };
+    for (name, hash) in [("bot-a", "hash-a"), ("bot-b", "hash-b")] {
+        let t = NewToken {
+            name: name.into(),
+            role: Role::Agent,
+            owner: name.into(),
+            hash: hash.into(),
+        };
+        a.create_token(&t, audit("admin")).await.unwrap();
+    }
+    let t0 = "2026-01-01T00:00:00.000Z";
+    let t1 = "2026-01-02T00:00:00.000Z";
+    let mut fleet: Vec<AgentStatus> = (0..4)
+        .map(|i| agent(&format!("b-{i}"), "b", "hash-b", t0))
+        .collect();
+    fleet.push(agent("a-0", "a", "hash-a", t0));
+    // b-3 refused revision 5 and accepted none since.
+    fleet[3].nack_revision = Some(5);
+    fleet[3].nack_error = Some("invalid".into());
+    a.upsert_agents(&fleet).await.unwrap();
+    let revisions = |all: &[AgentStatus]| -> Vec<(String, i64, i64)> {
+        all.iter()
+            .map(|x| (x.agent_id.clone(), x.delivered, x.acked))
+            .collect()
+    };
+    let cohort = |delivered, acked, joining: &[&str], token: &str| CohortProgress {
+        id: "r1#00/1".into(),
+        token_id: token.into(),
+        delivered,
+        acked,
+        joining: joining.iter().map(|s| (*s).to_owned()).collect(),
+    };
+    // a-0 is bound to another token: it does not join.
+    a.record_progress(
+        None,
+        &[cohort(6, 6, &["b-0", "b-1", "b-3", "a-0"], "hash-b")],
+        &[],
+    )
+    .await
+    .unwrap();
+    let all = b.list_agents(t0, None, 100).await.unwrap();
+    assert_eq!(
+        revisions(&all),
+        [
+            ("a-0".into(), 1, 1),
+            ("b-0".into(), 6, 6),
+            ("b-1".into(), 6, 6),
+            ("b-2".into(), 1, 1),
+            ("b-3".into(), 6, 6),
+        ]
+    );
+    assert!(
+        all.iter().all(|x| x.last_seen == t0),
+        "no heartbeat: last_seen stays"
+    );
+    // b-3 accepted a revision after the one it refused: it is no longer listed as refusing.
+    assert!(b.nacking_agents(10).await.unwrap().is_empty());
+    // The cohort moves on; b-1 stays behind with its own revisions, b-2 joins, all seen at t1.
+    a.record_progress(
+        Some(t1),
+        &[cohort(7, 6, &["b-2"], "hash-b")],
+        &[AgentProgress {
+            token_id: "hash-b".into(),
+            delivered: 6,
+            acked: 6,
+            agent_ids: vec!["b-1".into()],
+        }],
+    )
+    .await
+    .unwrap();
+    let all = b.list_agents(t0, None, 100).await.unwrap();
+    assert_eq!(
+        revisions(&all),
+        [
+            ("a-0".into(), 1, 1),
+            ("b-0".into(), 7, 6),
+            ("b-1".into(), 6, 6),
+            ("b-2".into(), 7, 6),
+            ("b-3".into(), 7, 6),
+        ]
+    );
+    let seen: Vec<&str> = all.iter().map(|x| x.last_seen.as_str()).collect();
+    assert_eq!(seen, [t0, t0, t1, t1, t0]);
+    // Written whole, an agent follows the cohort no more.
+    let mut b0 = agent("b-0", "b", "hash-b", t1);
+    (b0.delivered, b0.acked) = (7, 7);
+    a.upsert_agents(&[b0]).await.unwrap();
+    a.record_progress(None, &[cohort(8, 8, &[], "hash-b")], &[])
+        .await
+        .unwrap();
+    let all = b.list_agents(t0, None, 100).await.unwrap();
+    assert_eq!(
+        revisions(&all)[1..],
+        [
+            ("b-0".into(), 7, 7),
+            ("b-1".into(), 6, 6),
+            ("b-2".into(), 8, 8),
+            ("b-3".into(), 8, 8),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_cohorts_contract() {
+    cohorts_contract(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_cohorts_contract() {
+    cohorts_contract(Backend::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

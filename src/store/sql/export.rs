@@ -57,11 +57,28 @@ impl ExportImport for SqlStore {
             } else {
                 names[0]
             };
-            let sql = format!(
-                "SELECT {} FROM {} ORDER BY {order}",
-                names.join(", "),
-                table.name
-            );
+            let sql = if table.name == "agents" {
+                // An agent's revisions are its cohort's when it follows one (cohorts are
+                // runtime data, not exported: an imported agent follows none).
+                let columns: Vec<String> = names
+                    .iter()
+                    .map(|c| match *c {
+                        "delivered" | "acked" => format!("COALESCE(c.{c}, agents.{c}) AS {c}"),
+                        c => format!("agents.{c}"),
+                    })
+                    .collect();
+                format!(
+                    "SELECT {} FROM agents LEFT JOIN agent_cohorts c ON c.id = agents.cohort \
+                     ORDER BY agents.{order}",
+                    columns.join(", ")
+                )
+            } else {
+                format!(
+                    "SELECT {} FROM {} ORDER BY {order}",
+                    names.join(", "),
+                    table.name
+                )
+            };
             let mut rows = sqlx::query(&sql).fetch(&mut *tx);
             let mut n = 0u64;
             while let Some(row) = rows.try_next().await? {

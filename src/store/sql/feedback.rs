@@ -338,8 +338,10 @@ impl Feedback for SqlStore {
 
     async fn nacking_agents(&self, limit: i64) -> StoreResult<Vec<Nacking>> {
         let rows = sqlx::query(
-            "SELECT agent_id, chains, nack_revision, nack_error FROM agents \
-             WHERE nack_revision IS NOT NULL AND nack_revision > acked ORDER BY agent_id LIMIT $1",
+            "SELECT a.agent_id, a.chains, a.nack_revision, a.nack_error \
+             FROM agents a LEFT JOIN agent_cohorts c ON c.id = a.cohort \
+             WHERE a.nack_revision IS NOT NULL AND a.nack_revision > COALESCE(c.acked, a.acked) \
+             ORDER BY a.agent_id LIMIT $1",
         )
         .bind(limit)
         .fetch_all(&self.pool)

@@ -8,7 +8,9 @@ use super::{internal, placeholders, Backend, SqlStore};
 
 /// Agents written by one statement (13 columns each: 13 000 binds).
 const AGENT_CHUNK: usize = 1000;
-use crate::store::{AgentClaim, AgentCursor, AgentProgress, AgentStatus, Fleet, StoreResult};
+use crate::store::{
+    AgentClaim, AgentCursor, AgentProgress, AgentStatus, CohortProgress, Fleet, StoreResult,
+};
 
 #[async_trait]
 impl Fleet for SqlStore {
@@ -115,14 +117,15 @@ impl Fleet for SqlStore {
         let mut tx = self.begin().await?;
         for chunk in agents.chunks(AGENT_CHUNK) {
             // An entry bound to another token is never overwritten (nor one that was expired
-            // and claimed by another token since).
+            // and claimed by another token since). The entry's own revisions are written: it
+            // follows no cohort any more.
             let sql = format!(
                 "INSERT INTO agents (agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen, token_hash, client) \
                  VALUES {} \
                  ON CONFLICT (agent_id) DO UPDATE SET service = excluded.service, client = excluded.client, labels = excluded.labels, \
                    chains = excluded.chains, replica = excluded.replica, connected = excluded.connected, \
                    delivered = excluded.delivered, acked = excluded.acked, nack_revision = excluded.nack_revision, \
-                   nack_error = excluded.nack_error, last_seen = excluded.last_seen \
+                   nack_error = excluded.nack_error, last_seen = excluded.last_seen, cohort = NULL \
                  WHERE agents.token_hash = excluded.token_hash",
                 placeholders(self.backend, chunk.len(), 14)
             );
@@ -153,24 +156,63 @@ impl Fleet for SqlStore {
     async fn record_progress(
         &self,
         last_seen: Option<&str>,
+        cohorts: &[CohortProgress],
         groups: &[AgentProgress],
     ) -> StoreResult<()> {
-        if groups.is_empty() {
+        if cohorts.is_empty() && groups.is_empty() {
             return Ok(());
         }
         // Without a heartbeat, last_seen (and its index) is left alone: after a publication
-        // only the two revisions of each row change.
-        let (seen, ids) = match last_seen {
-            Some(_) => (", last_seen = $5", json_ids(self.backend, 4)),
-            None => ("", json_ids(self.backend, 4)),
+        // only the cohort's row changes, and the revisions of the agents not at its own.
+        let seen = if last_seen.is_some() {
+            ", last_seen = $4"
+        } else {
+            ""
         };
-        let sql = format!(
-            "UPDATE agents SET delivered = $1, acked = $2{seen} \
+        let ids = json_ids(self.backend, 3);
+        let join = format!(
+            "UPDATE agents SET cohort = $1{seen} WHERE token_hash = $2 AND agent_id IN ({ids})"
+        );
+        let seen = if last_seen.is_some() {
+            ", last_seen = $5"
+        } else {
+            ""
+        };
+        let ids = json_ids(self.backend, 4);
+        let own = format!(
+            "UPDATE agents SET delivered = $1, acked = $2, cohort = NULL{seen} \
              WHERE token_hash = $3 AND agent_id IN ({ids})"
         );
+        let updated_at = crate::clock::now();
         let mut tx = self.begin().await?;
+        for cohort in cohorts {
+            // Written whenever agents join, so that they never follow a cohort that was
+            // removed meanwhile (expire_agents).
+            sqlx::query(
+                "INSERT INTO agent_cohorts (id, delivered, acked, updated_at) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (id) DO UPDATE SET delivered = excluded.delivered, \
+                   acked = excluded.acked, updated_at = excluded.updated_at",
+            )
+            .bind(&cohort.id)
+            .bind(cohort.delivered)
+            .bind(cohort.acked)
+            .bind(&updated_at)
+            .execute(&mut *tx)
+            .await?;
+            if cohort.joining.is_empty() {
+                continue;
+            }
+            let mut q = sqlx::query(&join)
+                .bind(&cohort.id)
+                .bind(&cohort.token_id)
+                .bind(serde_json::to_string(&cohort.joining).map_err(internal)?);
+            if let Some(at) = last_seen {
+                q = q.bind(at);
+            }
+            q.execute(&mut *tx).await?;
+        }
         for group in groups {
-            let mut q = sqlx::query(&sql)
+            let mut q = sqlx::query(&own)
                 .bind(group.delivered)
                 .bind(group.acked)
                 .bind(&group.token_id)
@@ -211,6 +253,15 @@ impl Fleet for SqlStore {
             .bind(cutoff)
             .execute(&self.pool)
             .await?;
+        // A cohort that changed since the cutoff may be about to be joined (its replica
+        // writes it in the same transaction as the agents joining it).
+        sqlx::query(
+            "DELETE FROM agent_cohorts WHERE updated_at < $1 \
+             AND NOT EXISTS (SELECT 1 FROM agents a WHERE a.cohort = agent_cohorts.id)",
+        )
+        .bind(cutoff)
+        .execute(&self.pool)
+        .await?;
         Ok(done.rows_affected())
     }
 }

@@ -256,11 +256,14 @@ pub(super) fn token_from_row(row: &AnyRow) -> StoreResult<TokenRecord> {
     })
 }
 
-/// An agent's entry with the name of the token it is bound to (if that token still exists).
+/// An agent's entry with the name of the token it is bound to (if that token still exists),
+/// and its revisions those of its cohort if it follows one.
 pub(super) const AGENT_SELECT: &str =
-    "SELECT a.agent_id, a.service, a.client, a.labels, a.chains, a.replica, a.connected, a.delivered, a.acked, \
+    "SELECT a.agent_id, a.service, a.client, a.labels, a.chains, a.replica, a.connected, \
+       COALESCE(c.delivered, a.delivered) AS delivered, COALESCE(c.acked, a.acked) AS acked, \
        a.nack_revision, a.nack_error, a.first_seen, a.last_seen, a.token_hash, t.name AS token \
-     FROM agents a LEFT JOIN api_tokens t ON t.token_hash = a.token_hash";
+     FROM agents a LEFT JOIN api_tokens t ON t.token_hash = a.token_hash \
+     LEFT JOIN agent_cohorts c ON c.id = a.cohort";
 
 pub(super) fn agent_from_row(r: &AnyRow) -> StoreResult<AgentStatus> {
     let labels: String = r.try_get("labels")?;

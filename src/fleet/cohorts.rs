@@ -1,0 +1,200 @@
+//! Cohorts: the agents of one token watching the same chains, on this replica, that were
+//! sent and accepted the same revisions follow one stored row, so a publication to all of
+//! them writes that row alone ([`Fleet::flush`]).
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::{lock, Fleet, Slot};
+use crate::store::{AgentProgress, CohortProgress};
+
+/// This replica's cohorts, one per token and chains watched, as stored by the last flush.
+#[derive(Debug)]
+pub(super) struct Cohorts {
+    /// Unique to this process: the cohort ids of another replica, or of this replica before a
+    /// restart, never collide with them.
+    prefix: String,
+    /// Cohort ids made so far (the last one's number).
+    made: u64,
+    /// Cohort keys whose revisions waited at the last flush.
+    waited: std::collections::HashSet<Arc<str>>,
+    /// By token and chains watched (one line each).
+    by_key: HashMap<Arc<str>, Cohort>,
+}
+
+#[derive(Debug, Clone)]
+struct Cohort {
+    id: String,
+    delivered: i64,
+    acked: i64,
+}
+
+/// A slot's revisions as the flush found them.
+struct Found {
+    slot: Arc<Slot>,
+    delivered: i64,
+    acked: i64,
+    /// The slot progressed (or is due for a heartbeat); else an idle cohort member.
+    news: bool,
+}
+
+impl Cohorts {
+    /// No cohort yet; ids start with `prefix`, unique to this process.
+    pub(super) fn new(prefix: String) -> Self {
+        Self {
+            prefix,
+            made: 0,
+            waited: Default::default(),
+            by_key: HashMap::new(),
+        }
+    }
+}
+
+impl Fleet {
+    /// Records the revisions of the `progressed` slots (and, with `seen`, that they were seen
+    /// then). For each token and chains watched, the revisions most of those slots and of the
+    /// cohort's idle `members` are at become the cohort's: the slots at them join it, the
+    /// others (members left behind or ahead among them) are written with their own revisions,
+    /// grouped by (delivered, acked). With `may_wait`, a cohort whose agents are at different
+    /// revisions, and did not wait at the last flush, waits for the next one. False when the
+    /// store failed: the slots will be written again, whole.
+    pub(super) async fn progress(
+        &self,
+        cohorts: &mut Cohorts,
+        seen: Option<&str>,
+        may_wait: bool,
+        progressed: &[Arc<Slot>],
+        members: Vec<Arc<Slot>>,
+    ) -> bool {
+        // Agents watching other chains are sent other revisions: a cohort per token and
+        // chains watched. Idle members matter only where the cohort may move.
+        let mut by_key: HashMap<Arc<str>, (String, Vec<Found>)> = HashMap::new();
+        let found = |slot: Arc<Slot>, news: bool| {
+            let s = lock(&slot.status);
+            let delivered = s.delivered.max(slot.delivered.load(Ordering::Acquire));
+            let acked = s.acked;
+            drop(s);
+            Found {
+                delivered,
+                acked,
+                news,
+                slot,
+            }
+        };
+        for slot in progressed {
+            let f = found(slot.clone(), true);
+            by_key
+                .entry(slot.cohort_key())
+                .or_insert_with(|| (slot.token_id.clone(), Vec::new()))
+                .1
+                .push(f);
+        }
+        for slot in members {
+            if let Some((_, v)) = by_key.get_mut(&slot.cohort_key()) {
+                v.push(found(slot, false));
+            }
+        }
+        let mut joined: Vec<(Arc<str>, Cohort, Vec<Arc<Slot>>)> = Vec::new();
+        let mut left: Vec<Arc<Slot>> = Vec::new();
+        let mut stored_cohorts = Vec::new();
+        let mut groups: Vec<AgentProgress> = Vec::new();
+        let mut waiting = std::collections::HashSet::new();
+        for (key, (token_id, found)) in &by_key {
+            let mut counts: HashMap<(i64, i64), usize> = HashMap::new();
+            for f in found {
+                *counts.entry((f.delivered, f.acked)).or_default() += 1;
+            }
+            if may_wait && counts.len() > 1 && !cohorts.waited.contains(key) {
+                // Told again: the next flush finds them.
+                found
+                    .iter()
+                    .filter(|f| f.news)
+                    .for_each(|f| f.slot.progress());
+                waiting.insert(key.clone());
+                continue;
+            }
+            let Some((&(delivered, acked), _)) =
+                counts.iter().max_by_key(|&(&revisions, &n)| (n, revisions))
+            else {
+                continue;
+            };
+            let id = match cohorts.by_key.get(key) {
+                Some(c) => c.id.clone(),
+                None => {
+                    cohorts.made += 1;
+                    format!("{}/{}", cohorts.prefix, cohorts.made)
+                }
+            };
+            let mut joining = Vec::new();
+            let mut own: HashMap<(i64, i64), Vec<String>> = HashMap::new();
+            let mut joiners = Vec::new();
+            for f in found {
+                let member = f.slot.in_cohort.load(Ordering::Acquire);
+                if (f.delivered, f.acked) == (delivered, acked) {
+                    if !member || seen.is_some() {
+                        joining.push(lock(&f.slot.status).agent_id.clone());
+                        joiners.push(f.slot.clone());
+                    }
+                } else {
+                    own.entry((f.delivered, f.acked))
+                        .or_default()
+                        .push(lock(&f.slot.status).agent_id.clone());
+                    left.push(f.slot.clone());
+                }
+            }
+            let cohort = Cohort {
+                id: id.clone(),
+                delivered,
+                acked,
+            };
+            let moved = cohorts
+                .by_key
+                .get(key)
+                .is_none_or(|c| (c.delivered, c.acked) != (delivered, acked));
+            if moved || !joining.is_empty() {
+                stored_cohorts.push(CohortProgress {
+                    id,
+                    token_id: token_id.clone(),
+                    delivered,
+                    acked,
+                    joining,
+                });
+            }
+            joined.push((key.clone(), cohort, joiners));
+            groups.extend(
+                own.into_iter()
+                    .map(|((delivered, acked), agent_ids)| AgentProgress {
+                        token_id: token_id.clone(),
+                        delivered,
+                        acked,
+                        agent_ids,
+                    }),
+            );
+        }
+        cohorts.waited = waiting;
+        if let Err(e) = self
+            .store
+            .record_progress(seen, &stored_cohorts, &groups)
+            .await
+        {
+            tracing::warn!(error = %e, agents = progressed.len(), "failed to record fleet progress; will retry");
+            // Rewritten whole, they follow no cohort, whatever this attempt left stored.
+            by_key
+                .values()
+                .flat_map(|(_, found)| found)
+                .for_each(|f| f.slot.touch());
+            return false;
+        }
+        for slot in &left {
+            slot.in_cohort.store(false, Ordering::Release);
+        }
+        for (key, cohort, joiners) in joined {
+            for slot in joiners {
+                slot.in_cohort.store(true, Ordering::Release);
+            }
+            cohorts.by_key.insert(key, cohort);
+        }
+        true
+    }
+}
