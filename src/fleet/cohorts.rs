@@ -5,9 +5,14 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::{lock, Fleet, Slot};
 use crate::store::{AgentProgress, CohortProgress};
+
+/// How long the revisions of a cohort whose agents are at different revisions may wait for
+/// the publication on its way to reach them all (and their ACKs to come).
+const MAX_WAIT: Duration = Duration::from_secs(2);
 
 /// This replica's cohorts, one per token and chains watched, as stored by the last flush.
 #[derive(Debug)]
@@ -17,8 +22,8 @@ pub(super) struct Cohorts {
     prefix: String,
     /// Cohort ids made so far (the last one's number).
     made: u64,
-    /// Cohort keys whose revisions waited at the last flush.
-    waited: std::collections::HashSet<Arc<str>>,
+    /// Cohort keys whose revisions are waiting, since when.
+    waiting: HashMap<Arc<str>, Instant>,
     /// By token and chains watched (one line each).
     by_key: HashMap<Arc<str>, Cohort>,
 }
@@ -45,7 +50,7 @@ impl Cohorts {
         Self {
             prefix,
             made: 0,
-            waited: Default::default(),
+            waiting: HashMap::new(),
             by_key: HashMap::new(),
         }
     }
@@ -57,8 +62,8 @@ impl Fleet {
     /// cohort's idle `members` are at become the cohort's: the slots at them join it, the
     /// others (members left behind or ahead among them) are written with their own revisions,
     /// grouped by (delivered, acked). With `may_wait`, a cohort whose agents are at different
-    /// revisions, and did not wait at the last flush, waits for the next one. False when the
-    /// store failed: the slots will be written again, whole.
+    /// revisions waits for a later flush, up to [`MAX_WAIT`]. False when the store failed:
+    /// the slots will be written again, whole.
     pub(super) async fn progress(
         &self,
         cohorts: &mut Cohorts,
@@ -99,19 +104,21 @@ impl Fleet {
         let mut left: Vec<Arc<Slot>> = Vec::new();
         let mut stored_cohorts = Vec::new();
         let mut groups: Vec<AgentProgress> = Vec::new();
-        let mut waiting = std::collections::HashSet::new();
+        let mut waiting = HashMap::new();
+        let now = Instant::now();
         for (key, (token_id, found)) in &by_key {
             let mut counts: HashMap<(i64, i64), usize> = HashMap::new();
             for f in found {
                 *counts.entry((f.delivered, f.acked)).or_default() += 1;
             }
-            if may_wait && counts.len() > 1 && !cohorts.waited.contains(key) {
+            let since = cohorts.waiting.get(key).copied().unwrap_or(now);
+            if may_wait && counts.len() > 1 && now.duration_since(since) < MAX_WAIT {
                 // Told again: the next flush finds them.
                 found
                     .iter()
                     .filter(|f| f.news)
                     .for_each(|f| f.slot.progress());
-                waiting.insert(key.clone());
+                waiting.insert(key.clone(), since);
                 continue;
             }
             let Some((&(delivered, acked), _)) =
@@ -172,7 +179,7 @@ impl Fleet {
                     }),
             );
         }
-        cohorts.waited = waiting;
+        cohorts.waiting = waiting;
         if let Err(e) = self
             .store
             .record_progress(seen, &stored_cohorts, &groups)

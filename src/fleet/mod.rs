@@ -430,9 +430,10 @@ impl Fleet {
         self.flush_now(false).await;
     }
 
-    /// [`Self::flush`]; with `may_wait`, the revisions of a cohort whose agents are caught
-    /// mid-publication (at different revisions) wait for the next flush, once, so that a
-    /// publication still on its way to some agents does not write the entries of the others.
+    /// [`Self::flush`]; with `may_wait` (the periodic flush), the revisions of a cohort whose
+    /// agents are caught mid-publication (at different revisions) wait for a later flush, up
+    /// to 2 s, so that a publication still on its way to some agents, or a burst of them, does
+    /// not write the entries of the others. `GET /agents` flushes without waiting.
     async fn flush_now(&self, may_wait: bool) {
         let mut cohorts = self.flushing.lock().await;
         let beat = lock(&self.beat).elapsed() >= self.heartbeat();

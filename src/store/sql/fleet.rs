@@ -254,10 +254,11 @@ impl Fleet for SqlStore {
             .execute(&self.pool)
             .await?;
         // A cohort that changed since the cutoff may be about to be joined (its replica
-        // writes it in the same transaction as the agents joining it).
+        // writes it in the same transaction as the agents joining it). One scan of the
+        // agents: their cohort is not indexed.
         sqlx::query(
             "DELETE FROM agent_cohorts WHERE updated_at < $1 \
-             AND NOT EXISTS (SELECT 1 FROM agents a WHERE a.cohort = agent_cohorts.id)",
+             AND id NOT IN (SELECT cohort FROM agents WHERE cohort IS NOT NULL)",
         )
         .bind(cutoff)
         .execute(&self.pool)
