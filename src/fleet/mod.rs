@@ -423,7 +423,7 @@ impl Fleet {
     /// Entries with news besides their revisions (connected, disconnected, new chains, a NACK)
     /// are rewritten whole, and follow no cohort. A publication changes only the revisions
     /// each agent was sent and accepted: the agents of one token watching the same chains
-    /// follow a cohort, whose revisions are those most of them are at ([`Self::progress`]),
+    /// follow a cohort, whose revisions are those most of them are at (`src/fleet/cohorts.rs`),
     /// so a publication to a whole fleet updates one cohort row, and writes only the agents
     /// not at its revisions.
     pub async fn flush(&self) {
