@@ -105,6 +105,7 @@ impl Fleet {
         let mut stored_cohorts = Vec::new();
         let mut groups: Vec<AgentProgress> = Vec::new();
         let mut waiting = HashMap::new();
+        let mut moved_keys: Vec<Arc<str>> = Vec::new();
         let now = Instant::now();
         for (key, (token_id, found)) in &by_key {
             let mut counts: HashMap<(i64, i64), usize> = HashMap::new();
@@ -159,6 +160,9 @@ impl Fleet {
                 .by_key
                 .get(key)
                 .is_none_or(|c| (c.delivered, c.acked) != (delivered, acked));
+            if moved {
+                moved_keys.push(key.clone());
+            }
             if moved || !joining.is_empty() {
                 stored_cohorts.push(CohortProgress {
                     id,
@@ -202,6 +206,73 @@ impl Fleet {
             }
             cohorts.by_key.insert(key, cohort);
         }
+        self.verify(&cohorts.by_key, &moved_keys, &by_key).await;
         true
+    }
+
+    /// Checks that the members of each cohort that `moved` still follow it. Another replica
+    /// rewrites an agent's entry whole (its stream there ended, after it opened one here), and
+    /// the entry then follows no cohort: the agent would keep the revisions that replica wrote
+    /// while this one believes it follows the cohort. One scan of the agents per flush that
+    /// moves a cohort; an entry found rewritten is rewritten whole from this replica's slot,
+    /// at the next flush.
+    async fn verify(
+        &self,
+        stored: &HashMap<Arc<str>, Cohort>,
+        moved: &[Arc<str>],
+        by_key: &HashMap<Arc<str>, (String, Vec<Found>)>,
+    ) {
+        let mut members: Vec<(&str, Vec<&Arc<Slot>>)> = Vec::new();
+        for key in moved {
+            let (Some(cohort), Some((_, found))) = (stored.get(key), by_key.get(key)) else {
+                continue;
+            };
+            let slots = found
+                .iter()
+                .map(|f| &f.slot)
+                .filter(|slot| slot.in_cohort.load(Ordering::Acquire))
+                .collect();
+            members.push((cohort.id.as_str(), slots));
+        }
+        if members.is_empty() {
+            return;
+        }
+        let ids: Vec<String> = members.iter().map(|(id, _)| (*id).to_owned()).collect();
+        let sizes = match self.store.cohort_sizes(&ids).await {
+            Ok(sizes) => sizes,
+            Err(e) => {
+                tracing::warn!(error = %e, "failed to check the agents following cohorts; will check at the next publication");
+                return;
+            }
+        };
+        for (id, slots) in members {
+            let size = sizes.get(id).copied().unwrap_or(0);
+            if usize::try_from(size).is_ok_and(|n| n >= slots.len()) {
+                continue;
+            }
+            let by_id: HashMap<String, &Arc<Slot>> = slots
+                .iter()
+                .map(|slot| (lock(&slot.status).agent_id.clone(), *slot))
+                .collect();
+            let agent_ids: Vec<String> = by_id.keys().cloned().collect();
+            match self.store.not_following(id, &agent_ids).await {
+                Ok(lost) => {
+                    tracing::info!(
+                        cohort = id,
+                        agents = lost.len(),
+                        "agents of a cohort were rewritten by another replica; writing them again"
+                    );
+                    for agent_id in lost {
+                        if let Some(slot) = by_id.get(&agent_id) {
+                            slot.in_cohort.store(false, Ordering::Release);
+                            slot.touch();
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "failed to check the agents following a cohort; will check at the next publication");
+                }
+            }
+        }
     }
 }

@@ -137,6 +137,14 @@ pub trait Fleet: Send + Sync {
         after: Option<&AgentCursor>,
         limit: i64,
     ) -> StoreResult<Vec<AgentStatus>>;
+    /// How many agents follow each of `cohorts` (one scan of the agents; a cohort no agent
+    /// follows is left out).
+    async fn cohort_sizes(
+        &self,
+        cohorts: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, i64>>;
+    /// Those of `agent_ids` whose entry does not follow `cohort` (another replica rewrote it).
+    async fn not_following(&self, cohort: &str, agent_ids: &[String]) -> StoreResult<Vec<String>>;
     /// Forgets agents last seen before `cutoff`, and cohorts no agent follows that have not
     /// changed since; returns how many agents.
     async fn expire_agents(&self, cutoff: &str) -> StoreResult<u64>;

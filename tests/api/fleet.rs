@@ -1137,6 +1137,40 @@ async fn a_publication_writes_the_fleet_status_once(backend: Backend) {
         published <= 5,
         "the publication to {N} agents rewrote {published} agent rows"
     );
+
+    // Another replica rewrites storm-2's entry whole, as when the agent's stream there ends
+    // after it opened one here: the entry no longer follows this replica's cohort, and the
+    // next publications must still show what storm-2 is sent here.
+    let store = budgetd::store::connect(&app.db_url).await.unwrap();
+    let mut other = store
+        .list_agents("2000-01-01T00:00:00.000Z", None, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|a| a.agent_id == "storm-2")
+        .unwrap();
+    (other.delivered, other.connected, other.replica) = (rev0, false, "elsewhere".into());
+    store.upsert_agents(&[other]).await.unwrap();
+    let (_, rev3) = publish_run(&app, &p, budget_core::example::CHECKOUT_RUN_C).await;
+    let (_, rev4) = publish_run(&app, &p, budget_core::example::CHECKOUT_RUN_A).await;
+    let storm2 = || async {
+        let all = all_agents(&app, ADMIN_TOKEN, 1000).await;
+        let a = all
+            .into_iter()
+            .find(|a| a["agent_id"] == "storm-2")
+            .unwrap();
+        (
+            a["delivered"].as_i64().unwrap(),
+            a["connected"].clone(),
+            a["replica"].clone(),
+        )
+    };
+    assert!(
+        eventually(10, || async { storm2().await.0 == rev4 }).await,
+        "storm-2 shows {:?}, not revision {rev4} (after {rev3})",
+        storm2().await
+    );
+    assert_eq!(storm2().await.1, json!(true), "storm-2 streams here");
     drop(open);
     app.stop().await;
 }

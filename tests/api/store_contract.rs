@@ -822,6 +822,14 @@ async fn cohorts_contract(backend: Backend) {
             ("b-3".into(), 8, 8),
         ]
     );
+    // Who follows the cohort, as a replica checks after moving it.
+    let sizes = b
+        .cohort_sizes(&["r1#00/1".into(), "r2#00/1".into()])
+        .await
+        .unwrap();
+    assert_eq!(sizes, [("r1#00/1".to_owned(), 2)].into());
+    let ids = ["b-0", "b-2", "b-3", "gone"].map(String::from);
+    assert_eq!(b.not_following("r1#00/1", &ids).await.unwrap(), ["b-0"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -248,6 +248,41 @@ impl Fleet for SqlStore {
         rows.iter().map(agent_from_row).collect()
     }
 
+    async fn cohort_sizes(
+        &self,
+        cohorts: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, i64>> {
+        if cohorts.is_empty() {
+            return Ok(Default::default());
+        }
+        let rows = sqlx::query(&format!(
+            "SELECT cohort, COUNT(*) AS n FROM agents WHERE cohort IN ({}) GROUP BY cohort",
+            json_ids(self.backend, 1)
+        ))
+        .bind(serde_json::to_string(cohorts).map_err(internal)?)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("cohort")?, r.try_get("n")?)))
+            .collect()
+    }
+
+    async fn not_following(&self, cohort: &str, agent_ids: &[String]) -> StoreResult<Vec<String>> {
+        if agent_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<String> = sqlx::query_scalar(&format!(
+            "SELECT agent_id FROM agents WHERE agent_id IN ({}) \
+             AND (cohort IS NULL OR cohort <> $1)",
+            json_ids(self.backend, 2)
+        ))
+        .bind(cohort)
+        .bind(serde_json::to_string(agent_ids).map_err(internal)?)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(ids)
+    }
+
     async fn expire_agents(&self, cutoff: &str) -> StoreResult<u64> {
         let done = sqlx::query("DELETE FROM agents WHERE last_seen < $1")
             .bind(cutoff)
