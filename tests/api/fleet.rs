@@ -1099,6 +1099,11 @@ async fn a_publication_writes_the_fleet_status_once(backend: Backend) {
     );
     let gone = agent_writes(&mut writes).await;
     let (_, rev2) = publish_run(&app, &p, budget_core::example::CHECKOUT_RUN_A).await;
+    // Every stream has it before anything reads the fleet status: `GET /agents` records what
+    // it finds at once, and a publication caught half-way costs writes of the agents behind.
+    for stream in &mut open {
+        while crate::grpc::next(stream).await.revision < rev2 {}
+    }
     // storm-0 accepts it.
     client(&app)
         .await

@@ -830,6 +830,64 @@ async fn cohorts_contract(backend: Backend) {
     assert_eq!(sizes, [("r1#00/1".to_owned(), 2)].into());
     let ids = ["b-0", "b-2", "b-3", "gone"].map(String::from);
     assert_eq!(b.not_following("r1#00/1", &ids).await.unwrap(), ["b-0"]);
+
+    // The export takes an agent's revisions from its cohort.
+    let mut out = Vec::new();
+    a.export_all(&mut out, &|_, _| {}).await.unwrap();
+    let export: store::Export = serde_json::from_slice(&out).unwrap();
+    let table = &export.tables["agents"];
+    let col = |name: &str| table.columns.iter().position(|c| c == name).unwrap();
+    let exported: Vec<(String, i64, i64)> = table
+        .rows
+        .iter()
+        .map(|r| {
+            let id = r[col("agent_id")].as_str().unwrap().to_owned();
+            (
+                id,
+                r[col("delivered")].as_i64().unwrap(),
+                r[col("acked")].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        exported,
+        revisions(&b.list_agents(t0, None, 100).await.unwrap())
+    );
+
+    // Expiry keeps a cohort that agents follow, however long it has not moved.
+    let far = "2999-01-01T00:00:00.000Z";
+    a.record_progress(Some(far), &[cohort(8, 8, &["b-2", "b-3"], "hash-b")], &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        a.expire_agents("2998-01-01T00:00:00.000Z").await.unwrap(),
+        3
+    );
+    let all = b.list_agents(t0, None, 100).await.unwrap();
+    assert_eq!(
+        revisions(&all),
+        [("b-2".into(), 8, 8), ("b-3".into(), 8, 8)]
+    );
+
+    // An id taken over by another token (the old one revoked) keeps the revisions it showed
+    // and follows the old token's cohort no more.
+    a.revoke_token("bot-b", audit("admin")).await.unwrap();
+    match b
+        .claim_agent(&agent("b-2", "b", "hash-a", far))
+        .await
+        .unwrap()
+    {
+        AgentClaim::Bound(row) => assert_eq!((row.delivered, row.acked), (8, 8)),
+        AgentClaim::Taken => panic!("b-2's token was revoked"),
+    }
+    a.record_progress(None, &[cohort(9, 9, &[], "hash-b")], &[])
+        .await
+        .unwrap();
+    let all = b.list_agents(t0, None, 100).await.unwrap();
+    assert_eq!(
+        revisions(&all),
+        [("b-2".into(), 8, 8), ("b-3".into(), 9, 9)]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

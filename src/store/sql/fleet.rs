@@ -32,7 +32,8 @@ impl Fleet for SqlStore {
             }
         }
         // New, unbound, or bound to a token that no longer exists: taken in one statement per
-        // chunk, so two tokens racing for an id cannot both win (on any replica).
+        // chunk, so two tokens racing for an id cannot both win (on any replica). A taken-over
+        // entry keeps the revisions it showed and follows the old token's cohort no more.
         let mut won = std::collections::HashSet::new();
         for chunk in unclaimed.chunks(AGENT_CHUNK) {
             let sql = format!(
@@ -40,7 +41,10 @@ impl Fleet for SqlStore {
                  VALUES {} \
                  ON CONFLICT (agent_id) DO UPDATE SET token_hash = excluded.token_hash, service = excluded.service, client = excluded.client, \
                    labels = excluded.labels, replica = excluded.replica, connected = excluded.connected, \
-                   last_seen = excluded.last_seen \
+                   last_seen = excluded.last_seen, \
+                   delivered = COALESCE((SELECT c.delivered FROM agent_cohorts c WHERE c.id = agents.cohort), agents.delivered), \
+                   acked = COALESCE((SELECT c.acked FROM agent_cohorts c WHERE c.id = agents.cohort), agents.acked), \
+                   cohort = NULL \
                  WHERE agents.token_hash IS NULL OR agents.token_hash = excluded.token_hash \
                    OR NOT EXISTS (SELECT 1 FROM api_tokens t WHERE t.token_hash = agents.token_hash) \
                  RETURNING agent_id",
