@@ -518,12 +518,8 @@ fn agent(id: &str, service: &str, token_id: &str, last_seen: &str) -> AgentStatu
     }
 }
 
-/// Agents are bound to the token that first claimed them, entries of another token are never
-/// overwritten, pages follow (service, agent_id), and gone agents expire.
-async fn agents_contract(backend: Backend) {
-    let Some((_db, a, b)) = two_stores(backend).await else {
-        return;
-    };
+/// The agent tokens `bot-a` and `bot-b` (hashes `hash-a` and `hash-b`).
+async fn agent_tokens(store: &Arc<dyn Store>) {
     for (name, hash) in [("bot-a", "hash-a"), ("bot-b", "hash-b")] {
         let t = NewToken {
             name: name.into(),
@@ -531,8 +527,17 @@ async fn agents_contract(backend: Backend) {
             owner: name.into(),
             hash: hash.into(),
         };
-        a.create_token(&t, audit("admin")).await.unwrap();
+        store.create_token(&t, audit("admin")).await.unwrap();
     }
+}
+
+/// Agents are bound to the token that first claimed them, entries of another token are never
+/// overwritten, pages follow (service, agent_id), and gone agents expire.
+async fn agents_contract(backend: Backend) {
+    let Some((_db, a, b)) = two_stores(backend).await else {
+        return;
+    };
+    agent_tokens(&a).await;
     let t0 = "2026-01-01T00:00:00.000Z";
     let t1 = "2026-01-02T00:00:00.000Z";
     let bound = |c: AgentClaim| match c {
@@ -723,15 +728,7 @@ async fn cohorts_contract(backend: Backend) {
     let Some((_db, a, b)) = two_stores(backend).await else {
         return;
     };
-    for (name, hash) in [("bot-a", "hash-a"), ("bot-b", "hash-b")] {
-        let t = NewToken {
-            name: name.into(),
-            role: Role::Agent,
-            owner: name.into(),
-            hash: hash.into(),
-        };
-        a.create_token(&t, audit("admin")).await.unwrap();
-    }
+    agent_tokens(&a).await;
     let t0 = "2026-01-01T00:00:00.000Z";
     let t1 = "2026-01-02T00:00:00.000Z";
     let mut fleet: Vec<AgentStatus> = (0..4)
