@@ -118,6 +118,14 @@ impl ChainEntry {
 /// Every chain's newest publication.
 pub type HubState = Arc<BTreeMap<String, Arc<ChainEntry>>>;
 
+fn newest_revision(state: &HubState) -> i64 {
+    state
+        .values()
+        .map(|e| e.newest_revision())
+        .max()
+        .unwrap_or(0)
+}
+
 #[derive(Clone)]
 pub struct Hub {
     tx: Arc<watch::Sender<HubState>>,
@@ -143,15 +151,16 @@ impl Hub {
         self.tx.borrow().clone()
     }
 
+    /// The newest revision the hub has loaded (0 before the first publication).
+    pub fn newest_revision(&self) -> i64 {
+        newest_revision(&self.current())
+    }
+
     /// Loads every publication newer than what the hub has; returns how many chains changed.
     pub async fn refresh(&self) -> StoreResult<usize> {
         let _one_at_a_time = self.refresh.lock().await;
         let current = self.current();
-        let after = current
-            .values()
-            .map(|e| e.newest_revision())
-            .max()
-            .unwrap_or(0);
+        let after = newest_revision(&current);
         let newer = self.store.latest_publications(after).await?;
         if newer.is_empty() {
             return Ok(0);

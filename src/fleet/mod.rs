@@ -150,6 +150,8 @@ pub enum AckOutcome {
     OtherToken,
     /// The agent has no stream on this replica.
     Unknown,
+    /// The revision was never sent to the agent here: the newest it was sent (or said it had).
+    NotSent(i64),
 }
 
 /// Open Watch streams per token on this replica, and in all.
@@ -376,6 +378,12 @@ impl Fleet {
         };
         if slot.token_id != token_id {
             return AckOutcome::OtherToken;
+        }
+        // Only what the agent received counts: an ACK of a revision never sent would count it
+        // in a canary it never took part in.
+        let sent = slot.delivered.load(Ordering::Acquire);
+        if revision > sent {
+            return AckOutcome::NotSent(sent);
         }
         let mut s = lock(&slot.status);
         if accepted {

@@ -232,6 +232,7 @@ pub async fn watch(state: &AppState, principal: &Principal, req: WatchRequest) -
             ),
         ));
     };
+    let known_revision = resume_from(state, &req.agent_id, req.known_revision).await?;
     let labels: BTreeMap<String, String> = req.labels.into_iter().collect();
     let member = Member::new(&req.agent_id, labels.clone());
     let slot = match state
@@ -243,7 +244,7 @@ pub async fn watch(state: &AppState, principal: &Principal, req: WatchRequest) -
             &req.service,
             &req.client,
             labels,
-            req.known_revision,
+            known_revision,
         )
         .await
     {
@@ -254,14 +255,33 @@ pub async fn watch(state: &AppState, principal: &Principal, req: WatchRequest) -
         }
         Err(ConnectError::Store(e)) => return Err(e.into()),
     };
-    tracing::info!(agent = ?req.agent_id, service = ?req.service, token = ?principal.name, known = req.known_revision, "watch opened");
+    tracing::info!(agent = ?req.agent_id, service = ?req.service, token = ?principal.name, known = known_revision, "watch opened");
     Ok(Watch {
         selection,
-        known_revision: req.known_revision,
+        known_revision,
         slot,
         permit,
         member,
     })
+}
+
+/// The revision a Watch resumes from: the one the agent says it has, unless no publication
+/// here is that new (its config came from another control plane, or this one's store was
+/// restored from an older backup). Such an agent is sent the current config, as a new one is:
+/// the agents apply it (they log that the revision did not increase), and its status never
+/// shows a revision that does not exist here.
+async fn resume_from(state: &AppState, agent_id: &str, known: i64) -> ApiResult<i64> {
+    if known <= state.hub.newest_revision() {
+        return Ok(known);
+    }
+    // Another replica may have published it a moment ago: load what the store has first.
+    state.hub.refresh().await?;
+    let newest = state.hub.newest_revision();
+    if known <= newest {
+        return Ok(known);
+    }
+    tracing::warn!(agent = ?agent_id, known, newest, "watch: the agent's known_revision is newer than any publication here (another control plane's config, or a store restored from an older backup); it is sent the current config");
+    Ok(0)
 }
 
 /// What an Ack (or NACK) says, as received.
@@ -296,6 +316,15 @@ pub async fn ack(state: &AppState, principal: &Principal, req: AckRequest) -> Ap
     match outcome {
         AckOutcome::Recorded => {}
         AckOutcome::OtherToken => return Err(agent_taken(&req.agent_id)),
+        AckOutcome::NotSent(sent) => {
+            return Err(ApiError::new(
+                Code::FailedPrecondition,
+                format!(
+                    "agent {:?} was not sent revision {} on this replica (the newest it was sent is {sent}); ACK or NACK only a revision received on the Watch stream",
+                    req.agent_id, req.revision
+                ),
+            ));
+        }
         AckOutcome::Unknown => {
             let bound = state.store.agent_token(&req.agent_id).await?;
             if bound.is_some_and(|t| t != principal.token_id) {

@@ -444,6 +444,10 @@ async fn agent_ids_are_bound_to_their_token(backend: Backend) {
     };
     let a = app.token("agent", "team-a").await;
     let b = app.token("agent", "team-b").await;
+    // Revision 1, which order-1's stream is sent and ACKs.
+    let p = app.people().await;
+    let first = draft_a(&app, &p).await;
+    app.approve(&p.approver, &first).await.expect(200);
     let stream = watch(&app, &a, watch_req("order-1", &["checkout"], "order", 0))
         .await
         .unwrap();
@@ -588,7 +592,11 @@ async fn agent_input_is_validated_and_bounded(app: &TestApp) {
     .unwrap_err();
     assert_eq!(e.code(), Code::ResourceExhausted, "3 MiB service: {e:?}");
     assert!(e.message().contains("at most 262144 bytes"), "{e:?}");
-    // A NACK's error is kept, cut to 4 KiB at a character boundary.
+    // A NACK's error is kept, cut to 4 KiB at a character boundary (of revision 1, which the
+    // stream is sent).
+    let p = app.people().await;
+    let first = draft_a(app, &p).await;
+    app.approve(&p.approver, &first).await.expect(200);
     let _s = watch(app, &token, watch_req("n-1", &["checkout"], "order", 0))
         .await
         .unwrap();
@@ -714,6 +722,54 @@ fn plain(line: &str) -> String {
     out
 }
 
+/// Publishes example A's budgets of `checkout` (revision 1) on the server at `base`.
+async fn publish_a(http: &reqwest::Client, base: &str) {
+    let call = |method: Method, path: &str, token: &str, body: Value| {
+        http.request(method, format!("{base}/api/v1{path}"))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+    };
+    let mut tokens = Vec::new();
+    for (role, name) in [("uploader", "uma"), ("approver", "abe")] {
+        let created: Value = call(
+            Method::POST,
+            "/tokens",
+            ADMIN_TOKEN,
+            json!({"role": role, "name": name}),
+        )
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+        tokens.push(created["token"].as_str().unwrap().to_owned());
+    }
+    let topology: Value = serde_json::from_str(budget_core::example::CHECKOUT_TOPOLOGY).unwrap();
+    let put = call(
+        Method::PUT,
+        "/chains/checkout/topology",
+        &tokens[0],
+        topology,
+    );
+    assert_eq!(put.await.unwrap().status(), 201);
+    let run: Value = serde_json::from_str(budget_core::example::CHECKOUT_RUN_A).unwrap();
+    let draft: Value = call(Method::POST, "/chains/checkout/runs", &tokens[0], run)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = draft["baseline_id"].as_str().unwrap();
+    let approved = call(
+        Method::POST,
+        &format!("/baselines/{id}/approve"),
+        &tokens[1],
+        json!({"comment": "ok"}),
+    );
+    assert_eq!(approved.await.unwrap().status(), 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn untrusted_text_cannot_forge_log_lines() {
     let server = tokio::task::spawn_blocking(LoggingServer::start)
@@ -731,6 +787,7 @@ async fn untrusted_text_cannot_forge_log_lines() {
         .await
         .unwrap();
     let token = created["token"].as_str().unwrap().to_owned();
+    publish_a(&http, &server.http).await;
     let mut c =
         budget_proto::v1::budget_control_client::BudgetControlClient::connect(server.grpc.clone())
             .await

@@ -334,4 +334,99 @@ async fn grpc_auth_and_input(app: &TestApp) {
     );
 }
 
-crate::on_both_backends!(watch_snapshot_update_resume_rollback, grpc_auth_and_input);
+fn ack_req(agent_id: &str, revision: i64, accepted: bool) -> AckRequest {
+    AckRequest {
+        agent_id: agent_id.into(),
+        revision,
+        accepted,
+        error: if accepted {
+            String::new()
+        } else {
+            "refused".into()
+        },
+    }
+}
+
+/// An agent's fleet entry shows only revisions it was sent: an ACK or NACK of a revision never
+/// sent is refused (it would count the agent in a canary it never took part in), and a Watch
+/// resuming from a revision newer than any publication here gets the current config.
+async fn revisions_are_only_those_sent(app: &TestApp) {
+    let p = app.people().await;
+    let agent = app.token("agent", "order-agent").await;
+    let mut c = client(app).await;
+    let a_id = draft_a(app, &p).await;
+    let rev = app.approve(&p.approver, &a_id).await.expect(200).json()["revision"]
+        .as_i64()
+        .unwrap();
+    let mut s1 = c
+        .watch(authed(
+            &agent,
+            watch_req("order-1", &["checkout"], "order", 0),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(next(&mut s1).await.revision, rev);
+
+    for (revision, accepted) in [(rev + 1, true), (rev + 7, false)] {
+        let e = c
+            .ack(authed(&agent, ack_req("order-1", revision, accepted)))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+        assert!(
+            e.message().contains(&format!(
+                "not sent revision {revision} on this replica (the newest it was sent is {rev})"
+            )),
+            "{e:?}"
+        );
+    }
+    c.ack(authed(&agent, ack_req("order-1", rev, true)))
+        .await
+        .unwrap();
+
+    // Resuming from a revision no publication here has: the current config, at once.
+    let mut s2 = c
+        .watch(authed(
+            &agent,
+            watch_req("order-2", &["checkout"], "order", rev + 100),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let u = next(&mut s2).await;
+    assert_eq!((u.revision, u.chains.len()), (rev, 1));
+    let e = c
+        .ack(authed(&agent, ack_req("order-2", rev + 100, true)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+
+    let agents = app
+        .get("/api/v1/agents", &p.uploader)
+        .await
+        .expect(200)
+        .json();
+    let shown = |id: &str| {
+        let a = agents["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["agent_id"] == id)
+            .unwrap()
+            .clone();
+        (
+            a["delivered"].as_i64(),
+            a["acked"].as_i64(),
+            a["nack_revision"].as_i64(),
+        )
+    };
+    assert_eq!(shown("order-1"), (Some(rev), Some(rev), None));
+    assert_eq!(shown("order-2"), (Some(rev), Some(0), None));
+}
+
+crate::on_both_backends!(
+    watch_snapshot_update_resume_rollback,
+    grpc_auth_and_input,
+    revisions_are_only_those_sent
+);

@@ -33,7 +33,9 @@ type WatchRequest struct {
 	Service string `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
 	// Chain names to watch; empty means "by service".
 	Chains []string `protobuf:"bytes,3,rep,name=chains,proto3" json:"chains,omitempty"`
-	// The revision the agent already has (0 for none); nothing older is re-sent.
+	// The revision the agent already has (0 for none); nothing older is re-sent. A revision newer
+	// than any publication of this control plane (a config from another one, or a store restored
+	// from an older backup) counts as 0: the agent is sent the current config.
 	KnownRevision int64 `protobuf:"varint,4,opt,name=known_revision,json=knownRevision,proto3" json:"known_revision,omitempty"`
 	// Free-form labels shown in fleet status, e.g. host, version.
 	Labels map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key,proto3" protobuf_val:"bytes,2,opt,name=value,proto3"`
