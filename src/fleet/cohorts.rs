@@ -2,7 +2,7 @@
 //! sent and accepted the same revisions follow one stored row, so a publication to all of
 //! them writes that row alone ([`Fleet::flush`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -53,6 +53,21 @@ impl Cohorts {
             waiting: HashMap::new(),
             by_key: HashMap::new(),
         }
+    }
+
+    /// How many cohorts this replica remembers.
+    pub(super) fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// Forgets the cohorts no slot here can follow any more (their tokens and chains are no
+    /// longer watched here). Their rows stay until expiry removes them.
+    pub(super) fn forget_unfollowed<'a>(&mut self, slots: impl Iterator<Item = &'a Arc<Slot>>) {
+        let keys: HashSet<Arc<str>> = slots
+            .filter_map(|slot| lock(&slot.cohort_key).clone())
+            .collect();
+        self.by_key.retain(|key, _| keys.contains(key));
+        self.waiting.retain(|key, _| keys.contains(key));
     }
 }
 
@@ -274,5 +289,74 @@ impl Fleet {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize};
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::store::AgentStatus;
+
+    fn slot(key: Option<&str>) -> Arc<Slot> {
+        Arc::new(Slot {
+            token_id: "t".into(),
+            status: Mutex::new(AgentStatus {
+                agent_id: "a".into(),
+                service: "order".into(),
+                client: String::new(),
+                labels: Default::default(),
+                chains: vec!["checkout".into()],
+                replica: "r".into(),
+                connected: true,
+                delivered: 0,
+                acked: 0,
+                nack_revision: None,
+                nack_error: None,
+                first_seen: String::new(),
+                last_seen: String::new(),
+                token: None,
+                token_id: "t".into(),
+            }),
+            delivered: AtomicI64::new(0),
+            dirty: AtomicBool::new(false),
+            progressed: AtomicBool::new(false),
+            streams: AtomicUsize::new(1),
+            news: Arc::new(AtomicBool::new(false)),
+            in_cohort: AtomicBool::new(true),
+            cohort_key: Mutex::new(key.map(Arc::from)),
+        })
+    }
+
+    #[test]
+    fn cohorts_no_slot_can_follow_are_forgotten() {
+        let mut cohorts = Cohorts::new("r#1".into());
+        for (n, key) in ["t\ncheckout", "t\nsearch", "u\ncheckout"]
+            .into_iter()
+            .enumerate()
+        {
+            let cohort = Cohort {
+                id: format!("r#1/{n}"),
+                delivered: 1,
+                acked: 1,
+            };
+            cohorts.by_key.insert(key.into(), cohort);
+            cohorts.waiting.insert(key.into(), Instant::now());
+        }
+        let slots = [
+            slot(Some("t\ncheckout")),
+            slot(None),
+            slot(Some("u\ncheckout")),
+        ];
+        cohorts.forget_unfollowed(slots.iter());
+        let mut kept: Vec<_> = cohorts.by_key.keys().map(|k| k.to_string()).collect();
+        kept.sort();
+        assert_eq!(kept, ["t\ncheckout", "u\ncheckout"]);
+        assert_eq!(cohorts.waiting.len(), 2);
+        assert!(!cohorts.waiting.contains_key("t\nsearch"));
+        cohorts.forget_unfollowed([].iter());
+        assert!(cohorts.by_key.is_empty() && cohorts.waiting.is_empty());
     }
 }

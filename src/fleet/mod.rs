@@ -503,11 +503,17 @@ impl Fleet {
         if beat {
             *lock(&self.beat) = Instant::now();
         }
-        lock(&self.agents).retain(|_, slot| {
+        let mut agents = lock(&self.agents);
+        let before = agents.len();
+        agents.retain(|_, slot| {
             slot.streams.load(Ordering::Acquire) > 0
                 || slot.dirty.load(Ordering::Acquire)
                 || slot.progressed.load(Ordering::Acquire)
         });
+        // Slots forgotten (or chains changed): keep at most a cohort per slot in memory.
+        if agents.len() < before || cohorts.len() > agents.len() {
+            cohorts.forget_unfollowed(agents.values());
+        }
     }
 
     /// Deletes the entries of agents gone longer than the retention period.
