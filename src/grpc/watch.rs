@@ -16,7 +16,8 @@
 //! when it fires, the stream's key is queued and the connection's task looks at that stream
 //! alone. Nothing polls the streams on a timer, and a task's wake costs no pass over them.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -136,13 +137,15 @@ async fn accept(
 struct Stream {
     send: SendStream<Bytes>,
     selection: Selection,
-    /// Revision of each chain sent so far.
-    sent: HashMap<String, i64>,
+    /// Revision of each chain sent so far (a few chains: compared, not hashed).
+    sent: BTreeMap<String, i64>,
     known: i64,
     /// The last update did not fit the peer's window: the newest is sent when it opens.
     blocked: bool,
     /// Wakes the connection's task for this stream ([`Woken`]).
     waker: Waker,
+    /// The same waker, to mute it.
+    hook: Arc<StreamWaker>,
     slot: Arc<Slot>,
     fleet: Fleet,
     _permit: StreamPermit,
@@ -157,39 +160,25 @@ impl Drop for Stream {
 }
 
 /// What a stream lacks of the hub's `state`.
-struct Pending {
+struct Pending<'s> {
     frame: Bytes,
     revision: i64,
-    chains: Vec<(String, i64)>,
-    new_chains: Vec<String>,
-    /// When each chain sent was published, for the delivery metric.
-    published: Vec<std::time::SystemTime>,
+    /// The chains to send, at their entry's revision.
+    entries: Vec<&'s Arc<ChainEntry>>,
 }
 
 impl Stream {
-    fn pending<'s>(&self, state: &'s HubState) -> Option<Pending> {
+    fn pending<'s>(&self, state: &'s HubState) -> Option<Pending<'s>> {
         let mut revision = self.known;
-        let mut entries: Vec<&'s ChainEntry> = Vec::new();
-        let mut chains = Vec::new();
-        let mut new_chains = Vec::new();
-        let mut published = Vec::new();
+        let mut entries: Vec<&'s Arc<ChainEntry>> = Vec::new();
         let mut consider = |entry: &'s Arc<ChainEntry>| {
             let rev = entry.revision();
             revision = revision.max(rev);
-            let name = &entry.live.chain;
-            let newer = match self.sent.get(name) {
+            let newer = match self.sent.get(&entry.live.chain) {
                 Some(have) => rev > *have,
-                None if rev > self.known => {
-                    new_chains.push(name.clone());
-                    true
-                }
-                None => false,
+                None => rev > self.known,
             };
             if newer {
-                if self.sent.contains_key(name) {
-                    published.push(entry.published);
-                }
-                chains.push((name.clone(), rev));
                 entries.push(entry);
             }
         };
@@ -219,9 +208,7 @@ impl Stream {
         Some(Pending {
             frame,
             revision,
-            chains,
-            new_chains,
-            published,
+            entries,
         })
     }
 
@@ -232,7 +219,12 @@ impl Stream {
             self.blocked = false;
             return true;
         };
+        // h2 tells the stream's waker when it assigns the capacity reserved, which it does at
+        // once when the window has room: muted meanwhile (this task is the one looking), and
+        // registered again once the update is sent.
+        self.hook.muted.store(true, Ordering::Relaxed);
         self.send.reserve_capacity(p.frame.len());
+        self.hook.muted.store(false, Ordering::Relaxed);
         let mut cx = Context::from_waker(&self.waker);
         while self.send.capacity() < p.frame.len() {
             match self.send.poll_capacity(&mut cx) {
@@ -246,17 +238,26 @@ impl Stream {
             }
         }
         self.blocked = false;
-        if self.send.send_data(p.frame, false).is_err() {
+        if self.send.send_data(p.frame, false).is_err() || self.send.poll_reset(&mut cx).is_ready()
+        {
             return false;
         }
-        for (chain, rev) in p.chains {
-            self.sent.insert(chain, rev);
+        let mut new_chains = Vec::new();
+        for entry in p.entries {
+            let chain = &entry.live.chain;
+            match self.sent.get_mut(chain) {
+                Some(have) => {
+                    *have = entry.revision();
+                    crate::observe::delivered(entry.published);
+                }
+                None => {
+                    self.sent.insert(chain.clone(), entry.revision());
+                    new_chains.push(chain.clone());
+                }
+            }
         }
         self.known = p.revision;
-        self.slot.delivered(p.revision, &p.new_chains);
-        for published in p.published {
-            crate::observe::delivered(published);
-        }
+        self.slot.delivered(p.revision, &new_chains);
         true
     }
 
@@ -280,10 +281,11 @@ struct Woken {
     task: AtomicWaker,
 }
 
-/// The waker of one stream: queues its key and wakes the connection's task.
+/// The waker of one stream: queues its key and wakes the connection's task, unless muted.
 struct StreamWaker {
     key: usize,
     woken: Arc<Woken>,
+    muted: AtomicBool,
 }
 
 impl Wake for StreamWaker {
@@ -292,6 +294,9 @@ impl Wake for StreamWaker {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
+        if self.muted.load(Ordering::Relaxed) {
+            return;
+        }
         let mut keys = self
             .woken
             .keys
@@ -338,10 +343,12 @@ impl Watches {
         head.headers_mut()
             .insert(RECONNECT_SPREAD, spread_value(spread));
         let key = self.streams.vacant_key();
-        let waker = Waker::from(Arc::new(StreamWaker {
+        let hook = Arc::new(StreamWaker {
             key,
             woken: self.woken.clone(),
-        }));
+            muted: AtomicBool::new(false),
+        });
+        let waker = Waker::from(hook.clone());
         let stream = Stream {
             send: match respond.send_response(head, false) {
                 Ok(send) => send,
@@ -349,10 +356,11 @@ impl Watches {
                 Err(_) => return self.fleet.disconnected(&slot),
             },
             selection,
-            sent: HashMap::new(),
+            sent: BTreeMap::new(),
             known,
             blocked: false,
             waker,
+            hook,
             slot,
             fleet: self.fleet.clone(),
             _permit: permit,

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use budget_proto::codec::frame;
+use budget_proto::codec::{frame, unframe};
+use budget_proto::v1::BudgetUpdate;
 use budget_proto::wire::WatchRequest;
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -140,4 +141,79 @@ async fn blocked_streams_reset_by_their_agents_are_forgotten_without_spinning() 
         "the server used {used} ticks of CPU in the 2 s after the resets"
     );
     drop(streams);
+}
+
+/// A stream whose window is too small for its update is sent nothing, and the whole update
+/// once the window opens (the stream's waker, muted while its capacity is reserved, is armed
+/// again for the window).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_stream_is_sent_its_update_when_the_window_opens() {
+    let server = tokio::task::spawn_blocking(|| ServerProcess::start_with_args(&["--demo"]))
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let token = agent_token(&server, &http).await;
+
+    let tcp = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
+    let (client, mut connection) = h2::client::Builder::new()
+        .initial_window_size(8)
+        .handshake::<_, Bytes>(tcp)
+        .await
+        .unwrap();
+    let (open_tx, mut open_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let mut opened = false;
+        loop {
+            tokio::select! {
+                _ = &mut connection => break,
+                _ = &mut open_rx, if !opened => {
+                    opened = true;
+                    connection.set_initial_window_size(1 << 20).unwrap();
+                }
+            }
+        }
+    });
+    let mut client = within("HTTP/2 ready", client.ready()).await.unwrap();
+    let req = http::Request::post("/budget.v1.BudgetControl/Watch")
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("authorization", format!("Bearer {token}"))
+        .body(())
+        .unwrap();
+    let (response, mut send) = client.send_request(req, false).unwrap();
+    let watch = WatchRequest {
+        agent_id: "opened-1".into(),
+        chains: vec!["checkout".into()],
+        ..Default::default()
+    };
+    send.send_data(frame(&watch), true).unwrap();
+    let response = within("Watch response headers", response).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut got = Vec::new();
+    if let Ok(Some(Ok(chunk))) = tokio::time::timeout(Duration::from_millis(300), body.data()).await
+    {
+        got.extend_from_slice(&chunk);
+    }
+    assert!(got.len() <= 8, "{} bytes past an 8-byte window", got.len());
+
+    open_tx.send(()).unwrap();
+    let update: BudgetUpdate = within("the whole update", async {
+        loop {
+            if got.len() >= 5 {
+                let len = u32::from_be_bytes(got[1..5].try_into().unwrap()) as usize;
+                if got.len() >= 5 + len {
+                    break unframe(&got[..5 + len], "BudgetUpdate").unwrap();
+                }
+            }
+            let chunk = body.data().await.expect("stream open").unwrap();
+            let _ = body.flow_control().release_capacity(chunk.len());
+            got.extend_from_slice(&chunk);
+        }
+    })
+    .await;
+    assert_eq!(update.chains.len(), 1);
+    assert_eq!(update.chains[0].chain, "checkout");
+    assert!(update.revision > 0);
+    drop(send);
 }
