@@ -69,6 +69,55 @@ async fn within<T>(step: &str, fut: impl std::future::Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("{step}: no answer within 20 s"))
 }
 
+/// An HTTP/2 connection to the server's gRPC port whose streams' windows are 8 bytes, too
+/// small for the demo chain's snapshot; the connection is the caller's to drive.
+async fn small_window(
+    server: &ServerProcess,
+) -> (
+    h2::client::SendRequest<Bytes>,
+    h2::client::Connection<tokio::net::TcpStream, Bytes>,
+) {
+    let tcp = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
+    h2::client::Builder::new()
+        .initial_window_size(8)
+        .handshake::<_, Bytes>(tcp)
+        .await
+        .unwrap()
+}
+
+/// Opens a Watch of `checkout` as `agent_id` on `client`; returns its request half, its body
+/// and what arrived of the body within 300 ms (at most the 8 bytes of the window).
+async fn open_watch(
+    client: h2::client::SendRequest<Bytes>,
+    token: &str,
+    agent_id: &str,
+) -> (h2::SendStream<Bytes>, h2::RecvStream, Vec<u8>) {
+    let mut client = within("HTTP/2 ready", client.ready()).await.unwrap();
+    let req = http::Request::post("/budget.v1.BudgetControl/Watch")
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("authorization", format!("Bearer {token}"))
+        .body(())
+        .unwrap();
+    let (response, mut send) = client.send_request(req, false).unwrap();
+    let watch = WatchRequest {
+        agent_id: agent_id.into(),
+        chains: vec!["checkout".into()],
+        ..Default::default()
+    };
+    send.send_data(frame(&watch), true).unwrap();
+    let response = within("Watch response headers", response).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut got = Vec::new();
+    if let Ok(Some(Ok(chunk))) = tokio::time::timeout(Duration::from_millis(300), body.data()).await
+    {
+        got.extend_from_slice(&chunk);
+    }
+    assert!(got.len() <= 8, "{} bytes past an 8-byte window", got.len());
+    (send, body, got)
+}
+
 /// Agents whose stream window (8 bytes) cannot take the demo chain's snapshot: the server
 /// holds it until the window opens. When the agents then reset their streams, the server
 /// forgets them (they show as disconnected) and stays idle. Before, the connection's task
@@ -82,43 +131,12 @@ async fn blocked_streams_reset_by_their_agents_are_forgotten_without_spinning() 
     let http = reqwest::Client::new();
     let token = agent_token(&server, &http).await;
 
-    let tcp = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
-    let (client, connection) = h2::client::Builder::new()
-        .initial_window_size(8)
-        .handshake::<_, Bytes>(tcp)
-        .await
-        .unwrap();
+    let (client, connection) = small_window(&server).await;
     tokio::spawn(connection);
-    let mut client = within("HTTP/2 ready", client.ready()).await.unwrap();
     let mut streams = Vec::new();
     for i in 0..STREAMS {
-        let req = http::Request::post("/budget.v1.BudgetControl/Watch")
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .header("authorization", format!("Bearer {token}"))
-            .body(())
-            .unwrap();
-        let (response, mut send) = client.send_request(req, false).unwrap();
-        let watch = WatchRequest {
-            agent_id: format!("blocked-{i}"),
-            chains: vec!["checkout".into()],
-            ..Default::default()
-        };
-        send.send_data(frame(&watch), true).unwrap();
-        let response = within("Watch response headers", response).await.unwrap();
-        assert_eq!(response.status(), 200);
-        let mut body = response.into_body();
-        // Nothing arrives past the 8-byte window: the 5-byte gRPC header and 3 bytes at most.
-        let first = tokio::time::timeout(Duration::from_millis(300), body.data()).await;
-        if let Ok(Some(Ok(chunk))) = first {
-            assert!(
-                chunk.len() <= 8,
-                "{} bytes past an 8-byte window",
-                chunk.len()
-            );
-        }
+        let (send, body, _) = open_watch(client.clone(), &token, &format!("blocked-{i}")).await;
         streams.push((send, body));
-        client = within("HTTP/2 ready", client.ready()).await.unwrap();
     }
     assert!(
         eventually(&server, &http, true).await,
@@ -154,12 +172,7 @@ async fn a_blocked_stream_is_sent_its_update_when_the_window_opens() {
     let http = reqwest::Client::new();
     let token = agent_token(&server, &http).await;
 
-    let tcp = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
-    let (client, mut connection) = h2::client::Builder::new()
-        .initial_window_size(8)
-        .handshake::<_, Bytes>(tcp)
-        .await
-        .unwrap();
+    let (client, mut connection) = small_window(&server).await;
     let (open_tx, mut open_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         let mut opened = false;
@@ -173,29 +186,7 @@ async fn a_blocked_stream_is_sent_its_update_when_the_window_opens() {
             }
         }
     });
-    let mut client = within("HTTP/2 ready", client.ready()).await.unwrap();
-    let req = http::Request::post("/budget.v1.BudgetControl/Watch")
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .header("authorization", format!("Bearer {token}"))
-        .body(())
-        .unwrap();
-    let (response, mut send) = client.send_request(req, false).unwrap();
-    let watch = WatchRequest {
-        agent_id: "opened-1".into(),
-        chains: vec!["checkout".into()],
-        ..Default::default()
-    };
-    send.send_data(frame(&watch), true).unwrap();
-    let response = within("Watch response headers", response).await.unwrap();
-    assert_eq!(response.status(), 200);
-    let mut body = response.into_body();
-    let mut got = Vec::new();
-    if let Ok(Some(Ok(chunk))) = tokio::time::timeout(Duration::from_millis(300), body.data()).await
-    {
-        got.extend_from_slice(&chunk);
-    }
-    assert!(got.len() <= 8, "{} bytes past an 8-byte window", got.len());
+    let (send, mut body, mut got) = open_watch(client, &token, "opened-1").await;
 
     open_tx.send(()).unwrap();
     let update: BudgetUpdate = within("the whole update", async {
