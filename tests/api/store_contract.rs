@@ -1,6 +1,7 @@
 //! One contract suite for the `Store` trait, run on SQLite and on PostgreSQL.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use budget_api::releases::ReleaseRequest;
@@ -1763,24 +1764,36 @@ async fn claims_of_changed_baselines_release_their_key(backend: Backend) {
         .unwrap();
     let far = (chrono::Utc::now() + chrono::Duration::hours(1))
         .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    let uploading = tokio::spawn(async move {
-        for _ in 0..150 {
-            uploads
-                .insert_run(new_run("uma"), Some(draft("")), None, audit("uma"))
-                .await
-                .unwrap();
+    // At least 150 uploads, and more (up to 3,000) until the worker has claimed one: SQLite
+    // serialises the two pools' writes, and a busy machine can starve the worker's for a while.
+    let claimed = Arc::new(AtomicUsize::new(0));
+    let uploading = tokio::spawn({
+        let claimed = claimed.clone();
+        async move {
+            let mut n = 0;
+            while n < 150 || (claimed.load(Ordering::Relaxed) == 0 && n < 3000) {
+                uploads
+                    .insert_run(new_run("uma"), Some(draft("")), None, audit("uma"))
+                    .await
+                    .unwrap();
+                n += 1;
+            }
+            n
         }
     });
-    let mut claimed = 0;
     while !uploading.is_finished() {
         let now = budgetd::service::now();
         for item in worker.archive_claim(&now, &far, 1000).await.unwrap() {
             worker.archive_done(item.id, &now).await.unwrap();
-            claimed += 1;
+            claimed.fetch_add(1, Ordering::Relaxed);
         }
+        tokio::task::yield_now().await;
     }
-    uploading.await.unwrap();
-    assert!(claimed > 0);
+    let uploaded = uploading.await.unwrap();
+    assert!(
+        claimed.load(Ordering::Relaxed) > 0,
+        "the worker claimed nothing during {uploaded} uploads"
+    );
     sqlx::any::install_default_drivers();
     let mut raw = <sqlx::AnyConnection as sqlx::Connection>::connect(&db.url)
         .await
