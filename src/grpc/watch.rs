@@ -16,7 +16,7 @@
 //! when it fires, the stream's key is queued and the connection's task looks at that stream
 //! alone. Nothing polls the streams on a timer, and a task's wake costs no pass over them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
@@ -53,6 +53,7 @@ pub struct Opened {
     respond: SendResponse<Bytes>,
     selection: Selection,
     known: i64,
+    held: Option<BTreeSet<String>>,
     slot: Arc<Slot>,
     permit: StreamPermit,
     member: Member,
@@ -72,6 +73,7 @@ pub async fn open(
                 respond,
                 selection: watch.selection,
                 known: watch.known_revision,
+                held: watch.held,
                 slot: watch.slot,
                 permit: watch.permit,
                 member: watch.member,
@@ -129,6 +131,7 @@ async fn accept(
         known_revision: req.known_revision,
         labels: req.labels,
         client: req.client,
+        known_chains: req.known_chains,
     };
     Ok(agents::watch(state, &principal, request).await?)
 }
@@ -140,6 +143,9 @@ struct Stream {
     /// Revision of each chain sent so far (a few chains: compared, not hashed).
     sent: BTreeMap<String, i64>,
     known: i64,
+    /// The chains the agent said it holds at `known`; `None`: all. A chain not held and not
+    /// yet sent is sent whatever its revision.
+    held: Option<BTreeSet<String>>,
     /// The last update did not fit the peer's window: the newest is sent when it opens.
     blocked: bool,
     /// Wakes the connection's task for this stream ([`Woken`]).
@@ -176,7 +182,13 @@ impl Stream {
             revision = revision.max(rev);
             let newer = match self.sent.get(&entry.live.chain) {
                 Some(have) => rev > *have,
-                None => rev > self.known,
+                None => {
+                    rev > self.known
+                        || self
+                            .held
+                            .as_ref()
+                            .is_some_and(|held| !held.contains(&entry.live.chain))
+                }
             };
             if newer {
                 entries.push(entry);
@@ -330,6 +342,7 @@ impl Watches {
             mut respond,
             selection,
             known,
+            held,
             slot,
             permit,
             member,
@@ -358,6 +371,7 @@ impl Watches {
             selection,
             sent: BTreeMap::new(),
             known,
+            held,
             blocked: false,
             waker,
             hook,

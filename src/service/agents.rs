@@ -182,6 +182,8 @@ pub struct WatchRequest {
     pub labels: HashMap<String, String>,
     /// The client library, "language/version" (may be empty).
     pub client: String,
+    /// The chains the agent's config at `known_revision` holds; empty: all of them.
+    pub known_chains: Vec<String>,
 }
 
 /// An open Watch: the agent's slot in the fleet and its token's stream permit, both held
@@ -189,6 +191,8 @@ pub struct WatchRequest {
 pub struct Watch {
     pub selection: Selection,
     pub known_revision: i64,
+    /// The chains the agent holds, when it said: any other chain selected is sent at once.
+    pub held: Option<BTreeSet<String>>,
     pub slot: Arc<Slot>,
     pub permit: StreamPermit,
     /// What canary selection looks at (SPEC §9).
@@ -219,6 +223,7 @@ pub async fn watch(state: &AppState, principal: &Principal, req: WatchRequest) -
         }
         Selection::Chains(req.chains.iter().cloned().collect())
     };
+    let held = held_chains(&req.known_chains)?;
     check_labels(&req.labels)?;
     check_client(&req.client)?;
     let Some(permit) = state.fleet.open_stream(&principal.token_id) else {
@@ -259,10 +264,29 @@ pub async fn watch(state: &AppState, principal: &Principal, req: WatchRequest) -
     Ok(Watch {
         selection,
         known_revision,
+        held,
         slot,
         permit,
         member,
     })
+}
+
+/// The chains an agent says its config holds (`known_chains`), checked like `chains`; `None`
+/// when it did not say (every chain counts as held).
+fn held_chains(known_chains: &[String]) -> ApiResult<Option<BTreeSet<String>>> {
+    if known_chains.is_empty() {
+        return Ok(None);
+    }
+    if known_chains.len() > MAX_CHAINS {
+        return Err(ApiError::bad_request(format!(
+            "known_chains: at most {MAX_CHAINS}"
+        )));
+    }
+    for c in known_chains {
+        check_chain_name(c)
+            .map_err(|e| ApiError::bad_request(format!("known_chains: {}", e.message)))?;
+    }
+    Ok(Some(known_chains.iter().cloned().collect()))
 }
 
 /// The revision a Watch resumes from: the one the agent says it has, unless no publication

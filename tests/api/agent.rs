@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use budget_agent::{Agent, AgentConfig, AgentError, Snapshot, Source};
 use budget_core::baseline::{BaselineDocument, BaselineReason, BaselineState};
-use budget_core::example::{CHECKOUT_RUN_A, CHECKOUT_RUN_C, CHECKOUT_TOPOLOGY_B};
+use budget_core::example::{
+    CHECKOUT_RUN_A, CHECKOUT_RUN_C, CHECKOUT_TOPOLOGY, CHECKOUT_TOPOLOGY_B,
+};
 use budget_core::run::RunUpload;
 use budget_core::Topology;
 use budgetd::store::{self, Audit, Verdict};
@@ -299,4 +301,63 @@ async fn postgres_cache_refusal_and_reconnect() {
         return;
     };
     cache_refusal_and_reconnect(app).await;
+}
+
+/// An agent started from a cache that lacks one of its chains (the chain was added to its
+/// config since the cache was written) is sent that chain when the control plane is back,
+/// although the chain's publication is older than the cache's revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_the_cache_lacks_is_sent_on_reconnect() {
+    let app = spawn_app(Backend::Sqlite).await.unwrap();
+    let p = app.people().await;
+    let token = app.token("agent", "order-agent").await;
+    let a_id = draft_a(&app, &p).await;
+    app.approve(&p.approver, &a_id).await.expect(200);
+    app.apply_topology(&p.uploader, "checkout-eu", CHECKOUT_TOPOLOGY)
+        .await
+        .expect(201);
+    let eu = app
+        .upload(&p.uploader, "checkout-eu", example(CHECKOUT_RUN_A))
+        .await
+        .expect(201)
+        .json();
+    let rev_eu = app
+        .approve(&p.approver, eu["baseline_id"].as_str().unwrap())
+        .await
+        .expect(200)
+        .json()["revision"]
+        .as_i64()
+        .unwrap();
+
+    // The cache: checkout alone, at the newest revision (the agent watched only checkout).
+    let cache = tempfile::tempdir().unwrap();
+    let mut cfg = config(&app, &token, "order-1", cache.path());
+    cfg.chains = vec!["checkout".into(), "checkout-eu".into()];
+    let live = budget_core::example::checkout_live(CHECKOUT_TOPOLOGY, rev_eu - 1).unwrap();
+    let mut cached = Snapshot::from_chains([live]);
+    cached.revision = rev_eu;
+    budget_agent::cache::write(cfg.cache_path.as_ref().unwrap(), &cached).unwrap();
+
+    let stopped = app.pause().await;
+    let agent = Agent::start(cfg).await.unwrap();
+    assert_eq!((agent.source(), agent.revision()), (Source::Cache, rev_eu));
+    let app = stopped.start().await;
+    let mut rx = agent.subscribe();
+    let got = tokio::time::timeout(
+        Duration::from_secs(20),
+        rx.wait_for(|s| s.chains.contains_key("checkout-eu")),
+    )
+    .await
+    .expect("checkout-eu after the reconnect")
+    .unwrap()
+    .clone();
+    assert_eq!(
+        (
+            got.revision,
+            got.chains.keys().map(String::as_str).collect::<Vec<_>>()
+        ),
+        (rev_eu, vec!["checkout", "checkout-eu"])
+    );
+    agent.shutdown();
+    app.stop().await;
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use budget_core::example::CHECKOUT_RUN_C;
+use budget_core::example::{CHECKOUT_RUN_A, CHECKOUT_RUN_C, CHECKOUT_TOPOLOGY};
 use budget_proto::v1::budget_control_client::BudgetControlClient;
 use budget_proto::v1::{AckRequest, BudgetUpdate, WatchRequest};
 use serde_json::json;
@@ -34,6 +34,7 @@ pub fn watch_req(agent_id: &str, chains: &[&str], service: &str, known: i64) -> 
         known_revision: known,
         labels: [("host".to_string(), "test-1".to_string())].into(),
         client: "rust/test".into(),
+        known_chains: Vec::new(),
     }
 }
 
@@ -425,8 +426,101 @@ async fn revisions_are_only_those_sent(app: &TestApp) {
     assert_eq!(shown("order-2"), (Some(rev), Some(0), None));
 }
 
+/// An agent resuming with `known_chains` is sent, at once, every chain it selects and does not
+/// hold, even one published before its `known_revision` (a chain added to its selection, or
+/// missing from its cache); without `known_chains` (older clients) only newer publications.
+async fn chains_not_held_are_sent_whatever_their_revision(app: &TestApp) {
+    let p = app.people().await;
+    let agent = app.token("agent", "order-agent").await;
+    let mut c = client(app).await;
+    let checkout = draft_a(app, &p).await;
+    let rev_checkout = app.approve(&p.approver, &checkout).await.expect(200).json()["revision"]
+        .as_i64()
+        .unwrap();
+    app.apply_topology(&p.uploader, "checkout-eu", CHECKOUT_TOPOLOGY)
+        .await
+        .expect(201);
+    let eu = app
+        .upload(&p.uploader, "checkout-eu", example(CHECKOUT_RUN_A))
+        .await
+        .expect(201)
+        .json()["baseline_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let rev_eu = app.approve(&p.approver, &eu).await.expect(200).json()["revision"]
+        .as_i64()
+        .unwrap();
+    assert!(rev_checkout < rev_eu);
+    let both = ["checkout", "checkout-eu"];
+    let resume = |id: &str, held: &[&str]| {
+        let mut req = watch_req(id, &both, "order", rev_eu);
+        req.known_chains = held.iter().map(|c| c.to_string()).collect();
+        authed(&agent, req)
+    };
+
+    // The agent had only checkout-eu at rev_eu: checkout (older) comes at once, alone, at
+    // the revision the agent is at.
+    let mut s1 = c
+        .watch(resume("order-1", &["checkout-eu"]))
+        .await
+        .unwrap()
+        .into_inner();
+    let u = next(&mut s1).await;
+    let sent: Vec<(&str, i64)> = u
+        .chains
+        .iter()
+        .map(|c| (c.chain.as_str(), c.revision))
+        .collect();
+    assert_eq!(
+        (u.revision, sent),
+        (rev_eu, vec![("checkout", rev_checkout)])
+    );
+    // Holding both, or saying nothing of them: nothing is re-sent.
+    let mut s2 = c
+        .watch(resume("order-2", &both))
+        .await
+        .unwrap()
+        .into_inner();
+    nothing_within(&mut s2, 300).await;
+    let mut s3 = c.watch(resume("order-3", &[])).await.unwrap().into_inner();
+    nothing_within(&mut s3, 300).await;
+    // By service: the same rule.
+    let mut by_service = watch_req("inventory-1", &[], "inventory", rev_eu);
+    by_service.known_chains = vec!["checkout".into()];
+    let mut s4 = c
+        .watch(authed(&agent, by_service))
+        .await
+        .unwrap()
+        .into_inner();
+    let u = next(&mut s4).await;
+    assert_eq!(
+        (u.revision, u.chains.len(), u.chains[0].chain.as_str()),
+        (rev_eu, 1, "checkout-eu")
+    );
+
+    // Names are checked like `chains`.
+    for (held, expected) in [
+        (
+            vec!["Not A Chain".to_string()],
+            "known_chains: invalid chain name",
+        ),
+        (
+            (0..257).map(|i| format!("c{i}")).collect(),
+            "known_chains: at most 256",
+        ),
+    ] {
+        let mut req = watch_req("order-4", &both, "order", rev_eu);
+        req.known_chains = held;
+        let e = c.watch(authed(&agent, req)).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains(expected), "{e:?}");
+    }
+}
+
 crate::on_both_backends!(
     watch_snapshot_update_resume_rollback,
     grpc_auth_and_input,
-    revisions_are_only_those_sent
+    revisions_are_only_those_sent,
+    chains_not_held_are_sent_whatever_their_revision
 );

@@ -106,7 +106,7 @@ impl Watcher {
         let mut client = self.endpoints.connect().await?;
         let first = async {
             let mut updates = self
-                .watch(&mut client, 0)
+                .watch(&mut client, None)
                 .await
                 .map_err(|s| format!("watch on {target} failed: {}", status(&s)))?;
             match updates.updates.message().await {
@@ -152,11 +152,20 @@ impl Watcher {
         Ok(snapshot)
     }
 
+    /// Opens the watch stream; `known` is the config the agent has (`None`: nothing yet).
     async fn watch(
         &self,
         client: &mut Client,
-        known_revision: i64,
+        known: Option<&Snapshot>,
     ) -> Result<Watching, tonic::Status> {
+        // The chains held go with the revision, so that a chain the config lacks (added to
+        // `chains` since the cache was written) is sent however old its publication.
+        let (known_revision, known_chains) = match known {
+            Some(s) if s.revision > 0 && !s.chains.is_empty() => {
+                (s.revision, s.chains.keys().cloned().collect())
+            }
+            _ => (0, Vec::new()),
+        };
         let request = self.endpoints.authorized(v1::WatchRequest {
             agent_id: self.agent_id.clone(),
             service: self.service.clone(),
@@ -164,6 +173,7 @@ impl Watcher {
             known_revision,
             labels: self.labels.clone().into_iter().collect(),
             client: crate::CLIENT.to_owned(),
+            known_chains,
         });
         let response = client.watch(request).await?;
         let spread = spread_in(response.metadata());
@@ -293,10 +303,11 @@ impl Watcher {
                 }
             }
             tokio::time::sleep(backoff.next_delay(random_pick)).await;
-            let known_revision = live.current().revision;
+            let known = live.current();
+            let known_revision = known.revision;
             let limit = self.endpoints.connect_timeout() + self.first_config_timeout;
             let reason =
-                match tokio::time::timeout(limit, self.watch(&mut client, known_revision)).await {
+                match tokio::time::timeout(limit, self.watch(&mut client, Some(&known))).await {
                     Ok(Ok(s)) => {
                         info!(known_revision, "watch stream open");
                         updates = Some(s);

@@ -180,6 +180,7 @@ pub(super) async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Re
             known_revision: 0,
             labels: Default::default(),
             client: concat!("budgetctl-bench/", env!("CARGO_PKG_VERSION")).into(),
+            known_chains: Vec::new(),
         });
         req.metadata_mut().insert(
             "authorization",
