@@ -203,6 +203,40 @@ func TestAgainstBudgetdTheCacheCarriesAStartThroughAnOutage(t *testing.T) {
 	eventually(t, "the cache at example C", 10*time.Second, func() bool { return cachedRevision(opts.CachePath) == revC })
 }
 
+func TestAgainstBudgetdAChainTheCacheLacksIsSentOnReconnect(t *testing.T) {
+	b := startBudgetd(t)
+	p := newPeople(b)
+	// checkout-eu is published before checkout: older than the revision the cache is at.
+	b.ok("PUT", "/chains/checkout-eu/topology", p.uploader, example(t, "checkout-topology.json"))
+	runEU := b.ok("POST", "/chains/checkout-eu/runs", p.uploader, example(t, "checkout-run-a.json"))
+	revEU := approve(t, b, p, str(t, runEU, "baseline_id"))
+	revA, _ := publishA(t, b, p)
+	cache := t.TempDir()
+	opts := agentOptions(t, b, p, "order-go-3", cache)
+	opts.Chains = []string{"checkout"}
+	first := startAgent(t, opts)
+	if first.Snapshot().Revision != revA || revEU >= revA {
+		t.Fatalf("revision %d, want %d (checkout-eu at %d)", first.Snapshot().Revision, revA, revEU)
+	}
+	must(t, first.Close())
+	b.stop()
+
+	// Down: the agent, now also watching checkout-eu, starts from a cache without it.
+	opts.Chains = []string{"checkout", "checkout-eu"}
+	second := startAgent(t, opts)
+	if second.Source() != SourceCache || second.Snapshot().Chains["checkout-eu"] != nil {
+		t.Fatalf("started from %v holding %d chains", second.Source(), len(second.Snapshot().Chains))
+	}
+	// Back: the reconnect brings the chain the cache lacks.
+	b.start()
+	eventually(t, "checkout-eu after the reconnect", 30*time.Second, func() bool {
+		return second.Snapshot().Chains["checkout-eu"] != nil
+	})
+	if got := second.Snapshot(); got.Revision != revA || len(got.Chains) != 2 {
+		t.Fatalf("revision %d with %d chains, want %d with 2", got.Revision, len(got.Chains), revA)
+	}
+}
+
 func TestAgainstBudgetdOverTLSOnlyTheConfiguredCAIsTrusted(t *testing.T) {
 	files := testCA(t)
 	b := startBudgetd(t, files...)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -122,15 +123,25 @@ func (w *watcher) close() {
 	}
 }
 
-func (w *watcher) request(knownRevision int64) *pb.WatchRequest {
-	return &pb.WatchRequest{
-		AgentId:       w.opts.AgentID,
-		Service:       w.opts.Service,
-		Chains:        w.opts.Chains,
-		KnownRevision: knownRevision,
-		Labels:        w.opts.Labels,
-		Client:        "go/" + Version,
+// request asks for the chains watched from known, the config the agent has (nil: none yet).
+// The chains it holds go with its revision, so that a chain it lacks (added to Chains since
+// the cache was written) is sent however old its publication.
+func (w *watcher) request(known *Snapshot) *pb.WatchRequest {
+	req := &pb.WatchRequest{
+		AgentId: w.opts.AgentID,
+		Service: w.opts.Service,
+		Chains:  w.opts.Chains,
+		Labels:  w.opts.Labels,
+		Client:  "go/" + Version,
 	}
+	if known != nil && known.Revision > 0 && len(known.Chains) > 0 {
+		req.KnownRevision = known.Revision
+		for name := range known.Chains {
+			req.KnownChains = append(req.KnownChains, name)
+		}
+		sort.Strings(req.KnownChains)
+	}
+	return req
 }
 
 // firstConfig is the first update from the first endpoint that gives one, trying each in
@@ -142,7 +153,7 @@ func (w *watcher) firstConfig(ctx context.Context) (*watchStream, *pb.BudgetUpda
 			reasons = append(reasons, err.Error())
 			continue
 		}
-		s, err := w.open(ctx.Done(), 0, w.opts.ConnectTimeout)
+		s, err := w.open(ctx.Done(), nil, w.opts.ConnectTimeout)
 		if err == nil {
 			var update *pb.BudgetUpdate
 			if update, err = w.recvFirst(ctx.Done(), s); err == nil {
@@ -161,12 +172,12 @@ func (w *watcher) firstConfig(ctx context.Context) (*watchStream, *pb.BudgetUpda
 
 // open opens Watch on the current endpoint from knownRevision and waits for the server's
 // answer (its response headers) within limit, or until abort is closed.
-func (w *watcher) open(abort <-chan struct{}, knownRevision int64, limit time.Duration) (*watchStream, error) {
+func (w *watcher) open(abort <-chan struct{}, known *Snapshot, limit time.Duration) (*watchStream, error) {
 	client, target := w.client()
 	ctx, cancel := context.WithCancel(w.ctx)
 	timer := time.AfterFunc(limit, cancel)
 	defer cancelOn(abort, cancel)()
-	updates, err := client.Watch(ctx, w.request(knownRevision))
+	updates, err := client.Watch(ctx, w.request(known))
 	var header metadata.MD
 	if err == nil {
 		header, err = updates.Header()
@@ -336,10 +347,10 @@ func (w *watcher) run(l *live, s *watchStream) {
 		if w.ctx.Err() != nil {
 			return
 		}
-		known := l.current().Revision
+		known := l.current()
 		next, err := w.open(nil, known, w.opts.ConnectTimeout+w.opts.FirstConfigTimeout)
 		if err == nil {
-			w.opts.Logger.Printf("watch stream open (known revision %d)", known)
+			w.opts.Logger.Printf("watch stream open (known revision %d)", known.Revision)
 			s, failing = next, false
 			continue
 		}

@@ -196,7 +196,7 @@ func TestWatchesAcksNacksAndReconnects(t *testing.T) {
 	}
 	w := f.seenWatches()[0]
 	if w.auth != "Bearer s3cret-agent-token" || w.req.GetAgentId() != "order-1" || w.req.GetService() != "order" ||
-		w.req.GetKnownRevision() != 0 || w.req.GetLabels()["host"] != "test" || w.req.GetClient() != "go/"+Version {
+		w.req.GetKnownRevision() != 0 || len(w.req.GetKnownChains()) != 0 || w.req.GetLabels()["host"] != "test" || w.req.GetClient() != "go/"+Version {
 		t.Fatalf("watch %v with %q", w.req, w.auth)
 	}
 	eventually(t, "the ACK", 5*time.Second, func() bool { return len(f.seenAcks()) == 1 })
@@ -232,8 +232,10 @@ func TestWatchesAcksNacksAndReconnects(t *testing.T) {
 	// The stream breaks: the agent reconnects, resuming from what it has.
 	f.dropStreams()
 	eventually(t, "a second watch", 5*time.Second, func() bool { return len(f.seenWatches()) == 2 })
-	if known := f.seenWatches()[1].req.GetKnownRevision(); known != 9 {
-		t.Fatalf("resumed from %d", known)
+	// With the chains its config holds: a chain it lacks would be sent whatever its revision.
+	if resumed := f.seenWatches()[1].req; resumed.GetKnownRevision() != 9 ||
+		strings.Join(resumed.GetKnownChains(), ",") != "checkout" {
+		t.Fatalf("resumed from %d holding %v", resumed.GetKnownRevision(), resumed.GetKnownChains())
 	}
 	eventually(t, "the new stream", 5*time.Second, func() bool { return f.openStreams() == 1 })
 	if len(f.seenAcks()) != 3 {
