@@ -1714,7 +1714,12 @@ async fn exports_from_before_the_documents_table_import(backend: Backend) {
         edit(&mut bad.tables.get_mut("baseline_documents").unwrap().rows);
         bad
     };
-    let cases: [(store::Export, &str); 3] = [
+    let edited = |document: &serde_json::Value| {
+        let mut doc: serde_json::Value = serde_json::from_str(document.as_str().unwrap()).unwrap();
+        doc["entry_budget_ms"] = json!(doc["entry_budget_ms"].as_u64().unwrap() + 100);
+        json!(serde_json::to_string_pretty(&doc).unwrap())
+    };
+    let cases: [(store::Export, &str); 4] = [
         (
             hostile(&|rows| rows[0][0] = json!("bl-nope")),
             "baseline_id \"bl-nope\" is not a baseline of the export",
@@ -1726,6 +1731,10 @@ async fn exports_from_before_the_documents_table_import(backend: Backend) {
         (
             hostile(&|rows| (rows[0][1], rows[1][1]) = (rows[1][1].clone(), rows[0][1].clone())),
             "holds the id",
+        ),
+        (
+            hostile(&|rows| rows[0][1] = edited(&rows[0][1])),
+            "does not match the baseline's SHA-256",
         ),
     ];
     assert_eq!(documents.columns, ["baseline_id", "document"]);

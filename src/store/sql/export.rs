@@ -290,11 +290,12 @@ impl ExportImport for SqlStore {
             return Err(invalid(format!("baseline {id:?} has no document")));
         }
         // And each document, rendered as the store serves it, is a baseline document of its
-        // own id: not a 500 on every read later.
+        // own id (not a 500 on every read later) whose SHA-256 is the baseline's: releases and
+        // the archive cite that digest, so an edited document is refused, not served under it.
         {
             use futures_util::TryStreamExt as _;
             let mut rows = sqlx::query(
-                "SELECT b.id, d.document, b.state, b.superseded_by, b.document_behind \
+                "SELECT b.id, b.sha256, d.document, b.state, b.superseded_by, b.document_behind \
                  FROM baselines b JOIN baseline_documents d ON d.baseline_id = b.id ORDER BY b.id",
             )
             .fetch(&mut *tx);
@@ -307,6 +308,13 @@ impl ExportImport for SqlStore {
                     .map_err(|e| bad(format!("is not a baseline document: {e}")))?;
                 if doc.id != id {
                     return Err(bad(format!("holds the id {:?}", doc.id)));
+                }
+                let recorded: String = row.try_get("sha256")?;
+                let digest = super::sha256_hex(bytes.as_bytes());
+                if digest != recorded {
+                    return Err(bad(format!(
+                        "does not match the baseline's SHA-256: it hashes to {digest}, the baseline records {recorded} (edited after the export?)"
+                    )));
                 }
             }
         }
