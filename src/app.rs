@@ -165,6 +165,7 @@ impl App {
             tokio::spawn(checkpoint(state.clone(), Duration::from_millis(500))),
             state.hub.spawn_catch_up(Duration::from_secs(5)),
             state.fleet.spawn_flusher(Duration::from_millis(500)),
+            state.fleet.spawn_beats(),
             state.archiver.spawn(Duration::from_secs(1)),
             state
                 .reports

@@ -136,6 +136,10 @@ pub struct AgentSettings {
     /// each stream is told to spread its reconnect over (open streams / this) seconds, at
     /// most a minute (`budget-reconnect-spread-ms`).
     pub reconnect_per_second: u32,
+    /// Seconds a replica process may go without recording that it is alive (it does six
+    /// times in this period) before fleet status shows its agents disconnected: a replica
+    /// killed or its host lost. Replicas' clocks must agree to well within it.
+    pub replica_silence_secs: u64,
 }
 
 impl Default for AgentSettings {
@@ -144,6 +148,7 @@ impl Default for AgentSettings {
             max_streams_per_token: 1024,
             retention_secs: 24 * 3600,
             reconnect_per_second: 2000,
+            replica_silence_secs: 30,
         }
     }
 }
@@ -154,7 +159,15 @@ impl AgentSettings {
         if !(1..=1_000_000).contains(&self.reconnect_per_second) {
             return Err("agents.reconnect_per_second must be from 1 to 1000000".into());
         }
+        if !(3..=3600).contains(&self.replica_silence_secs) {
+            return Err("agents.replica_silence_secs must be from 3 to 3600".into());
+        }
         Ok(())
+    }
+
+    /// [`Self::replica_silence_secs`].
+    pub fn replica_silence(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.replica_silence_secs.clamp(3, 3600))
     }
 
     /// [`Self::retention_secs`], at least one second.
@@ -460,6 +473,11 @@ retention_secs = 86400
 # spread its reconnect over (open streams / this) seconds, at most 60 s. From 1 to 1000000.
 # Environment: BUDGETD_AGENTS__RECONNECT_PER_SECOND.
 reconnect_per_second = 2000
+# Seconds a replica process may go without recording that it is alive (it does six times in
+# this period) before fleet status shows its agents disconnected (a replica killed, its host
+# lost). Replicas' clocks must agree to well within it. From 3 to 3600.
+# Environment: BUDGETD_AGENTS__REPLICA_SILENCE_SECS.
+replica_silence_secs = 30
 
 [feedback]
 # Agents' reports are merged into rollups of this many milliseconds (a minute; the production

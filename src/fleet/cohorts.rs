@@ -319,6 +319,7 @@ mod tests {
                 last_seen: String::new(),
                 token: None,
                 token_id: "t".into(),
+                process: String::new(),
             }),
             delivered: AtomicI64::new(0),
             dirty: AtomicBool::new(false),

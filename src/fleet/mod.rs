@@ -25,7 +25,7 @@ use cohorts::Cohorts;
 
 use crate::clock::now;
 use crate::config::AgentSettings;
-use crate::store::{AgentClaim, AgentStatus, Store, StoreError};
+use crate::store::{AgentClaim, AgentStatus, Store, StoreError, StoreResult};
 
 /// One agent's status; shared by its streams and the fleet.
 #[derive(Debug)]
@@ -111,13 +111,14 @@ impl Slot {
     }
 
     /// One more stream; the caller holds the fleet's lock.
-    fn attach(&self, peer: &Peer, replica: &str, at: &str) {
+    fn attach(&self, peer: &Peer, replica: &str, process: &str, at: &str) {
         let mut s = lock(&self.status);
         self.streams.fetch_add(1, Ordering::AcqRel);
         s.service = peer.service.to_owned();
         s.client = peer.client.to_owned();
         s.labels = peer.labels.clone();
         s.replica = replica.to_owned();
+        s.process = process.to_owned();
         s.connected = true;
         s.last_seen = at.to_owned();
         drop(s);
@@ -187,6 +188,8 @@ pub const MAX_RECONNECT_SPREAD: Duration = Duration::from_secs(60);
 #[derive(Clone)]
 pub struct Fleet {
     replica: String,
+    /// This run of the replica: its name and a random suffix ([`Self::beat`]).
+    process: Arc<str>,
     agents: Arc<Mutex<HashMap<String, Arc<Slot>>>>,
     streams: Arc<StreamCounts>,
     store: Arc<dyn Store>,
@@ -201,6 +204,9 @@ pub struct Fleet {
     /// first is ended (streams close meanwhile).
     stopping_spread: Arc<std::sync::OnceLock<Duration>>,
     retention: Duration,
+    /// How long a replica process may go without beating before its agents read as
+    /// disconnected (`agents.replica_silence_secs`).
+    silence: Duration,
     /// One flush at a time: cohort membership is decided by the flush.
     flushing: Arc<tokio::sync::Mutex<Cohorts>>,
 }
@@ -208,9 +214,12 @@ pub struct Fleet {
 impl Fleet {
     /// A fleet on the current tokio runtime (its claim task runs there).
     pub fn new(store: Arc<dyn Store>, replica: String, settings: &AgentSettings) -> Self {
-        let prefix = format!("{replica}#{}", hex::encode(rand::random::<[u8; 6]>()));
+        let process: Arc<str> =
+            format!("{replica}#{}", hex::encode(rand::random::<[u8; 6]>())).into();
         Self {
             replica,
+            process: process.clone(),
+            silence: settings.replica_silence(),
             agents: Default::default(),
             streams: Default::default(),
             claims: claims::Claims::spawn(store.clone()),
@@ -221,7 +230,7 @@ impl Fleet {
             reconnect_per_second: settings.reconnect_per_second.max(1),
             stopping_spread: Default::default(),
             retention: settings.retention(),
-            flushing: Arc::new(tokio::sync::Mutex::new(Cohorts::new(prefix))),
+            flushing: Arc::new(tokio::sync::Mutex::new(Cohorts::new(process.to_string()))),
         }
     }
 
@@ -288,7 +297,7 @@ impl Fleet {
             // A reconnect to this replica: the binding was checked when the slot was made.
             let agents = lock(&self.agents);
             if let Some(slot) = agents.get(agent_id).filter(|s| s.token_id == token_id) {
-                slot.attach(&peer, &self.replica, &at);
+                slot.attach(&peer, &self.replica, &self.process, &at);
                 slot.delivered.fetch_max(known_revision, Ordering::AcqRel);
                 return Ok(slot.clone());
             }
@@ -300,6 +309,7 @@ impl Fleet {
             labels: peer.labels.clone(),
             chains: Vec::new(),
             replica: self.replica.clone(),
+            process: self.process.to_string(),
             connected: true,
             delivered: known_revision,
             acked: 0,
@@ -347,7 +357,7 @@ impl Fleet {
                 slot
             }
         };
-        slot.attach(&peer, &self.replica, &at);
+        slot.attach(&peer, &self.replica, &self.process, &at);
         slot.delivered.fetch_max(known_revision, Ordering::AcqRel);
         Ok(slot)
     }
@@ -416,6 +426,49 @@ impl Fleet {
     /// How often a connected agent's entry is rewritten, so it never looks gone.
     fn heartbeat(&self) -> Duration {
         (self.retention / 4).min(Duration::from_secs(3600))
+    }
+
+    /// How often this replica beats: six times per [`AgentSettings::replica_silence`].
+    pub fn beat_every(&self) -> Duration {
+        self.silence / 6
+    }
+
+    /// Records in the store that this replica's process is alive, so that its agents read as
+    /// connected on every replica.
+    pub async fn beat(&self) -> StoreResult<()> {
+        let now = chrono::Utc::now();
+        let stamp = |t: chrono::DateTime<chrono::Utc>| {
+            t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        };
+        let forget =
+            now - chrono::Duration::from_std(self.retention).unwrap_or(chrono::Duration::MAX);
+        self.store
+            .beat_replica(&self.process, &self.replica, &stamp(now), &stamp(forget))
+            .await
+    }
+
+    /// `agents` as fleet status shows them: an agent whose replica process has not beaten
+    /// within `agents.replica_silence_secs` (killed, or its host lost) is not connected,
+    /// whatever its entry last said.
+    pub async fn with_liveness(
+        &self,
+        mut agents: Vec<AgentStatus>,
+    ) -> StoreResult<Vec<AgentStatus>> {
+        if !agents.iter().any(|a| a.connected && !a.process.is_empty()) {
+            return Ok(agents);
+        }
+        let since = chrono::Utc::now()
+            - chrono::Duration::from_std(self.silence).unwrap_or(chrono::Duration::MAX);
+        let live = self
+            .store
+            .live_processes(&since.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+            .await?;
+        for a in &mut agents {
+            if a.connected && !a.process.is_empty() && !live.contains(&a.process) {
+                a.connected = false;
+            }
+        }
+        Ok(agents)
     }
 
     /// The oldest `last_seen` of an agent still shown: now minus the retention period.
@@ -542,6 +595,22 @@ impl Fleet {
                 if last_sweep.is_none_or(|t| t.elapsed() >= sweep) {
                     fleet.expire().await;
                     last_sweep = Some(Instant::now());
+                }
+            }
+        })
+    }
+
+    /// Beats every [`Self::beat_every`], the first at once. A failed beat is logged and
+    /// retried at the next; six in a row make this replica's agents read as disconnected.
+    pub fn spawn_beats(&self) -> tokio::task::JoinHandle<()> {
+        let fleet = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(fleet.beat_every());
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Err(e) = fleet.beat().await {
+                    tracing::warn!(error = %e, "fleet: recording that this replica is alive failed");
                 }
             }
         })

@@ -31,10 +31,11 @@ pub async fn list(
     limit: i64,
 ) -> ApiResult<Vec<AgentStatus>> {
     state.fleet.flush().await;
-    Ok(state
+    let page = state
         .store
         .list_agents(&state.fleet.seen_since(), after, limit)
-        .await?)
+        .await?;
+    Ok(state.fleet.with_liveness(page).await?)
 }
 
 /// The agents seen within the retention period that `keep` selects, read page by page.
@@ -52,6 +53,7 @@ pub(super) async fn agents_where(
             .await?;
         let done = page.len() < usize::try_from(WALK_PAGE).unwrap_or(usize::MAX);
         after = page.last().map(|a| (a.service.clone(), a.agent_id.clone()));
+        let page = state.fleet.with_liveness(page).await?;
         kept.extend(page.into_iter().filter(|a| keep(a)));
         if done {
             return Ok(kept);

@@ -194,6 +194,7 @@ pub const EXPORT_TABLES: &[ExportTable] = {
                 ("first_seen", T),
                 ("last_seen", T),
                 ("token_hash", T),
+                ("process", T),
             ],
             identity: false,
         },
@@ -241,7 +242,8 @@ pub const DOCUMENTS_TABLE_VERSION: i64 = 13;
 /// Columns added after the first export format, with the schema version that added them: an
 /// export from an older schema lacks them and imports them as null (which the store reads as
 /// the old meaning: a token's owner is its name, a run's uploader owner the token name, an
-/// agent unbound, a superseded baseline without its link, a stored document current).
+/// agent unbound or shown as written, a superseded baseline without its link, a stored document
+/// current).
 pub const ADDED_COLUMNS: &[(&str, &str, i64)] = &[
     ("runs", "uploaded_by_owner", 5),
     ("api_tokens", "owner", 5),
@@ -250,6 +252,7 @@ pub const ADDED_COLUMNS: &[(&str, &str, i64)] = &[
     ("baselines", "chain_seq", 9),
     ("runs", "distributions", 12),
     ("baselines", "document_behind", 13),
+    ("agents", "process", 15),
 ];
 
 /// A whole-store export as read back: what `export_all` writes.

@@ -33,6 +33,11 @@ pub struct AgentStatus {
     /// The identity of that token (its hash): only it may update this entry.
     #[serde(skip)]
     pub token_id: String,
+    /// The replica process it streams from, unique to one run of that replica (empty in
+    /// entries written before processes were recorded): shown `connected` only while that
+    /// process beats ([`Fleet::beat_replica`]).
+    #[serde(skip)]
+    pub process: String,
 }
 
 /// What the API shows of an entry: all of it but the identity of its token.
@@ -148,4 +153,15 @@ pub trait Fleet: Send + Sync {
     /// Forgets agents last seen before `cutoff`, and cohorts no agent follows that have not
     /// changed since; returns how many agents.
     async fn expire_agents(&self, cutoff: &str) -> StoreResult<u64>;
+    /// Records that the replica process `process` (named `replica`) is alive at `at`, and
+    /// forgets the beats of processes silent since before `forget_before`.
+    async fn beat_replica(
+        &self,
+        process: &str,
+        replica: &str,
+        at: &str,
+        forget_before: &str,
+    ) -> StoreResult<()>;
+    /// The replica processes that beat at or after `since`.
+    async fn live_processes(&self, since: &str) -> StoreResult<std::collections::HashSet<String>>;
 }

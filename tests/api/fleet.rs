@@ -1199,3 +1199,92 @@ async fn sqlite_a_publication_writes_the_fleet_status_once() {
 async fn postgres_a_publication_writes_the_fleet_status_once() {
     a_publication_writes_the_fleet_status_once(Backend::Postgres).await;
 }
+
+// ---- agents of a killed replica ------------------------------------------------------------
+
+/// The agents streaming from a replica that was killed (no graceful stop wrote them as
+/// disconnected) read as disconnected once it has been silent for
+/// `agents.replica_silence_secs`; those of a live replica stay connected however long they
+/// stream. A real process, kill -9, restarted on the same SQLite database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_of_a_killed_replica_read_as_disconnected() {
+    use crate::helpers::ServerProcess;
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("BUDGETD_AGENTS__REPLICA_SILENCE_SECS", "3")];
+    let http = reqwest::Client::new();
+    let connected = |server: &ServerProcess, agent_id: &'static str| {
+        let (http, url) = (http.clone(), server.url("/api/v1/agents?limit=1000"));
+        async move {
+            let answer: Value = http
+                .get(url)
+                .bearer_auth(ADMIN_TOKEN)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            answer["agents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|a| a["agent_id"] == agent_id)
+                .map(|a| a["connected"].clone())
+        }
+    };
+    let open = |server: &ServerProcess, token: String, agent_id: &'static str| {
+        let url = format!("http://{}", server.grpc);
+        async move {
+            let mut c = budget_proto::v1::budget_control_client::BudgetControlClient::connect(url)
+                .await
+                .unwrap();
+            let mut s = c
+                .watch(authed(
+                    &token,
+                    watch_req(agent_id, &["checkout"], "order", 0),
+                ))
+                .await
+                .unwrap()
+                .into_inner();
+            s.message().await.unwrap().expect("the demo's config");
+            s
+        }
+    };
+
+    let mut first = ServerProcess::start_in_with(dir.path(), &["--demo"], &env);
+    let token: Value = http
+        .post(first.url("/api/v1/tokens"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"role": "agent", "name": "order-agent"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = token["token"].as_str().unwrap().to_owned();
+    let _gone = open(&first, token.clone(), "order-1").await;
+    assert!(
+        eventually(5, || async {
+            connected(&first, "order-1").await == Some(json!(true))
+        })
+        .await,
+        "order-1 never showed connected"
+    );
+    let _ = first.child.kill(); // SIGKILL: nothing marks order-1 disconnected
+    let _ = first.child.wait();
+
+    let second = ServerProcess::start_in_with(dir.path(), &[], &env);
+    let _live = open(&second, token, "order-2").await;
+    assert!(
+        eventually(15, || async {
+            connected(&second, "order-1").await == Some(json!(false))
+        })
+        .await,
+        "order-1 still shows {:?} after its replica was killed",
+        connected(&second, "order-1").await
+    );
+    // Streaming longer than the silence: still connected (its replica beats).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(connected(&second, "order-2").await, Some(json!(true)));
+}

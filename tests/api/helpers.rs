@@ -821,17 +821,27 @@ impl ServerProcess {
     /// `budgetd serve` with `args` added (e.g. `--demo`).
     pub fn start_with_args(args: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let mut server = Self::launch(dir.path(), &[], args);
+        let mut server = Self::launch(dir.path(), &[], args, &[]);
         server._own_dir = Some(dir);
         server
     }
 
     /// [`ServerProcess::start`] on a data directory the caller keeps (e.g. across restarts).
     pub fn start_in(data_dir: &std::path::Path, wrapper: &[String]) -> Self {
-        Self::launch(data_dir, wrapper, &[])
+        Self::launch(data_dir, wrapper, &[], &[])
     }
 
-    fn launch(data_dir: &std::path::Path, wrapper: &[String], args: &[&str]) -> Self {
+    /// `budgetd serve` on a data directory the caller keeps, with `args` added and `env` set.
+    pub fn start_in_with(data_dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::launch(data_dir, &[], args, env)
+    }
+
+    fn launch(
+        data_dir: &std::path::Path,
+        wrapper: &[String],
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         use std::io::{BufRead as _, BufReader};
         use std::process::{Command, Stdio};
         let bin = env!("CARGO_BIN_EXE_budgetd");
@@ -852,6 +862,7 @@ impl ServerProcess {
             .env("PATH", "/usr/bin:/bin")
             .env("BUDGETD_ADMIN_TOKEN", ADMIN_TOKEN)
             .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

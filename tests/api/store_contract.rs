@@ -516,6 +516,7 @@ fn agent(id: &str, service: &str, token_id: &str, last_seen: &str) -> AgentStatu
         last_seen: last_seen.into(),
         token: None,
         token_id: token_id.into(),
+        process: "r1#0001".into(),
     }
 }
 
@@ -896,6 +897,69 @@ async fn sqlite_cohorts_contract() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_cohorts_contract() {
     cohorts_contract(Backend::Postgres).await;
+}
+
+/// Replica beats: each process's latest beat is kept (on every replica's store), those silent
+/// since before the cutoff are forgotten, and an entry keeps the process it was written with.
+async fn replica_beats_contract(backend: Backend) {
+    let Some((_db, a, b)) = two_stores(backend).await else {
+        return;
+    };
+    let (t0, t1, t2) = (
+        "2026-01-01T00:00:00.000Z",
+        "2026-01-01T00:00:10.000Z",
+        "2026-01-01T00:00:20.000Z",
+    );
+    let live = |store: &Arc<dyn Store>, since: &'static str| {
+        let store = store.clone();
+        async move {
+            let mut l: Vec<String> = store
+                .live_processes(since)
+                .await
+                .unwrap()
+                .into_iter()
+                .collect();
+            l.sort();
+            l
+        }
+    };
+    a.beat_replica("r1#0001", "r1", t0, t0).await.unwrap();
+    b.beat_replica("r1#0002", "r1", t1, t0).await.unwrap();
+    assert_eq!(live(&b, t0).await, ["r1#0001", "r1#0002"]);
+    assert_eq!(live(&a, t1).await, ["r1#0002"]);
+    // A later beat moves the process's time; the cutoff forgets the silent one.
+    a.beat_replica("r1#0002", "r1", t2, t1).await.unwrap();
+    assert_eq!(live(&b, t0).await, ["r1#0002"]);
+    assert_eq!(live(&b, t2).await, ["r1#0002"]);
+
+    agent_tokens(&a).await;
+    let mut written = agent("order-1", "order", "hash-a", t0);
+    written.process = "r1#0002".into();
+    a.claim_agent(&written).await.unwrap();
+    let listed = b.list_agents(t0, None, 10).await.unwrap();
+    assert_eq!(listed[0].process, "r1#0002");
+    written.process = "r1#0003".into();
+    written.last_seen = t1.into();
+    a.upsert_agents(std::slice::from_ref(&written))
+        .await
+        .unwrap();
+    assert_eq!(
+        b.list_agents(t0, None, 10).await.unwrap(),
+        [AgentStatus {
+            token: Some("bot-a".into()),
+            ..written
+        }]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_replica_beats_contract() {
+    replica_beats_contract(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_replica_beats_contract() {
+    replica_beats_contract(Backend::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

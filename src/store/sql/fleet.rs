@@ -6,7 +6,7 @@ use sqlx::Row;
 use super::rows::{agent_from_row, AGENT_SELECT};
 use super::{internal, placeholders, Backend, SqlStore};
 
-/// Agents written by one statement (13 columns each: 13 000 binds).
+/// Agents written by one statement (15 columns each: 15 000 binds).
 const AGENT_CHUNK: usize = 1000;
 use crate::store::{
     AgentClaim, AgentCursor, AgentProgress, AgentStatus, CohortProgress, Fleet, StoreResult,
@@ -37,18 +37,18 @@ impl Fleet for SqlStore {
         let mut won = std::collections::HashSet::new();
         for chunk in unclaimed.chunks(AGENT_CHUNK) {
             let sql = format!(
-                "INSERT INTO agents (agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen, token_hash, client) \
+                "INSERT INTO agents (agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen, token_hash, client, process) \
                  VALUES {} \
                  ON CONFLICT (agent_id) DO UPDATE SET token_hash = excluded.token_hash, service = excluded.service, client = excluded.client, \
-                   labels = excluded.labels, replica = excluded.replica, connected = excluded.connected, \
-                   last_seen = excluded.last_seen, \
+                   labels = excluded.labels, replica = excluded.replica, process = excluded.process, \
+                   connected = excluded.connected, last_seen = excluded.last_seen, \
                    delivered = COALESCE((SELECT c.delivered FROM agent_cohorts c WHERE c.id = agents.cohort), agents.delivered), \
                    acked = COALESCE((SELECT c.acked FROM agent_cohorts c WHERE c.id = agents.cohort), agents.acked), \
                    cohort = NULL \
                  WHERE agents.token_hash IS NULL OR agents.token_hash = excluded.token_hash \
                    OR NOT EXISTS (SELECT 1 FROM api_tokens t WHERE t.token_hash = agents.token_hash) \
                  RETURNING agent_id",
-                placeholders(self.backend, chunk.len(), 14)
+                placeholders(self.backend, chunk.len(), 15)
             );
             let mut q = sqlx::query(&sql);
             for &i in chunk {
@@ -67,7 +67,8 @@ impl Fleet for SqlStore {
                     .bind(a.first_seen.clone())
                     .bind(a.last_seen.clone())
                     .bind(a.token_id.clone())
-                    .bind(a.client.clone());
+                    .bind(a.client.clone())
+                    .bind(a.process.clone());
             }
             for row in q.fetch_all(&self.pool).await? {
                 won.insert(row.try_get::<String, _>(0)?);
@@ -124,14 +125,15 @@ impl Fleet for SqlStore {
             // and claimed by another token since). The entry's own revisions are written: it
             // follows no cohort any more.
             let sql = format!(
-                "INSERT INTO agents (agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen, token_hash, client) \
+                "INSERT INTO agents (agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen, token_hash, client, process) \
                  VALUES {} \
                  ON CONFLICT (agent_id) DO UPDATE SET service = excluded.service, client = excluded.client, labels = excluded.labels, \
-                   chains = excluded.chains, replica = excluded.replica, connected = excluded.connected, \
+                   chains = excluded.chains, replica = excluded.replica, process = excluded.process, \
+                   connected = excluded.connected, \
                    delivered = excluded.delivered, acked = excluded.acked, nack_revision = excluded.nack_revision, \
                    nack_error = excluded.nack_error, last_seen = excluded.last_seen, cohort = NULL \
                  WHERE agents.token_hash = excluded.token_hash",
-                placeholders(self.backend, chunk.len(), 14)
+                placeholders(self.backend, chunk.len(), 15)
             );
             let mut q = sqlx::query(&sql);
             for a in chunk {
@@ -149,7 +151,8 @@ impl Fleet for SqlStore {
                     .bind(a.first_seen.clone())
                     .bind(a.last_seen.clone())
                     .bind(a.token_id.clone())
-                    .bind(a.client.clone());
+                    .bind(a.client.clone())
+                    .bind(a.process.clone());
             }
             q.execute(&mut *tx).await?;
         }
@@ -303,6 +306,38 @@ impl Fleet for SqlStore {
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())
+    }
+
+    async fn beat_replica(
+        &self,
+        process: &str,
+        replica: &str,
+        at: &str,
+        forget_before: &str,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO replica_beats (process, replica, beat_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (process) DO UPDATE SET beat_at = excluded.beat_at",
+        )
+        .bind(process)
+        .bind(replica)
+        .bind(at)
+        .execute(&self.pool)
+        .await?;
+        sqlx::query("DELETE FROM replica_beats WHERE beat_at < $1")
+            .bind(forget_before)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn live_processes(&self, since: &str) -> StoreResult<std::collections::HashSet<String>> {
+        let live: Vec<String> =
+            sqlx::query_scalar("SELECT process FROM replica_beats WHERE beat_at >= $1")
+                .bind(since)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(live.into_iter().collect())
     }
 }
 

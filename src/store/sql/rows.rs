@@ -259,7 +259,7 @@ pub(super) fn token_from_row(row: &AnyRow) -> StoreResult<TokenRecord> {
 /// An agent's entry with the name of the token it is bound to (if that token still exists),
 /// and its revisions those of its cohort if it follows one.
 pub(super) const AGENT_SELECT: &str =
-    "SELECT a.agent_id, a.service, a.client, a.labels, a.chains, a.replica, a.connected, \
+    "SELECT a.agent_id, a.service, a.client, a.labels, a.chains, a.replica, a.process, a.connected, \
        COALESCE(c.delivered, a.delivered) AS delivered, COALESCE(c.acked, a.acked) AS acked, \
        a.nack_revision, a.nack_error, a.first_seen, a.last_seen, a.token_hash, t.name AS token \
      FROM agents a LEFT JOIN api_tokens t ON t.token_hash = a.token_hash \
@@ -289,6 +289,9 @@ pub(super) fn agent_from_row(r: &AnyRow) -> StoreResult<AgentStatus> {
         token: r.try_get("token")?,
         token_id: r
             .try_get::<Option<String>, _>("token_hash")?
+            .unwrap_or_default(),
+        process: r
+            .try_get::<Option<String>, _>("process")?
             .unwrap_or_default(),
     })
 }
