@@ -225,8 +225,10 @@ impl Stream {
     }
 
     /// Sends what the stream lacks, if the peer's window takes it (otherwise its waker fires
-    /// when the window grows); `false` once the stream is gone.
-    fn deliver(&mut self, state: &HubState) -> bool {
+    /// when the window grows); `false` once the stream is gone. h2 never gives a stream more
+    /// capacity than `send_buffer` (its `max_send_buffer_size`): a larger update is sent once
+    /// that much is free, and h2 holds the rest until the peer's window takes it.
+    fn deliver(&mut self, state: &HubState, send_buffer: usize) -> bool {
         let Some(p) = self.pending(state) else {
             self.blocked = false;
             return true;
@@ -238,7 +240,8 @@ impl Stream {
         self.send.reserve_capacity(p.frame.len());
         self.hook.muted.store(false, Ordering::Relaxed);
         let mut cx = Context::from_waker(&self.waker);
-        while self.send.capacity() < p.frame.len() {
+        let needed = p.frame.len().min(send_buffer);
+        while self.send.capacity() < needed {
             match self.send.poll_capacity(&mut cx) {
                 // Grown meanwhile: look again (the next poll is pending until it grows again).
                 Poll::Ready(Some(Ok(_))) => continue,
@@ -275,12 +278,12 @@ impl Stream {
 
     /// The stream's waker fired: `false` when the peer reset or closed it; otherwise it is
     /// watched again and, if it was blocked, sent its newest update when the window takes it.
-    fn woken(&mut self, state: &HubState) -> bool {
+    fn woken(&mut self, state: &HubState, send_buffer: usize) -> bool {
         let mut cx = Context::from_waker(&self.waker);
         if self.send.poll_reset(&mut cx).is_ready() {
             return false;
         }
-        !self.blocked || self.deliver(state)
+        !self.blocked || self.deliver(state, send_buffer)
     }
 }
 
@@ -325,14 +328,18 @@ pub struct Watches {
     streams: slab::Slab<Stream>,
     woken: Arc<Woken>,
     fleet: Fleet,
+    /// The connection's `max_send_buffer_size`: the most capacity h2 gives one stream.
+    send_buffer: usize,
 }
 
 impl Watches {
-    pub fn new(fleet: Fleet) -> Self {
+    /// The streams of a connection whose `max_send_buffer_size` is `send_buffer`.
+    pub fn new(fleet: Fleet, send_buffer: usize) -> Self {
         Self {
             streams: slab::Slab::new(),
             woken: Arc::default(),
             fleet,
+            send_buffer: send_buffer.max(1),
         }
     }
 
@@ -381,14 +388,18 @@ impl Watches {
             member,
         };
         let stream = self.streams.insert(stream);
-        if !(self.streams[stream].deliver(state) && self.streams[stream].woken(state)) {
+        let buffer = self.send_buffer;
+        if !(self.streams[stream].deliver(state, buffer)
+            && self.streams[stream].woken(state, buffer))
+        {
             self.streams.remove(stream);
         }
     }
 
     /// Sends every stream what it lacks of the hub's `state`.
     pub fn deliver(&mut self, state: &HubState) {
-        self.streams.retain(|_, s| s.deliver(state));
+        let buffer = self.send_buffer;
+        self.streams.retain(|_, s| s.deliver(state, buffer));
     }
 
     /// Looks at the streams whose waker fired: forgets those the peer reset or closed, sends
@@ -409,7 +420,7 @@ impl Watches {
         for key in keys {
             // A key may be gone, or taken since by a newer stream: looking again is harmless.
             if let Some(s) = self.streams.get_mut(key) {
-                if !s.woken(state) {
+                if !s.woken(state, self.send_buffer) {
                     self.streams.remove(key);
                 }
             }

@@ -518,7 +518,59 @@ async fn chains_not_held_are_sent_whatever_their_revision(app: &TestApp) {
     }
 }
 
+/// An update larger than a stream's send buffer (64 KiB: h2 never gives a stream more
+/// capacity than that) is sent whole: a chain of 900 segments, about 100 KB on the wire.
+async fn an_update_larger_than_the_send_buffer_is_delivered(app: &TestApp) {
+    let p = app.people().await;
+    let agent = app.token("agent", "wide-agent").await;
+    let mut segments = vec![json!({"id": "edge->api", "caller": "edge", "callee": "api",
+        "class": "volatile"})];
+    let mut measured = vec![json!({"id": "edge->api", "samples": 100000, "p99_ms": 400,
+        "p999_ms": 600})];
+    for i in 0..899 {
+        let callee = format!("ledger-reconciliation-worker-{i:03}");
+        let id = format!("api->{callee}");
+        segments.push(json!({"id": id, "caller": "api", "callee": callee,
+            "parent": "edge->api", "class": "stable", "stage": 1}));
+        measured.push(json!({"id": id, "samples": 100000, "p99_ms": 20, "p999_ms": 40}));
+    }
+    let topology = json!({"entry_budget_ms": 60000, "segments": segments}).to_string();
+    app.apply_topology(&p.uploader, "wide", &topology)
+        .await
+        .expect(201);
+    let run = app
+        .upload(
+            &p.uploader,
+            "wide",
+            json!({"tool": "test", "segments": measured}),
+        )
+        .await
+        .expect(201)
+        .json();
+    let revision = app
+        .approve(&p.approver, run["baseline_id"].as_str().unwrap())
+        .await
+        .expect(200)
+        .json()["revision"]
+        .as_i64()
+        .unwrap();
+    let mut c = client(app).await;
+    let mut s = c
+        .watch(authed(&agent, watch_req("wide-1", &["wide"], "api", 0)))
+        .await
+        .unwrap()
+        .into_inner();
+    let u = next(&mut s).await;
+    assert_eq!((u.revision, u.chains[0].segments.len()), (revision, 900));
+    let bytes = budget_proto::codec::frame(&u).len();
+    assert!(
+        bytes > 64 * 1024,
+        "the update is {bytes} bytes: not over the send buffer"
+    );
+}
+
 crate::on_both_backends!(
+    an_update_larger_than_the_send_buffer_is_delivered,
     watch_snapshot_update_resume_rollback,
     grpc_auth_and_input,
     revisions_are_only_those_sent,
