@@ -3,6 +3,8 @@ package budgetagent
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
@@ -340,12 +342,32 @@ func (b *budgetd) forge(target, source string) {
 	}
 	docs[target]["segments"] = docs[source]["segments"]
 	docs[target]["findings"] = []interface{}{}
-	for _, row := range rows {
-		r := row.([]interface{})
-		if r[id] == target {
-			text, err := json.Marshal(docs[target])
-			must(b.t, err)
-			r[document] = string(text)
+	// The target's row: its document is written current (state fields as the row has them,
+	// nothing left to render) and its SHA-256 is the forged bytes', as an import checks.
+	baselines := store["tables"].(map[string]interface{})["baselines"].(map[string]interface{})
+	col := map[string]int{}
+	for i, c := range baselines["columns"].([]interface{}) {
+		col[c.(string)] = i
+	}
+	var row []interface{}
+	for _, r := range baselines["rows"].([]interface{}) {
+		if r.([]interface{})[col["id"]] == target {
+			row = r.([]interface{})
+		}
+	}
+	docs[target]["state"] = row[col["state"]]
+	delete(docs[target], "superseded_by")
+	if by, ok := row[col["superseded_by"]].(string); ok {
+		docs[target]["superseded_by"] = by
+	}
+	text, err := json.Marshal(docs[target])
+	must(b.t, err)
+	digest := sha256.Sum256(text)
+	row[col["sha256"]] = hex.EncodeToString(digest[:])
+	row[col["document_behind"]] = 0
+	for _, r := range rows {
+		if r.([]interface{})[id] == target {
+			r.([]interface{})[document] = string(text)
 		}
 	}
 	forged, err := json.Marshal(store)
