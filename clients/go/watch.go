@@ -123,6 +123,9 @@ func (w *watcher) close() {
 	}
 }
 
+// maxKnownChains is the most chains a Watch names as held (KnownChains).
+const maxKnownChains = 256
+
 // request asks for the chains watched from known, the config the agent has (nil: none yet).
 // The chains it holds go with its revision, so that a chain it lacks (added to Chains since
 // the cache was written) is sent however old its publication.
@@ -136,10 +139,13 @@ func (w *watcher) request(known *Snapshot) *pb.WatchRequest {
 	}
 	if known != nil && known.Revision > 0 && len(known.Chains) > 0 {
 		req.KnownRevision = known.Revision
-		for name := range known.Chains {
-			req.KnownChains = append(req.KnownChains, name)
+		// More than the server takes go as none: every chain then counts as held.
+		if len(known.Chains) <= maxKnownChains {
+			for name := range known.Chains {
+				req.KnownChains = append(req.KnownChains, name)
+			}
+			sort.Strings(req.KnownChains)
 		}
-		sort.Strings(req.KnownChains)
 	}
 	return req
 }
@@ -242,8 +248,9 @@ func (w *watcher) handle(l *live, update *pb.BudgetUpdate) {
 		w.ack(revision, refusal)
 		return
 	}
-	if revision <= cur.Revision {
-		w.opts.Logger.Printf("revision did not increase: %d after %d", revision, cur.Revision)
+	// Equal: chains the agent lacked at its revision, sent on resume.
+	if revision < cur.Revision {
+		w.opts.Logger.Printf("revision went back: %d after %d", revision, cur.Revision)
 	}
 	l.publish(next)
 	w.opts.Logger.Printf("applied new budgets (revision %d)", revision)

@@ -524,3 +524,27 @@ func TestAgentsSpreadTheirReconnectWhenTheReplicaAsks(t *testing.T) {
 		t.Fatalf("%d of %d reconnected within 1 s", back, agents)
 	}
 }
+
+func TestAWatchResumesNamingTheChainsHeldUpToTheServersLimit(t *testing.T) {
+	holding := func(n int) *Snapshot {
+		s := &Snapshot{Revision: 7, Chains: map[string]*Chain{}}
+		for i := 0; i < n; i++ {
+			s.Chains[fmt.Sprintf("checkout-%03d", i)] = checkout(t, "example-a")
+		}
+		return s
+	}
+	w := &watcher{opts: &Options{AgentID: "order-1", Service: "order"}}
+	if req := w.request(nil); req.GetKnownRevision() != 0 || len(req.GetKnownChains()) != 0 {
+		t.Fatalf("a first watch resumes from %d holding %v", req.GetKnownRevision(), req.GetKnownChains())
+	}
+	if req := w.request(holding(2)); req.GetKnownRevision() != 7 || strings.Join(req.GetKnownChains(), ",") != "checkout-000,checkout-001" {
+		t.Fatalf("resumes from %d holding %v", req.GetKnownRevision(), req.GetKnownChains())
+	}
+	if n := len(w.request(holding(256)).GetKnownChains()); n != 256 {
+		t.Fatalf("256 chains held, %d named", n)
+	}
+	// More than the server takes: none named, so every chain counts as held.
+	if req := w.request(holding(257)); req.GetKnownRevision() != 7 || len(req.GetKnownChains()) != 0 {
+		t.Fatalf("257 held: resumes from %d naming %d", req.GetKnownRevision(), len(req.GetKnownChains()))
+	}
+}

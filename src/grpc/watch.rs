@@ -143,9 +143,6 @@ struct Stream {
     /// Revision of each chain sent so far (a few chains: compared, not hashed).
     sent: BTreeMap<String, i64>,
     known: i64,
-    /// The chains the agent said it holds at `known`; `None`: all. A chain not held and not
-    /// yet sent is sent whatever its revision.
-    held: Option<BTreeSet<String>>,
     /// The last update did not fit the peer's window: the newest is sent when it opens.
     blocked: bool,
     /// Wakes the connection's task for this stream ([`Woken`]).
@@ -174,40 +171,64 @@ struct Pending<'s> {
 }
 
 impl Stream {
-    fn pending<'s>(&self, state: &'s HubState) -> Option<Pending<'s>> {
-        let mut revision = self.known;
-        let mut entries: Vec<&'s Arc<ChainEntry>> = Vec::new();
-        let mut consider = |entry: &'s Arc<ChainEntry>| {
-            let rev = entry.revision();
-            revision = revision.max(rev);
-            let newer = match self.sent.get(&entry.live.chain) {
-                Some(have) => rev > *have,
-                None => {
-                    rev > self.known
-                        || self
-                            .held
-                            .as_ref()
-                            .is_some_and(|held| !held.contains(&entry.live.chain))
-                }
-            };
-            if newer {
-                entries.push(entry);
-            }
-        };
-        // Each chain's entry for this agent: a canary's where one selects it.
+    /// Calls `f` with each chain's entry the stream selects: a canary's where one selects the
+    /// agent.
+    fn for_each_selected<'s>(&self, state: &'s HubState, f: impl FnMut(&'s Arc<ChainEntry>)) {
         let member = &self.member;
         match &self.selection {
             Selection::Chains(set) => set
                 .iter()
                 .filter_map(|c| state.get(c))
                 .map(|e| e.for_agent(member))
-                .for_each(&mut consider),
+                .for_each(f),
             Selection::Service(service) => state
                 .values()
                 .map(|e| e.for_agent(member))
                 .filter(|e| e.involves(service))
-                .for_each(&mut consider),
+                .for_each(f),
         }
+    }
+
+    /// At open: the chains the agent resumes with (at most its known revision, and among
+    /// `held` when it named them) count as sent, and fleet status shows it receiving them.
+    /// Every other chain it selects is sent, whatever its revision.
+    fn adopt_held(&mut self, state: &HubState, held: Option<&BTreeSet<String>>) {
+        if self.known <= 0 {
+            return;
+        }
+        let mut adopted: Vec<(String, i64)> = Vec::new();
+        self.for_each_selected(state, |e| {
+            let chain = &e.live.chain;
+            if e.revision() <= self.known && held.is_none_or(|h| h.contains(chain)) {
+                adopted.push((chain.clone(), e.revision()));
+            }
+        });
+        if adopted.is_empty() {
+            return;
+        }
+        let mut chains = Vec::with_capacity(adopted.len());
+        for (chain, revision) in adopted {
+            self.sent.insert(chain.clone(), revision);
+            chains.push(chain);
+        }
+        self.slot.delivered(self.known, &chains);
+    }
+
+    fn pending<'s>(&self, state: &'s HubState) -> Option<Pending<'s>> {
+        let mut revision = self.known;
+        let mut entries: Vec<&'s Arc<ChainEntry>> = Vec::new();
+        self.for_each_selected(state, |entry| {
+            let rev = entry.revision();
+            revision = revision.max(rev);
+            // A chain not sent yet was not held at open (`adopt_held`).
+            let newer = self
+                .sent
+                .get(&entry.live.chain)
+                .is_none_or(|have| rev > *have);
+            if newer {
+                entries.push(entry);
+            }
+        });
         let frame = match entries.as_slice() {
             [] => return None,
             // The usual update: one chain, at the newest revision: the hub's shared frame.
@@ -378,7 +399,6 @@ impl Watches {
             selection,
             sent: BTreeMap::new(),
             known,
-            held,
             blocked: false,
             waker,
             hook,
@@ -388,6 +408,7 @@ impl Watches {
             member,
         };
         let stream = self.streams.insert(stream);
+        self.streams[stream].adopt_held(state, held.as_ref());
         let buffer = self.send_buffer;
         if !(self.streams[stream].deliver(state, buffer)
             && self.streams[stream].woken(state, buffer))

@@ -279,22 +279,24 @@ fn held_chains(known_chains: &[String]) -> ApiResult<Option<BTreeSet<String>>> {
     if known_chains.is_empty() {
         return Ok(None);
     }
-    if known_chains.len() > MAX_CHAINS {
+    // Repeats count once (the request's size bounds the list).
+    let held: BTreeSet<String> = known_chains.iter().cloned().collect();
+    if held.len() > MAX_CHAINS {
         return Err(ApiError::bad_request(format!(
-            "known_chains: at most {MAX_CHAINS}"
+            "known_chains: at most {MAX_CHAINS} (an agent holding more sends none)"
         )));
     }
-    for c in known_chains {
+    for c in &held {
         check_chain_name(c)
             .map_err(|e| ApiError::bad_request(format!("known_chains: {}", e.message)))?;
     }
-    Ok(Some(known_chains.iter().cloned().collect()))
+    Ok(Some(held))
 }
 
 /// The revision a Watch resumes from: the one the agent says it has, unless no publication
 /// here is that new (its config came from another control plane, or this one's store was
 /// restored from an older backup). Such an agent is sent the current config, as a new one is:
-/// the agents apply it (they log that the revision did not increase), and its status never
+/// the agents apply it (they log that the revision went back), and its status never
 /// shows a revision that does not exist here.
 async fn resume_from(state: &AppState, agent_id: &str, known: i64) -> ApiResult<i64> {
     if known <= state.hub.newest_revision() {

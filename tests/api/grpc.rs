@@ -499,6 +499,30 @@ async fn chains_not_held_are_sent_whatever_their_revision(app: &TestApp) {
         (rev_eu, 1, "checkout-eu")
     );
 
+    // Repeats count once: 300 copies of one name are one chain held.
+    let mut s5 = c
+        .watch(resume("order-5", &["checkout-eu"; 300]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(next(&mut s5).await.chains[0].chain, "checkout");
+
+    // Fleet status shows each agent receiving both chains: those sent and those it holds.
+    let agents = app
+        .get("/api/v1/agents", &p.uploader)
+        .await
+        .expect(200)
+        .json();
+    for id in ["order-1", "order-2", "order-3", "inventory-1", "order-5"] {
+        let a = agents["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["agent_id"] == id)
+            .unwrap();
+        assert_eq!(a["chains"], json!(both), "{id}");
+    }
+
     // Names are checked like `chains`.
     for (held, expected) in [
         (

@@ -25,6 +25,27 @@ use crate::jitter::random_pick;
 use crate::live::Live;
 use crate::snapshot::{Refusal, Snapshot};
 
+/// The most chains a Watch names as held (`known_chains`); an agent holding more names none.
+const MAX_KNOWN_CHAINS: usize = 256;
+
+/// The revision and chains a Watch resumes from, given the config the agent has. The chains
+/// held go with the revision, so that a chain the config lacks (added to `chains` since the
+/// cache was written) is sent however old its publication; more than the server takes go as
+/// none (every chain then counts as held).
+fn resume_point(known: Option<&Snapshot>) -> (i64, Vec<String>) {
+    match known {
+        Some(s) if s.revision > 0 && !s.chains.is_empty() => {
+            let held = if s.chains.len() <= MAX_KNOWN_CHAINS {
+                s.chains.keys().cloned().collect()
+            } else {
+                Vec::new()
+            };
+            (s.revision, held)
+        }
+        _ => (0, Vec::new()),
+    }
+}
+
 /// An open watch stream and the client it came from.
 pub(crate) struct Stream {
     client: Client,
@@ -158,14 +179,7 @@ impl Watcher {
         client: &mut Client,
         known: Option<&Snapshot>,
     ) -> Result<Watching, tonic::Status> {
-        // The chains held go with the revision, so that a chain the config lacks (added to
-        // `chains` since the cache was written) is sent however old its publication.
-        let (known_revision, known_chains) = match known {
-            Some(s) if s.revision > 0 && !s.chains.is_empty() => {
-                (s.revision, s.chains.keys().cloned().collect())
-            }
-            _ => (0, Vec::new()),
-        };
+        let (known_revision, known_chains) = resume_point(known);
         let request = self.endpoints.authorized(v1::WatchRequest {
             agent_id: self.agent_id.clone(),
             service: self.service.clone(),
@@ -212,12 +226,9 @@ impl Watcher {
         let current = live.current();
         match current.apply(update) {
             Ok(next) => {
-                if revision <= current.revision {
-                    warn!(
-                        revision,
-                        current = current.revision,
-                        "revision did not increase"
-                    );
+                // Equal: chains the agent lacked at its revision, sent on resume.
+                if revision < current.revision {
+                    warn!(revision, current = current.revision, "revision went back");
                 }
                 let next = Arc::new(next);
                 live.publish(next.clone());
@@ -332,5 +343,35 @@ impl Watcher {
                 self.link.set(client.clone());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::example_a;
+
+    fn holding(n: usize) -> Snapshot {
+        Snapshot::from_chains((0..n).map(|i| {
+            let mut chain = example_a();
+            chain.chain = format!("checkout-{i:03}");
+            chain
+        }))
+    }
+
+    #[test]
+    fn a_watch_resumes_naming_the_chains_held_up_to_the_servers_limit() {
+        assert_eq!(resume_point(None), (0, Vec::new()));
+        let (revision, held) = resume_point(Some(&holding(2)));
+        assert_eq!(
+            (revision, held.as_slice()),
+            (
+                7,
+                ["checkout-000".to_string(), "checkout-001".to_string()].as_slice()
+            )
+        );
+        assert_eq!(resume_point(Some(&holding(256))).1.len(), 256);
+        // More than the server takes: none named, so every chain counts as held.
+        assert_eq!(resume_point(Some(&holding(257))), (7, Vec::new()));
     }
 }

@@ -42,11 +42,11 @@ type WatchRequest struct {
 	// The client library and its version, "language/version", e.g. "go/0.1.0" or "rust/0.1.0";
 	// shown in fleet status beside the agent.
 	Client string `protobuf:"bytes,6,opt,name=client,proto3" json:"client,omitempty"`
-	// The chains the agent's config at `known_revision` holds (at most 256). A chain the Watch
-	// selects that is not among them is sent at once, however old its publication: a chain added
-	// to the agent's selection, or one its cached config was written without. Empty: every chain
-	// counts as held (clients from before this field), so only publications newer than
-	// `known_revision` are sent.
+	// The chains the agent's config at `known_revision` holds (at most 256 distinct names; an
+	// agent holding more sends none). A chain the Watch selects that is not among them is sent
+	// at once, however old its publication: a chain added to the agent's selection, or one its
+	// cached config was written without. Empty: every chain counts as held (clients from before
+	// this field), so only publications newer than `known_revision` are sent.
 	KnownChains []string `protobuf:"bytes,7,rep,name=known_chains,json=knownChains,proto3" json:"known_chains,omitempty"`
 }
 
