@@ -203,23 +203,42 @@ async fn serve(common: Common, listen: Listen, demo: bool) -> anyhow::Result<()>
     let app = budgetd::App::build(settings).await?;
     if let Some(file) = app.admin_token_file() {
         // Only where it is: stdout ends up in logs, the token must not.
-        println!("budgetd: admin token written to {}", file.display());
-        println!(
+        banner(format_args!(
+            "budgetd: admin token written to {}",
+            file.display()
+        ));
+        banner(format_args!(
             "budgetd:   use it with: export BUDGETD_TOKEN=$(cat {})",
             file.display()
-        );
+        ));
     }
     if demo && app.load_demo().await? {
-        println!("budgetd: loaded the demo chain `checkout` (SPEC example A, approved)");
+        banner(format_args!(
+            "budgetd: loaded the demo chain `checkout` (SPEC example A, approved)"
+        ));
     }
     let scheme = if app.tls().is_some() { "https" } else { "http" };
-    println!("budgetd: HTTP API on {scheme}://{}/api/v1", app.http_addr());
-    println!("budgetd: web console on {scheme}://{}/", app.http_addr());
-    println!(
+    banner(format_args!(
+        "budgetd: HTTP API on {scheme}://{}/api/v1",
+        app.http_addr()
+    ));
+    banner(format_args!(
+        "budgetd: web console on {scheme}://{}/",
+        app.http_addr()
+    ));
+    banner(format_args!(
         "budgetd: gRPC (budget.v1.BudgetControl) on {}",
         app.grpc_addr()
-    );
+    ));
     app.run_until_stopped(shutdown_signal()).await
+}
+
+/// A line of the startup banner on stdout; a stdout closed meanwhile (`budgetd serve | head`)
+/// is no reason to stop serving.
+fn banner(line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
 
 async fn token(command: TokenCommand) -> anyhow::Result<()> {

@@ -274,3 +274,48 @@ async fn two_processes_failover_and_archive_exactly_once() {
     drop(a);
     let _ = s3.stop().await;
 }
+
+/// `budgetd serve | head -1`: stdout's reader is gone before the banner is printed, and the
+/// server serves all the same (before, the banner's first line panicked on the closed pipe).
+#[test]
+fn a_closed_stdout_does_not_stop_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .to_string()
+    };
+    let (http, grpc) = (free(), free());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_budgetd"))
+        .args(["serve", "--http", &http, "--grpc", &grpc, "--demo"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("BUDGETD_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("budgetd starts");
+    drop(child.stdout.take());
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut serving = false;
+    while !serving && std::time::Instant::now() < deadline && child.try_wait().unwrap().is_none() {
+        serving = std::net::TcpStream::connect(&http).is_ok_and(|mut tcp| {
+            use std::io::{Read as _, Write as _};
+            let _ = tcp.write_all(b"GET /healthz HTTP/1.0\r\n\r\n");
+            let mut answer = String::new();
+            let _ = tcp.read_to_string(&mut answer);
+            answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200")
+        });
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = child.try_wait().unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(status, None, "budgetd exited with its stdout closed");
+    assert!(serving, "budgetd never answered /healthz");
+}
