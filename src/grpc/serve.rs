@@ -129,7 +129,7 @@ async fn connection<IO>(
         .map(|pp| tokio::spawn(keepalive(pp, dead_tx)));
     let mut hub = control.hub.subscribe();
     let mut state = hub.borrow_and_update().clone();
-    let mut watches = Watches::new(control.fleet.clone(), http2.max_send_buffer);
+    let mut watches = Watches::new(control.fleet.clone());
     // Boxed: the channel's first block holds 32 of them, for every connection (3.4 KiB unboxed).
     let (opened_tx, mut opened) = mpsc::unbounded_channel::<Box<Opened>>();
     let stopping = loop {

@@ -171,35 +171,42 @@ struct Pending<'s> {
 }
 
 impl Stream {
-    /// Calls `f` with each chain's entry the stream selects: a canary's where one selects the
-    /// agent.
-    fn for_each_selected<'s>(&self, state: &'s HubState, f: impl FnMut(&'s Arc<ChainEntry>)) {
+    /// Calls `f` with the chain entry of each chain the stream selects, and the entry the
+    /// agent gets of it: a canary's where one selects the agent.
+    fn for_each_selected<'s>(
+        &self,
+        state: &'s HubState,
+        mut f: impl FnMut(&'s Arc<ChainEntry>, &'s Arc<ChainEntry>),
+    ) {
         let member = &self.member;
         match &self.selection {
             Selection::Chains(set) => set
                 .iter()
                 .filter_map(|c| state.get(c))
-                .map(|e| e.for_agent(member))
-                .for_each(f),
+                .for_each(|e| f(e, e.for_agent(member))),
             Selection::Service(service) => state
                 .values()
-                .map(|e| e.for_agent(member))
-                .filter(|e| e.involves(service))
-                .for_each(f),
+                .filter(|e| e.for_agent(member).involves(service))
+                .for_each(|e| f(e, e.for_agent(member))),
         }
     }
 
     /// At open: the chains the agent resumes with (at most its known revision, and among
     /// `held` when it named them) count as sent, and fleet status shows it receiving them.
-    /// Every other chain it selects is sent, whatever its revision.
+    /// Every other chain it selects is sent, whatever its revision; so is a chain with a
+    /// canary published at or below the agent's revision, as the agent may hold either the
+    /// canary or the chain's own entry (its labels may have changed since).
     fn adopt_held(&mut self, state: &HubState, held: Option<&BTreeSet<String>>) {
         if self.known <= 0 {
             return;
         }
         let mut adopted: Vec<(String, i64)> = Vec::new();
-        self.for_each_selected(state, |e| {
+        self.for_each_selected(state, |base, e| {
             let chain = &e.live.chain;
-            if e.revision() <= self.known && held.is_none_or(|h| h.contains(chain)) {
+            let either = base
+                .canary()
+                .is_some_and(|(_, canary)| canary.revision() <= self.known);
+            if !either && e.revision() <= self.known && held.is_none_or(|h| h.contains(chain)) {
                 adopted.push((chain.clone(), e.revision()));
             }
         });
@@ -217,7 +224,7 @@ impl Stream {
     fn pending<'s>(&self, state: &'s HubState) -> Option<Pending<'s>> {
         let mut revision = self.known;
         let mut entries: Vec<&'s Arc<ChainEntry>> = Vec::new();
-        self.for_each_selected(state, |entry| {
+        self.for_each_selected(state, |_, entry| {
             let rev = entry.revision();
             revision = revision.max(rev);
             // A chain not sent yet was not held at open (`adopt_held`).
@@ -245,11 +252,13 @@ impl Stream {
         })
     }
 
-    /// Sends what the stream lacks, if the peer's window takes it (otherwise its waker fires
-    /// when the window grows); `false` once the stream is gone. h2 never gives a stream more
-    /// capacity than `send_buffer` (its `max_send_buffer_size`): a larger update is sent once
-    /// that much is free, and h2 holds the rest until the peer's window takes it.
-    fn deliver(&mut self, state: &HubState, send_buffer: usize) -> bool {
+    /// Sends what the stream lacks once the peer's window takes some of it (otherwise its
+    /// waker fires when the window grows); `false` once the stream is gone. h2 holds the part
+    /// the window does not take yet, and gives the stream no capacity while it does, so a
+    /// stream whose agent stops reading holds one update, and the newest is sent when it reads.
+    /// (Waiting for room for the whole update never ends for one larger than the peer's
+    /// window, 64 KiB by default, or than the stream's send buffer.)
+    fn deliver(&mut self, state: &HubState) -> bool {
         let Some(p) = self.pending(state) else {
             self.blocked = false;
             return true;
@@ -261,8 +270,7 @@ impl Stream {
         self.send.reserve_capacity(p.frame.len());
         self.hook.muted.store(false, Ordering::Relaxed);
         let mut cx = Context::from_waker(&self.waker);
-        let needed = p.frame.len().min(send_buffer);
-        while self.send.capacity() < needed {
+        while self.send.capacity() == 0 {
             match self.send.poll_capacity(&mut cx) {
                 // Grown meanwhile: look again (the next poll is pending until it grows again).
                 Poll::Ready(Some(Ok(_))) => continue,
@@ -299,12 +307,12 @@ impl Stream {
 
     /// The stream's waker fired: `false` when the peer reset or closed it; otherwise it is
     /// watched again and, if it was blocked, sent its newest update when the window takes it.
-    fn woken(&mut self, state: &HubState, send_buffer: usize) -> bool {
+    fn woken(&mut self, state: &HubState) -> bool {
         let mut cx = Context::from_waker(&self.waker);
         if self.send.poll_reset(&mut cx).is_ready() {
             return false;
         }
-        !self.blocked || self.deliver(state, send_buffer)
+        !self.blocked || self.deliver(state)
     }
 }
 
@@ -349,18 +357,14 @@ pub struct Watches {
     streams: slab::Slab<Stream>,
     woken: Arc<Woken>,
     fleet: Fleet,
-    /// The connection's `max_send_buffer_size`: the most capacity h2 gives one stream.
-    send_buffer: usize,
 }
 
 impl Watches {
-    /// The streams of a connection whose `max_send_buffer_size` is `send_buffer`.
-    pub fn new(fleet: Fleet, send_buffer: usize) -> Self {
+    pub fn new(fleet: Fleet) -> Self {
         Self {
             streams: slab::Slab::new(),
             woken: Arc::default(),
             fleet,
-            send_buffer: send_buffer.max(1),
         }
     }
 
@@ -409,18 +413,14 @@ impl Watches {
         };
         let stream = self.streams.insert(stream);
         self.streams[stream].adopt_held(state, held.as_ref());
-        let buffer = self.send_buffer;
-        if !(self.streams[stream].deliver(state, buffer)
-            && self.streams[stream].woken(state, buffer))
-        {
+        if !(self.streams[stream].deliver(state) && self.streams[stream].woken(state)) {
             self.streams.remove(stream);
         }
     }
 
     /// Sends every stream what it lacks of the hub's `state`.
     pub fn deliver(&mut self, state: &HubState) {
-        let buffer = self.send_buffer;
-        self.streams.retain(|_, s| s.deliver(state, buffer));
+        self.streams.retain(|_, s| s.deliver(state));
     }
 
     /// Looks at the streams whose waker fired: forgets those the peer reset or closed, sends
@@ -441,7 +441,7 @@ impl Watches {
         for key in keys {
             // A key may be gone, or taken since by a newer stream: looking again is harmless.
             if let Some(s) = self.streams.get_mut(key) {
-                if !s.woken(state, self.send_buffer) {
+                if !s.woken(state) {
                     self.streams.remove(key);
                 }
             }

@@ -221,7 +221,7 @@ pub async fn watch(state: &AppState, principal: &Principal, req: WatchRequest) -
             )));
         }
         for c in &req.chains {
-            check_chain_name(c)?;
+            check_watched_chain("chains", c)?;
         }
         Selection::Chains(req.chains.iter().cloned().collect())
     };
@@ -287,10 +287,19 @@ fn held_chains(known_chains: &[String]) -> ApiResult<Option<BTreeSet<String>>> {
         )));
     }
     for c in &held {
-        check_chain_name(c)
-            .map_err(|e| ApiError::bad_request(format!("known_chains: {}", e.message)))?;
+        check_watched_chain("known_chains", c)?;
     }
     Ok(Some(held))
+}
+
+/// A chain name an agent sent in `field`, checked like any chain name; refused without echoing
+/// it (what agents send is not repeated back, docs/limits.md).
+fn check_watched_chain(field: &str, chain: &str) -> ApiResult<()> {
+    check_chain_name(chain).map_err(|_| {
+        ApiError::bad_request(format!(
+            "{field}: invalid chain name: use 1-64 lowercase letters, digits, '-', '_' or '.', starting with a letter or digit"
+        ))
+    })
 }
 
 /// The revision a Watch resumes from: the one the agent says it has, unless no publication

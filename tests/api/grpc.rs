@@ -539,11 +539,13 @@ async fn chains_not_held_are_sent_whatever_their_revision(app: &TestApp) {
         let e = c.watch(authed(&agent, req)).await.unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
         assert!(e.message().contains(expected), "{e:?}");
+        assert!(!e.message().contains("Not A Chain"), "echoed: {e:?}");
     }
 }
 
-/// An update larger than a stream's send buffer (64 KiB: h2 never gives a stream more
-/// capacity than that) is sent whole: a chain of 900 segments, about 100 KB on the wire.
+/// An update larger than the peer's window and the stream's send buffer (both 64 KiB) is
+/// sent: a chain of 900 segments, about 100 KB on the wire, to a client with HTTP/2's default
+/// windows. Before, the stream waited for room for the whole update, which never came.
 async fn an_update_larger_than_the_send_buffer_is_delivered(app: &TestApp) {
     let p = app.people().await;
     let agent = app.token("agent", "wide-agent").await;
@@ -578,13 +580,16 @@ async fn an_update_larger_than_the_send_buffer_is_delivered(app: &TestApp) {
         .json()["revision"]
         .as_i64()
         .unwrap();
-    let mut c = client(app).await;
-    let mut s = c
-        .watch(authed(&agent, watch_req("wide-1", &["wide"], "api", 0)))
-        .await
-        .unwrap()
-        .into_inner();
-    let u = next(&mut s).await;
+    // A client with HTTP/2's default windows (65,535 bytes), as grpc-go starts with.
+    let addr = app
+        .grpc_url()
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
+    let (h2, connection) = crate::streams::connect(addr, None).await;
+    tokio::spawn(connection);
+    let (_send, mut body) = crate::streams::watch_on(h2, &agent, "wide-1", &["wide"]).await;
+    let u = crate::streams::read_update(&mut body, Vec::new()).await;
     assert_eq!((u.revision, u.chains[0].segments.len()), (revision, 900));
     let bytes = budget_proto::codec::frame(&u).len();
     assert!(
@@ -593,7 +598,55 @@ async fn an_update_larger_than_the_send_buffer_is_delivered(app: &TestApp) {
     );
 }
 
+/// An agent resuming at or after a canary's revision may hold the canary or the chain's own
+/// baseline (its labels may have changed since): it is sent the one it gets now.
+async fn a_resume_after_a_canary_is_sent_what_the_agent_gets_now(app: &TestApp) {
+    let p = app.people().await;
+    let agent = app.token("agent", "order-agent").await;
+    let (a, _, c) = crate::canary::a_live_and_c_drafted(app, &p).await;
+    let canary = json!({"canary": {"labels": {"zone": "a"}}, "bake_s": 600, "auto": false});
+    let rev_c = crate::canary::approve_with(app, &p.approver, &c, canary)
+        .await
+        .expect(200)
+        .json()["revision"]
+        .as_i64()
+        .unwrap();
+    let c_client = client(app).await;
+    let watch = |zone: &str, known: i64| {
+        let mut req = watch_req("cl-m", &["checkout"], "order", known);
+        req.labels.insert("zone".into(), zone.into());
+        if known > 0 {
+            req.known_chains = vec!["checkout".into()];
+        }
+        let (mut c_client, req) = (c_client.clone(), authed(&agent, req));
+        async move { c_client.watch(req).await.unwrap().into_inner() }
+    };
+    let mut first = watch("a", 0).await;
+    let u = next(&mut first).await;
+    assert_eq!(
+        (u.revision, u.chains[0].baseline_id.as_str()),
+        (rev_c, c.as_str())
+    );
+    drop(first);
+    // Moved out of zone a: the chain's own baseline, at the revision it resumed at.
+    let mut moved = watch("b", rev_c).await;
+    let u = next(&mut moved).await;
+    assert_eq!(
+        (u.revision, u.chains[0].baseline_id.as_str()),
+        (rev_c, a.as_str())
+    );
+    drop(moved);
+    // Back in zone a: the canary again.
+    let mut back = watch("a", rev_c).await;
+    let u = next(&mut back).await;
+    assert_eq!(
+        (u.revision, u.chains[0].baseline_id.as_str()),
+        (rev_c, c.as_str())
+    );
+}
+
 crate::on_both_backends!(
+    a_resume_after_a_canary_is_sent_what_the_agent_gets_now,
     an_update_larger_than_the_send_buffer_is_delivered,
     watch_snapshot_update_resume_rollback,
     grpc_auth_and_input,

@@ -69,29 +69,57 @@ async fn within<T>(step: &str, fut: impl std::future::Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("{step}: no answer within 20 s"))
 }
 
-/// An HTTP/2 connection to the server's gRPC port whose streams' windows are 8 bytes, too
-/// small for the demo chain's snapshot; the connection is the caller's to drive.
+/// An HTTP/2 connection to the gRPC port at `addr`, its streams' windows `window` bytes
+/// (HTTP/2's default of 65,535 when `None`); the connection is the caller's to drive.
+pub async fn connect(
+    addr: std::net::SocketAddr,
+    window: Option<u32>,
+) -> (
+    h2::client::SendRequest<Bytes>,
+    h2::client::Connection<tokio::net::TcpStream, Bytes>,
+) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut builder = h2::client::Builder::new();
+    if let Some(window) = window {
+        builder.initial_window_size(window);
+    }
+    builder.handshake::<_, Bytes>(tcp).await.unwrap()
+}
+
+/// A connection whose streams' windows are closed (0 bytes): no update fits.
 async fn small_window(
     server: &ServerProcess,
 ) -> (
     h2::client::SendRequest<Bytes>,
     h2::client::Connection<tokio::net::TcpStream, Bytes>,
 ) {
-    let tcp = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
-    h2::client::Builder::new()
-        .initial_window_size(8)
-        .handshake::<_, Bytes>(tcp)
-        .await
-        .unwrap()
+    connect(server.grpc, Some(0)).await
 }
 
-/// Opens a Watch of `checkout` as `agent_id` on `client`; returns its request half, its body
-/// and what arrived of the body within 300 ms (at most the 8 bytes of the window).
+/// Opens a Watch of `checkout` as `agent_id` on a connection with closed windows; returns its
+/// request half, its body and what arrived of the body within 300 ms (nothing).
 async fn open_watch(
     client: h2::client::SendRequest<Bytes>,
     token: &str,
     agent_id: &str,
 ) -> (h2::SendStream<Bytes>, h2::RecvStream, Vec<u8>) {
+    let (send, mut body) = watch_on(client, token, agent_id, &["checkout"]).await;
+    let mut got = Vec::new();
+    if let Ok(Some(Ok(chunk))) = tokio::time::timeout(Duration::from_millis(300), body.data()).await
+    {
+        got.extend_from_slice(&chunk);
+    }
+    assert!(got.is_empty(), "{} bytes past a closed window", got.len());
+    (send, body, got)
+}
+
+/// Opens a Watch of `chains` as `agent_id` on `client`: its request half and its body.
+pub async fn watch_on(
+    client: h2::client::SendRequest<Bytes>,
+    token: &str,
+    agent_id: &str,
+    chains: &[&str],
+) -> (h2::SendStream<Bytes>, h2::RecvStream) {
     let mut client = within("HTTP/2 ready", client.ready()).await.unwrap();
     let req = http::Request::post("/budget.v1.BudgetControl/Watch")
         .header("content-type", "application/grpc")
@@ -102,23 +130,35 @@ async fn open_watch(
     let (response, mut send) = client.send_request(req, false).unwrap();
     let watch = WatchRequest {
         agent_id: agent_id.into(),
-        chains: vec!["checkout".into()],
+        chains: chains.iter().map(|c| c.to_string()).collect(),
         ..Default::default()
     };
     send.send_data(frame(&watch), true).unwrap();
     let response = within("Watch response headers", response).await.unwrap();
     assert_eq!(response.status(), 200);
-    let mut body = response.into_body();
-    let mut got = Vec::new();
-    if let Ok(Some(Ok(chunk))) = tokio::time::timeout(Duration::from_millis(300), body.data()).await
-    {
-        got.extend_from_slice(&chunk);
-    }
-    assert!(got.len() <= 8, "{} bytes past an 8-byte window", got.len());
-    (send, body, got)
+    (send, response.into_body())
 }
 
-/// Agents whose stream window (8 bytes) cannot take the demo chain's snapshot: the server
+/// The first whole update on `body` (after the bytes already in `got`), the window given back
+/// as it is read.
+pub async fn read_update(body: &mut h2::RecvStream, mut got: Vec<u8>) -> BudgetUpdate {
+    within("the whole update", async {
+        loop {
+            if got.len() >= 5 {
+                let len = u32::from_be_bytes(got[1..5].try_into().unwrap()) as usize;
+                if got.len() >= 5 + len {
+                    break unframe(&got[..5 + len], "BudgetUpdate").unwrap();
+                }
+            }
+            let chunk = body.data().await.expect("stream open").unwrap();
+            let _ = body.flow_control().release_capacity(chunk.len());
+            got.extend_from_slice(&chunk);
+        }
+    })
+    .await
+}
+
+/// Agents whose stream window (closed) cannot take the demo chain's snapshot: the server
 /// holds it until the window opens. When the agents then reset their streams, the server
 /// forgets them (they show as disconnected) and stays idle. Before, the connection's task
 /// polled each reset stream's window in a loop until its once-a-second sweep: a core busy for
@@ -186,23 +226,10 @@ async fn a_blocked_stream_is_sent_its_update_when_the_window_opens() {
             }
         }
     });
-    let (send, mut body, mut got) = open_watch(client, &token, "opened-1").await;
+    let (send, mut body, got) = open_watch(client, &token, "opened-1").await;
 
     open_tx.send(()).unwrap();
-    let update: BudgetUpdate = within("the whole update", async {
-        loop {
-            if got.len() >= 5 {
-                let len = u32::from_be_bytes(got[1..5].try_into().unwrap()) as usize;
-                if got.len() >= 5 + len {
-                    break unframe(&got[..5 + len], "BudgetUpdate").unwrap();
-                }
-            }
-            let chunk = body.data().await.expect("stream open").unwrap();
-            let _ = body.flow_control().release_capacity(chunk.len());
-            got.extend_from_slice(&chunk);
-        }
-    })
-    .await;
+    let update = read_update(&mut body, got).await;
     assert_eq!(update.chains.len(), 1);
     assert_eq!(update.chains[0].chain, "checkout");
     assert!(update.revision > 0);
