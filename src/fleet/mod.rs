@@ -20,12 +20,13 @@ use std::time::{Duration, Instant};
 
 pub mod claims;
 mod cohorts;
+mod liveness;
 
 use cohorts::Cohorts;
 
 use crate::clock::now;
 use crate::config::AgentSettings;
-use crate::store::{AgentClaim, AgentStatus, Store, StoreError, StoreResult};
+use crate::store::{AgentClaim, AgentStatus, Store, StoreError};
 
 /// One agent's status; shared by its streams and the fleet.
 #[derive(Debug)]
@@ -428,49 +429,6 @@ impl Fleet {
         (self.retention / 4).min(Duration::from_secs(3600))
     }
 
-    /// How often this replica beats: six times per [`AgentSettings::replica_silence`].
-    pub fn beat_every(&self) -> Duration {
-        self.silence / 6
-    }
-
-    /// Records in the store that this replica's process is alive, so that its agents read as
-    /// connected on every replica.
-    pub async fn beat(&self) -> StoreResult<()> {
-        let now = chrono::Utc::now();
-        let stamp = |t: chrono::DateTime<chrono::Utc>| {
-            t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-        };
-        let forget =
-            now - chrono::Duration::from_std(self.retention).unwrap_or(chrono::Duration::MAX);
-        self.store
-            .beat_replica(&self.process, &self.replica, &stamp(now), &stamp(forget))
-            .await
-    }
-
-    /// `agents` as fleet status shows them: an agent whose replica process has not beaten
-    /// within `agents.replica_silence_secs` (killed, or its host lost) is not connected,
-    /// whatever its entry last said.
-    pub async fn with_liveness(
-        &self,
-        mut agents: Vec<AgentStatus>,
-    ) -> StoreResult<Vec<AgentStatus>> {
-        if !agents.iter().any(|a| a.connected && !a.process.is_empty()) {
-            return Ok(agents);
-        }
-        let since = chrono::Utc::now()
-            - chrono::Duration::from_std(self.silence).unwrap_or(chrono::Duration::MAX);
-        let live = self
-            .store
-            .live_processes(&since.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-            .await?;
-        for a in &mut agents {
-            if a.connected && !a.process.is_empty() && !live.contains(&a.process) {
-                a.connected = false;
-            }
-        }
-        Ok(agents)
-    }
-
     /// The oldest `last_seen` of an agent still shown: now minus the retention period.
     pub fn seen_since(&self) -> String {
         let cutoff = chrono::Utc::now()
@@ -595,22 +553,6 @@ impl Fleet {
                 if last_sweep.is_none_or(|t| t.elapsed() >= sweep) {
                     fleet.expire().await;
                     last_sweep = Some(Instant::now());
-                }
-            }
-        })
-    }
-
-    /// Beats every [`Self::beat_every`], the first at once. A failed beat is logged and
-    /// retried at the next; six in a row make this replica's agents read as disconnected.
-    pub fn spawn_beats(&self) -> tokio::task::JoinHandle<()> {
-        let fleet = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(fleet.beat_every());
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                if let Err(e) = fleet.beat().await {
-                    tracing::warn!(error = %e, "fleet: recording that this replica is alive failed");
                 }
             }
         })
