@@ -13,7 +13,7 @@ use budget_core::Topology;
 use budgetd::store::{self, Audit, Verdict};
 use serde_json::json;
 
-use crate::helpers::draft_a;
+use crate::helpers::{draft_a, publish_new_chain};
 use crate::helpers::{example, spawn_app, Backend, TestApp};
 
 fn config(app: &TestApp, token: &str, id: &str, cache: &std::path::Path) -> AgentConfig {
@@ -313,21 +313,8 @@ async fn a_chain_the_cache_lacks_is_sent_on_reconnect() {
     let token = app.token("agent", "order-agent").await;
     let a_id = draft_a(&app, &p).await;
     app.approve(&p.approver, &a_id).await.expect(200);
-    app.apply_topology(&p.uploader, "checkout-eu", CHECKOUT_TOPOLOGY)
-        .await
-        .expect(201);
-    let eu = app
-        .upload(&p.uploader, "checkout-eu", example(CHECKOUT_RUN_A))
-        .await
-        .expect(201)
-        .json();
-    let rev_eu = app
-        .approve(&p.approver, eu["baseline_id"].as_str().unwrap())
-        .await
-        .expect(200)
-        .json()["revision"]
-        .as_i64()
-        .unwrap();
+    let run_a = example(CHECKOUT_RUN_A);
+    let rev_eu = publish_new_chain(&app, &p, "checkout-eu", CHECKOUT_TOPOLOGY, run_a).await;
 
     // The cache: checkout alone, at the newest revision (the agent watched only checkout).
     let cache = tempfile::tempdir().unwrap();

@@ -1252,17 +1252,7 @@ async fn agents_of_a_killed_replica_read_as_disconnected() {
     };
 
     let mut first = ServerProcess::start_in_with(dir.path(), &["--demo"], &env);
-    let token: Value = http
-        .post(first.url("/api/v1/tokens"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"role": "agent", "name": "order-agent"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let token = token["token"].as_str().unwrap().to_owned();
+    let token = crate::streams::agent_token(&first, &http, "order-agent").await;
     let _gone = open(&first, token.clone(), "order-1").await;
     assert!(
         eventually(5, || async {

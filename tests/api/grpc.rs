@@ -11,7 +11,7 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 use tonic::{Code, Streaming};
 
-use crate::helpers::{draft_a, example, TestApp};
+use crate::helpers::{draft_a, example, publish_new_chain, TestApp};
 
 pub async fn client(app: &TestApp) -> BudgetControlClient<Channel> {
     BudgetControlClient::connect(app.grpc_url()).await.unwrap()
@@ -437,20 +437,8 @@ async fn chains_not_held_are_sent_whatever_their_revision(app: &TestApp) {
     let rev_checkout = app.approve(&p.approver, &checkout).await.expect(200).json()["revision"]
         .as_i64()
         .unwrap();
-    app.apply_topology(&p.uploader, "checkout-eu", CHECKOUT_TOPOLOGY)
-        .await
-        .expect(201);
-    let eu = app
-        .upload(&p.uploader, "checkout-eu", example(CHECKOUT_RUN_A))
-        .await
-        .expect(201)
-        .json()["baseline_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let rev_eu = app.approve(&p.approver, &eu).await.expect(200).json()["revision"]
-        .as_i64()
-        .unwrap();
+    let run_a = example(CHECKOUT_RUN_A);
+    let rev_eu = publish_new_chain(app, &p, "checkout-eu", CHECKOUT_TOPOLOGY, run_a).await;
     assert!(rev_checkout < rev_eu);
     let both = ["checkout", "checkout-eu"];
     let resume = |id: &str, held: &[&str]| {
@@ -561,25 +549,8 @@ async fn an_update_larger_than_the_send_buffer_is_delivered(app: &TestApp) {
         measured.push(json!({"id": id, "samples": 100000, "p99_ms": 20, "p999_ms": 40}));
     }
     let topology = json!({"entry_budget_ms": 60000, "segments": segments}).to_string();
-    app.apply_topology(&p.uploader, "wide", &topology)
-        .await
-        .expect(201);
-    let run = app
-        .upload(
-            &p.uploader,
-            "wide",
-            json!({"tool": "test", "segments": measured}),
-        )
-        .await
-        .expect(201)
-        .json();
-    let revision = app
-        .approve(&p.approver, run["baseline_id"].as_str().unwrap())
-        .await
-        .expect(200)
-        .json()["revision"]
-        .as_i64()
-        .unwrap();
+    let run = json!({"tool": "test", "segments": measured});
+    let revision = publish_new_chain(app, &p, "wide", &topology, run).await;
     // A client with HTTP/2's default windows (65,535 bytes), as grpc-go starts with.
     let addr = app
         .grpc_url()

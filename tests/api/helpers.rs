@@ -437,6 +437,27 @@ pub async fn draft_a(app: &TestApp, p: &People) -> String {
         .to_owned()
 }
 
+/// A new chain `chain` of `topology` with `run` approved as its first baseline: the
+/// publication's revision.
+pub async fn publish_new_chain(
+    app: &TestApp,
+    p: &People,
+    chain: &str,
+    topology: &str,
+    run: Value,
+) -> i64 {
+    app.apply_topology(&p.uploader, chain, topology)
+        .await
+        .expect(201);
+    let draft = app.upload(&p.uploader, chain, run).await.expect(201).json();
+    app.approve(&p.approver, draft["baseline_id"].as_str().unwrap())
+        .await
+        .expect(200)
+        .json()["revision"]
+        .as_i64()
+        .unwrap()
+}
+
 /// Uploads `run` to `checkout` (it must open a draft) and approves it as the approver;
 /// returns the baseline id and the publication's revision.
 pub async fn publish_run(app: &TestApp, p: &People, run: &str) -> (String, i64) {

@@ -14,11 +14,12 @@ use crate::helpers::{cpu_ticks, ServerProcess, ADMIN_TOKEN};
 /// Streams opened in the test.
 const STREAMS: usize = 20;
 
-async fn agent_token(server: &ServerProcess, http: &reqwest::Client) -> String {
+/// A new agent token `name` on `server`.
+pub async fn agent_token(server: &ServerProcess, http: &reqwest::Client, name: &str) -> String {
     let created: Value = http
         .post(server.url("/api/v1/tokens"))
         .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"name": "blocked-agents", "role": "agent"}))
+        .json(&json!({"name": name, "role": "agent"}))
         .send()
         .await
         .unwrap()
@@ -169,7 +170,7 @@ async fn blocked_streams_reset_by_their_agents_are_forgotten_without_spinning() 
         .await
         .unwrap();
     let http = reqwest::Client::new();
-    let token = agent_token(&server, &http).await;
+    let token = agent_token(&server, &http, "blocked-agents").await;
 
     let (client, connection) = small_window(&server).await;
     tokio::spawn(connection);
@@ -210,7 +211,7 @@ async fn a_blocked_stream_is_sent_its_update_when_the_window_opens() {
         .await
         .unwrap();
     let http = reqwest::Client::new();
-    let token = agent_token(&server, &http).await;
+    let token = agent_token(&server, &http, "blocked-agents").await;
 
     let (client, mut connection) = small_window(&server).await;
     let (open_tx, mut open_rx) = tokio::sync::oneshot::channel::<()>();
