@@ -18,6 +18,11 @@ pub fn rfc3339_ms(unix_ms: i64) -> String {
         .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
+/// Now minus `d`, as stored and shown.
+pub fn before(d: std::time::Duration) -> String {
+    rfc3339_ms(now_ms().saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
+}
+
 /// Now plus `d`, as stored and shown.
 pub fn after(d: std::time::Duration) -> String {
     rfc3339_ms(now_ms().saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))

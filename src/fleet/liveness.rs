@@ -1,9 +1,12 @@
 //! Replica liveness: each process records that it is alive in the store, and fleet status
 //! shows the agents of a process that stopped (killed, host lost) as disconnected.
 
-use super::Fleet;
-use crate::store::{AgentStatus, StoreResult};
+use std::collections::HashSet;
 use std::time::Duration;
+
+use super::Fleet;
+use crate::clock;
+use crate::store::{AgentStatus, StoreResult};
 
 impl Fleet {
     /// How often this replica beats: six times per [`crate::config::AgentSettings::replica_silence`].
@@ -14,39 +17,31 @@ impl Fleet {
     /// Records in the store that this replica's process is alive, so that its agents read as
     /// connected on every replica.
     pub async fn beat(&self) -> StoreResult<()> {
-        let now = chrono::Utc::now();
-        let stamp = |t: chrono::DateTime<chrono::Utc>| {
-            t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-        };
-        let forget =
-            now - chrono::Duration::from_std(self.retention).unwrap_or(chrono::Duration::MAX);
         self.store
-            .beat_replica(&self.process, &self.replica, &stamp(now), &stamp(forget))
+            .beat_replica(
+                &self.process,
+                &self.replica,
+                &clock::now(),
+                &clock::before(self.retention),
+            )
             .await
     }
 
-    /// `agents` as fleet status shows them: an agent whose replica process has not beaten
-    /// within `agents.replica_silence_secs` (killed, or its host lost) is not connected,
-    /// whatever its entry last said.
-    pub async fn with_liveness(
-        &self,
-        mut agents: Vec<AgentStatus>,
-    ) -> StoreResult<Vec<AgentStatus>> {
-        if !agents.iter().any(|a| a.connected && !a.process.is_empty()) {
-            return Ok(agents);
-        }
-        let since = chrono::Utc::now()
-            - chrono::Duration::from_std(self.silence).unwrap_or(chrono::Duration::MAX);
-        let live = self
-            .store
-            .live_processes(&since.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-            .await?;
-        for a in &mut agents {
+    /// The replica processes that beat within `agents.replica_silence_secs`.
+    pub async fn live_processes(&self) -> StoreResult<HashSet<String>> {
+        self.store
+            .live_processes(&clock::before(self.silence))
+            .await
+    }
+
+    /// `agents` as fleet status shows them: an agent whose replica process is not among
+    /// `live` (killed, or its host lost) is not connected, whatever its entry last said.
+    pub fn mark_gone(agents: &mut [AgentStatus], live: &HashSet<String>) {
+        for a in agents {
             if a.connected && !a.process.is_empty() && !live.contains(&a.process) {
                 a.connected = false;
             }
         }
-        Ok(agents)
     }
 
     /// Beats every [`Self::beat_every`], the first at once. A failed beat is logged and

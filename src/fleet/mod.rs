@@ -431,9 +431,7 @@ impl Fleet {
 
     /// The oldest `last_seen` of an agent still shown: now minus the retention period.
     pub fn seen_since(&self) -> String {
-        let cutoff = chrono::Utc::now()
-            - chrono::Duration::from_std(self.retention).unwrap_or(chrono::Duration::MAX);
-        cutoff.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        crate::clock::before(self.retention)
     }
 
     /// Writes what changed since the last flush (and connected agents due for a heartbeat),

@@ -184,10 +184,12 @@ impl Stream {
                 .iter()
                 .filter_map(|c| state.get(c))
                 .for_each(|e| f(e, e.for_agent(member))),
-            Selection::Service(service) => state
-                .values()
-                .filter(|e| e.for_agent(member).involves(service))
-                .for_each(|e| f(e, e.for_agent(member))),
+            Selection::Service(service) => state.values().for_each(|e| {
+                let got = e.for_agent(member);
+                if got.involves(service) {
+                    f(e, got);
+                }
+            }),
         }
     }
 
@@ -200,23 +202,22 @@ impl Stream {
         if self.known <= 0 {
             return;
         }
-        let mut adopted: Vec<(String, i64)> = Vec::new();
+        let mut adopted: Vec<&Arc<ChainEntry>> = Vec::new();
         self.for_each_selected(state, |base, e| {
-            let chain = &e.live.chain;
             let either = base
                 .canary()
                 .is_some_and(|(_, canary)| canary.revision() <= self.known);
-            if !either && e.revision() <= self.known && held.is_none_or(|h| h.contains(chain)) {
-                adopted.push((chain.clone(), e.revision()));
+            let held = held.is_none_or(|h| h.contains(&e.live.chain));
+            if !either && held && e.revision() <= self.known {
+                adopted.push(e);
             }
         });
         if adopted.is_empty() {
             return;
         }
-        let mut chains = Vec::with_capacity(adopted.len());
-        for (chain, revision) in adopted {
-            self.sent.insert(chain.clone(), revision);
-            chains.push(chain);
+        let chains: Vec<String> = adopted.iter().map(|e| e.live.chain.clone()).collect();
+        for e in adopted {
+            self.sent.insert(e.live.chain.clone(), e.revision());
         }
         self.slot.delivered(self.known, &chains);
     }

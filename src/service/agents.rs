@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::check_chain_name;
 use crate::auth::{Principal, Role};
 use crate::error::{ApiError, ApiResult, Code};
-use crate::fleet::{AckOutcome, ConnectError, Slot, StreamPermit};
+use crate::fleet::{AckOutcome, ConnectError, Fleet, Slot, StreamPermit};
 use crate::publish::Member;
 use crate::state::AppState;
 use crate::store::{AgentCursor, AgentStatus};
@@ -31,11 +31,12 @@ pub async fn list(
     limit: i64,
 ) -> ApiResult<Vec<AgentStatus>> {
     state.fleet.flush().await;
-    let page = state
+    let mut page = state
         .store
         .list_agents(&state.fleet.seen_since(), after, limit)
         .await?;
-    Ok(state.fleet.with_liveness(page).await?)
+    Fleet::mark_gone(&mut page, &state.fleet.live_processes().await?);
+    Ok(page)
 }
 
 /// The agents seen within the retention period that `keep` selects, read page by page.
@@ -44,16 +45,18 @@ pub(super) async fn agents_where(
     keep: impl Fn(&AgentStatus) -> bool,
 ) -> ApiResult<Vec<AgentStatus>> {
     let since = state.fleet.seen_since();
+    // Whose replica is alive: read once for the whole walk.
+    let live = state.fleet.live_processes().await?;
     let mut kept = Vec::new();
     let mut after = None;
     loop {
-        let page = state
+        let mut page = state
             .store
             .list_agents(&since, after.as_ref(), WALK_PAGE)
             .await?;
         let done = page.len() < usize::try_from(WALK_PAGE).unwrap_or(usize::MAX);
         after = page.last().map(|a| (a.service.clone(), a.agent_id.clone()));
-        let page = state.fleet.with_liveness(page).await?;
+        Fleet::mark_gone(&mut page, &live);
         kept.extend(page.into_iter().filter(|a| keep(a)));
         if done {
             return Ok(kept);
