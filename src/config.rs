@@ -1,5 +1,6 @@
 //! Settings: defaults → TOML file → `BUDGETD_*` environment (`__` nests) → command-line flags.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -7,6 +8,10 @@ use figment::providers::{Format, Serialized, Toml};
 use figment::value::{Dict, Value};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
+
+use self::describe::describe;
+
+mod describe;
 
 /// A secret string: never printed by `Debug`.
 #[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -329,6 +334,16 @@ impl Settings {
                     .then(|| (rest, v.clone()))
             })
             .collect();
+        // Which variable set each key, to name it in an error.
+        let from_env: BTreeMap<String, String> = vars
+            .iter()
+            .map(|(key, _)| {
+                (
+                    key.replace("__", "."),
+                    format!("BUDGETD_{}", key.to_ascii_uppercase()),
+                )
+            })
+            .collect();
         let mut dict = Dict::new();
         for (key, value) in vars {
             let path: Vec<&str> = key.split("__").collect();
@@ -343,7 +358,7 @@ impl Settings {
         figment = figment.merge(Serialized::defaults(dict));
         figment
             .extract()
-            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))
+            .map_err(|e| anyhow::anyhow!("invalid configuration: {}", describe(e, &from_env)))
     }
 
     /// The database URL in effect.
