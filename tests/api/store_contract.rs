@@ -962,6 +962,62 @@ async fn postgres_replica_beats_contract() {
     replica_beats_contract(Backend::Postgres).await;
 }
 
+/// Two replicas writing the same agents at once, each in its own order (a replica's fleet
+/// status is a map: its order is arbitrary), never deadlock: rows are locked in one order.
+/// PostgreSQL ends one side of a deadlock with an error after a second (`deadlock detected`).
+async fn replicas_write_the_same_agents_in_any_order(backend: Backend) {
+    let Some((_db, a, b)) = two_stores(backend).await else {
+        return;
+    };
+    agent_tokens(&a).await;
+    let t = "2026-01-01T00:00:00.000Z";
+    let fleet: Vec<AgentStatus> = (0..400)
+        .map(|n| agent(&format!("agent-{n:03}"), "order", "hash-a", t))
+        .collect();
+    let mut reversed = fleet.clone();
+    reversed.reverse();
+    let claims = a.claim_agents(&fleet).await.unwrap();
+    assert!(claims.iter().all(|c| matches!(c, AgentClaim::Bound(_))));
+    for round in 0..10 {
+        let (x, y) = tokio::join!(a.upsert_agents(&fleet), b.upsert_agents(&reversed));
+        x.unwrap_or_else(|e| panic!("round {round}, ascending: {e:#}"));
+        y.unwrap_or_else(|e| panic!("round {round}, descending: {e:#}"));
+        let (x, y) = tokio::join!(a.claim_agents(&fleet), b.claim_agents(&reversed));
+        x.unwrap_or_else(|e| panic!("round {round}, claims ascending: {e:#}"));
+        y.unwrap_or_else(|e| panic!("round {round}, claims descending: {e:#}"));
+        let progress = |ids: Vec<String>| AgentProgress {
+            token_id: "hash-a".into(),
+            delivered: round,
+            acked: round,
+            agent_ids: ids,
+        };
+        let ids: Vec<String> = fleet.iter().map(|x| x.agent_id.clone()).collect();
+        let (evens, odds): (Vec<String>, Vec<String>) = ids
+            .iter()
+            .cloned()
+            .partition(|id| id.ends_with(['0', '2', '4', '6', '8']));
+        let ascending = [progress(evens.clone()), progress(odds.clone())];
+        let mut descending = [progress(odds), progress(evens)];
+        descending.iter_mut().for_each(|g| g.agent_ids.reverse());
+        let (x, y) = tokio::join!(
+            a.record_progress(Some(t), &[], &ascending),
+            b.record_progress(Some(t), &[], &descending)
+        );
+        x.unwrap_or_else(|e| panic!("round {round}, progress ascending: {e:#}"));
+        y.unwrap_or_else(|e| panic!("round {round}, progress descending: {e:#}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_replicas_write_the_same_agents_in_any_order() {
+    replicas_write_the_same_agents_in_any_order(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_replicas_write_the_same_agents_in_any_order() {
+    replicas_write_the_same_agents_in_any_order(Backend::Postgres).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_agents_contract() {
     agents_contract(Backend::Sqlite).await;

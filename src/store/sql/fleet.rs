@@ -34,6 +34,9 @@ impl Fleet for SqlStore {
         // New, unbound, or bound to a token that no longer exists: taken in one statement per
         // chunk, so two tokens racing for an id cannot both win (on any replica). A taken-over
         // entry keeps the revisions it showed and follows the old token's cohort no more.
+        // In agent-id order, as every write of agents: two replicas writing the same agents
+        // then lock their rows in one order and cannot deadlock (PostgreSQL).
+        unclaimed.sort_by(|&x, &y| agents[x].agent_id.cmp(&agents[y].agent_id));
         let mut won = std::collections::HashSet::new();
         for chunk in unclaimed.chunks(AGENT_CHUNK) {
             let sql = format!(
@@ -119,6 +122,10 @@ impl Fleet for SqlStore {
         }
         // One statement per 1 000 agents, however many changed: a publication delivered to a
         // whole fleet costs a few statements, not one per agent.
+        // In agent-id order: the rows are locked in one order on every replica (see
+        // `claim_agents`).
+        let mut agents: Vec<&AgentStatus> = agents.iter().collect();
+        agents.sort_by(|x, y| x.agent_id.cmp(&y.agent_id));
         let mut tx = self.begin().await?;
         for chunk in agents.chunks(AGENT_CHUNK) {
             // An entry bound to another token is never overwritten (nor one that was expired
@@ -192,6 +199,26 @@ impl Fleet for SqlStore {
         );
         let updated_at = crate::clock::now();
         let mut tx = self.begin().await?;
+        if self.backend == Backend::Postgres {
+            // The statements below lock the agents' rows group by group, in an order of their
+            // own; another replica writing some of the same agents (an agent streaming from
+            // both) could lock them in another, and the two would deadlock. Locked first, in
+            // agent-id order, as every other write of agents takes them.
+            let mut ids: Vec<&str> = cohorts
+                .iter()
+                .flat_map(|c| c.joining.iter())
+                .chain(groups.iter().flat_map(|g| g.agent_ids.iter()))
+                .map(String::as_str)
+                .collect();
+            ids.sort_unstable();
+            sqlx::query(&format!(
+                "SELECT agent_id FROM agents WHERE agent_id IN ({}) ORDER BY agent_id FOR UPDATE",
+                json_ids(self.backend, 1)
+            ))
+            .bind(serde_json::to_string(&ids).map_err(internal)?)
+            .execute(&mut *tx)
+            .await?;
+        }
         for cohort in cohorts {
             // Written whenever agents join, so that they never follow a cohort that was
             // removed meanwhile (expire_agents).
@@ -291,10 +318,15 @@ impl Fleet for SqlStore {
     }
 
     async fn expire_agents(&self, cutoff: &str) -> StoreResult<u64> {
-        let done = sqlx::query("DELETE FROM agents WHERE last_seen < $1")
-            .bind(cutoff)
-            .execute(&self.pool)
-            .await?;
+        // PostgreSQL: the rows locked in agent-id order, as every write of agents takes them.
+        let sql = match self.backend {
+            Backend::Sqlite => "DELETE FROM agents WHERE last_seen < $1",
+            Backend::Postgres => {
+                "DELETE FROM agents WHERE agent_id IN (SELECT agent_id FROM agents \
+                 WHERE last_seen < $1 ORDER BY agent_id FOR UPDATE)"
+            }
+        };
+        let done = sqlx::query(sql).bind(cutoff).execute(&self.pool).await?;
         // A cohort that changed since the cutoff may be about to be joined (its replica
         // writes it in the same transaction as the agents joining it). One scan of the
         // agents: their cohort is not indexed.
