@@ -30,6 +30,8 @@ pub struct App {
     admin_token_file: Option<PathBuf>,
     tls: Option<Arc<Tls>>,
     http_limits: http::serve::Limits,
+    /// `agents.max_connections`: the gRPC listener's connection limit.
+    grpc_connections: usize,
 }
 
 impl App {
@@ -51,6 +53,7 @@ impl App {
         // Unusable certificate files stop the start before anything else, naming the file.
         let tls = Tls::from_settings(&settings.tls)?;
         let http_limits = http::serve::Limits::from_settings(&settings.http_limits)?;
+        let grpc_connections = settings.agents.max_connections;
         settings
             .feedback
             .check()
@@ -122,6 +125,7 @@ impl App {
             admin_token_file,
             tls,
             http_limits,
+            grpc_connections,
         })
     }
 
@@ -199,7 +203,10 @@ impl App {
             self.http_limits,
             stopped(stop_rx.clone()),
         );
-        let http2 = grpc::serve::Http2::default();
+        let http2 = grpc::serve::Http2 {
+            max_connections: self.grpc_connections,
+            ..grpc::serve::Http2::default()
+        };
         let grpc_server: Pin<Box<dyn Future<Output = ()> + Send>> = match &self.tls {
             // One reloadable acceptor per listener, both on the same certificate.
             Some(tls) => Box::pin(grpc::serve::serve(

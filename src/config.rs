@@ -145,6 +145,9 @@ pub struct AgentSettings {
     /// times in this period) before fleet status shows its agents disconnected: a replica
     /// killed or its host lost. Replicas' clocks must agree to well within it.
     pub replica_silence_secs: u64,
+    /// Connections the gRPC listener holds at once; at the limit it accepts no more until one
+    /// closes (new clients wait in the kernel's listen backlog).
+    pub max_connections: usize,
 }
 
 impl Default for AgentSettings {
@@ -154,6 +157,7 @@ impl Default for AgentSettings {
             retention_secs: 24 * 3600,
             reconnect_per_second: 2000,
             replica_silence_secs: 30,
+            max_connections: 20_000,
         }
     }
 }
@@ -166,6 +170,9 @@ impl AgentSettings {
         }
         if !(3..=3600).contains(&self.replica_silence_secs) {
             return Err("agents.replica_silence_secs must be from 3 to 3600".into());
+        }
+        if !(1..=1_000_000).contains(&self.max_connections) {
+            return Err("agents.max_connections must be from 1 to 1000000".into());
         }
         Ok(())
     }

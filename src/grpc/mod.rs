@@ -47,6 +47,19 @@ impl Control {
         Self { state, hub, fleet }
     }
 
+    /// Refuses a call whose headers carry no agent token, before its request is read.
+    pub(crate) async fn authorize_agent(&self, headers: &http::HeaderMap) -> Result<(), ApiError> {
+        let authorization = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        let principal = self
+            .state
+            .agent_tokens
+            .authenticate(&self.state, authorization, Via::Metadata)
+            .await?;
+        agents::require_agent(&principal)
+    }
+
     /// The caller of `req`, from its `authorization` metadata. Agents call often (Watch on
     /// every connect, Ack after every publication, Report every window): their tokens come
     /// from the cache.
@@ -115,6 +128,9 @@ impl BudgetControl for Control {
     }
 }
 
+/// Largest request of the calls that need no token (health, reflection).
+pub const OPEN_REQUEST_MAX: usize = 16 * 1024;
+
 /// The tonic router: BudgetControl, health and reflection.
 pub async fn routes(control: Control) -> anyhow::Result<tonic::service::Routes> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -125,10 +141,11 @@ pub async fn routes(control: Control) -> anyhow::Result<tonic::service::Routes> 
         .register_encoded_file_descriptor_set(budget_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
+    // Health and reflection need no token: their requests are small, and read only so far.
     Ok(
         tonic::service::Routes::new(BudgetControlServer::new(control))
-            .add_service(health_service)
-            .add_service(reflection),
+            .add_service(health_service.max_decoding_message_size(OPEN_REQUEST_MAX))
+            .add_service(reflection.max_decoding_message_size(OPEN_REQUEST_MAX)),
     )
 }
 

@@ -4,8 +4,10 @@
 //! back on the h2 stream.
 
 use std::convert::Infallible;
+use std::future::Future as _;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use h2::server::SendResponse;
@@ -15,44 +17,65 @@ use http_body::{Body, Frame};
 use tower::{Service, ServiceExt as _};
 
 /// An h2 request stream as an [`http_body::Body`]: its data, each chunk's window given back
-/// as it is handed on, then its trailers.
+/// as it is handed on, then its trailers; with a deadline, a request not in full by then
+/// fails `DEADLINE_EXCEEDED`.
 pub struct RecvBody {
     recv: RecvStream,
     data_done: bool,
+    deadline: Option<(Duration, Pin<Box<tokio::time::Sleep>>)>,
 }
 
 impl RecvBody {
-    pub fn new(recv: RecvStream) -> Self {
+    pub fn new(recv: RecvStream, within: Option<Duration>) -> Self {
         Self {
             recv,
             data_done: false,
+            deadline: within.map(|d| (d, Box::pin(tokio::time::sleep(d)))),
         }
     }
 }
 
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 impl Body for RecvBody {
     type Data = Bytes;
-    type Error = h2::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some((within, sleep)) = &mut self.deadline {
+            if sleep.as_mut().poll(cx).is_ready() {
+                // tonic answers a body error that is a `Status` with that status.
+                let status = tonic::Status::deadline_exceeded(format!(
+                    "the request did not arrive in full within {} s",
+                    within.as_secs()
+                ));
+                return Poll::Ready(Some(Err(Box::new(status))));
+            }
+        }
         if !self.data_done {
             match self.recv.poll_data(cx) {
                 Poll::Ready(Some(Ok(data))) => {
                     let _ = self.recv.flow_control().release_capacity(data.len());
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
                 Poll::Ready(None) => self.data_done = true,
                 Poll::Pending => return Poll::Pending,
             }
         }
         match self.recv.poll_trailers(cx) {
-            Poll::Ready(Ok(Some(trailers))) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
-            Poll::Ready(Ok(None)) => Poll::Ready(None),
-            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
+            Poll::Ready(Ok(Some(trailers))) => {
+                self.deadline = None;
+                Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+            }
+            Poll::Ready(Ok(None)) => {
+                self.deadline = None;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e.into()))),
             Poll::Pending => Poll::Pending,
         }
     }
@@ -62,12 +85,17 @@ impl Body for RecvBody {
     }
 }
 
-/// Calls `service` with `req` and sends its response on `respond`.
-pub async fn serve_call<S>(service: S, req: Request<RecvStream>, respond: SendResponse<Bytes>)
-where
+/// Calls `service` with `req` and sends its response on `respond`; the request must arrive in
+/// full `within` that time, if given.
+pub async fn serve_call<S>(
+    service: S,
+    req: Request<RecvStream>,
+    respond: SendResponse<Bytes>,
+    within: Option<Duration>,
+) where
     S: Service<Request<RecvBody>, Response = Response<tonic::body::Body>, Error = Infallible>,
 {
-    let req = req.map(RecvBody::new);
+    let req = req.map(|recv| RecvBody::new(recv, within));
     let Ok(response) = service.oneshot(req).await;
     if let Err(e) = pipe(response, respond).await {
         tracing::debug!(error = %e, "gRPC response not sent in full");

@@ -10,12 +10,13 @@
 //! within [`KEEPALIVE_TIMEOUT`]. Stopping ends the Watch streams (agents reconnect elsewhere),
 //! sends GOAWAY and lets calls in flight finish, for at most [`DRAIN`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt as _};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Semaphore};
 
 use super::pipe::serve_call;
 use super::watch::{open, Opened, Watches};
@@ -27,6 +28,15 @@ pub const WATCH_PATH: &str = "/budget.v1.BudgetControl/Watch";
 pub const DRAIN: Duration = Duration::from_secs(10);
 /// Longest HTTP/2 handshake (the client's preface and settings).
 const HANDSHAKE: Duration = Duration::from_secs(10);
+/// A connection that has had no stream this long is closed (GOAWAY).
+pub const IDLE_WITHOUT_STREAMS: Duration = Duration::from_secs(60);
+/// How often a connection looks whether it has streams.
+const IDLE_CHECK: Duration = Duration::from_secs(15);
+/// The path prefix of the agents' service (Watch, Ack, Report).
+const BUDGET_CONTROL: &str = "/budget.v1.BudgetControl/";
+/// Longest a request other than Watch's (Ack, Report, health, reflection) may take to arrive,
+/// from its headers to its end.
+pub const CALL_REQUEST_WITHIN: Duration = Duration::from_secs(30);
 
 /// HTTP/2 settings of every gRPC connection.
 #[derive(Debug, Clone, Copy)]
@@ -40,6 +50,8 @@ pub struct Http2 {
     pub max_concurrent_streams: u32,
     /// Largest header list a request may carry.
     pub max_header_list: u32,
+    /// Connections held at once (`agents.max_connections`).
+    pub max_connections: usize,
 }
 
 impl Default for Http2 {
@@ -50,6 +62,7 @@ impl Default for Http2 {
             max_send_buffer: 64 * 1024,
             max_concurrent_streams: MAX_CONCURRENT_STREAMS,
             max_header_list: 16 * 1024,
+            max_connections: 20_000,
         }
     }
 }
@@ -81,7 +94,16 @@ pub async fn serve<IO, E>(
     // Each connection task holds a clone; when all are dropped, every connection has ended.
     let (alive, mut all_ended) = mpsc::channel::<()>(1);
     let mut incoming = Box::pin(incoming);
+    let slots = Arc::new(Semaphore::new(http2.max_connections));
     loop {
+        // A slot first: at the limit, nothing is accepted until a connection closes.
+        let slot = tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break, // never closed
+            },
+        };
         let io = tokio::select! {
             _ = stop.wait_for(|s| *s) => break,
             next = incoming.next() => match next {
@@ -97,7 +119,7 @@ pub async fn serve<IO, E>(
             (routes.clone(), control.clone(), stop.clone(), alive.clone());
         tokio::spawn(async move {
             connection(io, routes, control, http2, stop).await;
-            drop(alive);
+            drop((alive, slot));
         });
     }
     // Closed at once: while the connections drain, an agent's new connection is refused (it
@@ -132,15 +154,32 @@ async fn connection<IO>(
     let mut watches = Watches::new(control.fleet.clone());
     // Boxed: the channel's first block holds 32 of them, for every connection (3.4 KiB unboxed).
     let (opened_tx, mut opened) = mpsc::unbounded_channel::<Box<Opened>>();
+    // A connection without a stream for IDLE_WITHOUT_STREAMS is sent GOAWAY (agents always
+    // hold a Watch stream; one between reconnects comes back on a new connection).
+    let mut idle_check =
+        tokio::time::interval_at(tokio::time::Instant::now() + IDLE_CHECK, IDLE_CHECK);
+    idle_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut idle_since: Option<tokio::time::Instant> = None;
     let stopping = loop {
         tokio::select! {
             _ = stop.wait_for(|s| *s) => break true,
+            _ = idle_check.tick() => {
+                if conn.has_streams() {
+                    idle_since = None;
+                } else {
+                    let since = *idle_since.get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() + IDLE_CHECK >= IDLE_WITHOUT_STREAMS {
+                        tracing::debug!("gRPC connection without streams; closing");
+                        conn.graceful_shutdown();
+                    }
+                }
+            }
             accepted = conn.accept() => match accepted {
                 Some(Ok((req, respond))) => {
                     if req.uri().path() == WATCH_PATH {
                         tokio::spawn(open(control.clone(), req, respond, opened_tx.clone()));
                     } else {
-                        tokio::spawn(serve_call(routes.clone(), req, respond));
+                        tokio::spawn(call(control.clone(), routes.clone(), req, respond));
                     }
                 }
                 Some(Err(e)) => {
@@ -187,6 +226,26 @@ async fn connection<IO>(
         }
     };
     let _ = tokio::time::timeout(DRAIN, drain).await;
+}
+
+/// Serves a call other than Watch. A call of `budget.v1.BudgetControl` (Ack, Report) is
+/// refused from its headers unless it carries an agent token, before any of its request is
+/// read; every request must arrive in full within [`CALL_REQUEST_WITHIN`].
+async fn call(
+    control: Control,
+    routes: tonic::service::Routes,
+    req: http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+) {
+    let ours = req.uri().path().starts_with(BUDGET_CONTROL);
+    if ours {
+        if let Err(e) = control.authorize_agent(req.headers()).await {
+            let status = tonic::Status::from(e);
+            let _ = respond.send_response(status.into_http::<()>(), true);
+            return;
+        }
+    }
+    serve_call(routes, req, respond, Some(CALL_REQUEST_WITHIN)).await;
 }
 
 /// Pings the peer every [`KEEPALIVE_INTERVAL`]; tells `dead` when a ping is not answered

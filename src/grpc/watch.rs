@@ -1,7 +1,8 @@
 //! Watch streams, served by their connection's task.
 //!
-//! A Watch is opened by a task of its own ([`open`]: the request read within a bound,
-//! authenticated, validated by `service::agents::watch`), then handed to the task of its
+//! A Watch is opened by a task of its own ([`open`]: authenticated from its headers, one of
+//! its token's streams taken, the request read within a size and a time bound, validated by
+//! `service::agents::watch`), then handed to the task of its
 //! HTTP/2 connection, which holds every Watch stream of the connection in [`Watches`]. When the
 //! hub changes, that task sends each stream what it lacks, one pass over the streams: no task
 //! per stream is woken, and a publication leaves in as few writes as the connection needs.
@@ -20,6 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
 
 use budget_proto::codec::{frame, unframe};
 use budget_proto::wire::{BudgetUpdate, WatchRequest};
@@ -45,8 +47,12 @@ fn spread_value(spread: std::time::Duration) -> http::HeaderValue {
     http::HeaderValue::from(u64::try_from(spread.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Largest Watch request read (a request names at most 256 chains and 32 labels).
-pub const MAX_WATCH_REQUEST: usize = 256 * 1024;
+/// Largest Watch request read: the largest valid one (256 chains and 256 held chains of 64
+/// characters, 32 labels of 64 + 256 bytes, ids and client) is about 46 KiB.
+pub const MAX_WATCH_REQUEST: usize = 64 * 1024;
+
+/// Longest a Watch request may take to arrive, from its headers to its end.
+pub const WATCH_REQUEST_WITHIN: Duration = Duration::from_secs(10);
 
 /// A Watch accepted by its opener, for the connection's task to serve.
 pub struct Opened {
@@ -101,6 +107,43 @@ async fn accept(
             "Watch is a gRPC call: POST with content-type application/grpc",
         ));
     }
+    // Who asks, and one of its token's streams, before any of the request is read: a client
+    // without an agent token is refused from its headers, and a token has no more requests
+    // being read than it may hold streams.
+    let authorization = parts
+        .headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let state = &control.state;
+    let principal = state
+        .agent_tokens
+        .authenticate(state, authorization, Via::Metadata)
+        .await?;
+    let permit = agents::take_stream(state, &principal)?;
+    let bytes = tokio::time::timeout(WATCH_REQUEST_WITHIN, read_request(&mut body))
+        .await
+        .map_err(|_| {
+            tonic::Status::deadline_exceeded(format!(
+                "the Watch request did not arrive in full within {} s",
+                WATCH_REQUEST_WITHIN.as_secs()
+            ))
+        })??;
+    let req: WatchRequest = unframe(&bytes, "WatchRequest")
+        .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+    let request = agents::WatchRequest {
+        agent_id: req.agent_id,
+        service: req.service,
+        chains: req.chains,
+        known_revision: req.known_revision,
+        labels: req.labels,
+        client: req.client,
+        known_chains: req.known_chains,
+    };
+    Ok(agents::watch(state, &principal, request, permit).await?)
+}
+
+/// A Watch request's bytes, at most [`MAX_WATCH_REQUEST`].
+async fn read_request(body: &mut RecvStream) -> Result<Vec<u8>, tonic::Status> {
     let mut bytes = Vec::new();
     while let Some(chunk) = body.data().await {
         let chunk =
@@ -113,27 +156,7 @@ async fn accept(
         }
         bytes.extend_from_slice(&chunk);
     }
-    let req: WatchRequest = unframe(&bytes, "WatchRequest")
-        .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
-    let authorization = parts
-        .headers
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    let state = &control.state;
-    let principal = state
-        .agent_tokens
-        .authenticate(state, authorization, Via::Metadata)
-        .await?;
-    let request = agents::WatchRequest {
-        agent_id: req.agent_id,
-        service: req.service,
-        chains: req.chains,
-        known_revision: req.known_revision,
-        labels: req.labels,
-        client: req.client,
-        known_chains: req.known_chains,
-    };
-    Ok(agents::watch(state, &principal, request).await?)
+    Ok(bytes)
 }
 
 /// One open Watch stream.

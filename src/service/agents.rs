@@ -204,10 +204,33 @@ pub struct Watch {
     pub member: Member,
 }
 
-/// Opens a Watch stream for `principal` (an agent token): validates the request, takes one of
-/// the token's streams and binds the agent id to the token (or finds it bound to another).
-pub async fn watch(state: &AppState, principal: &Principal, req: WatchRequest) -> ApiResult<Watch> {
+/// Takes one of `principal`'s Watch streams (an agent token's, at most
+/// `agents.max_streams_per_token` on this replica), before its request is read: a token can
+/// have no more requests being read than it may hold streams.
+pub fn take_stream(state: &AppState, principal: &Principal) -> ApiResult<StreamPermit> {
     require_agent(principal)?;
+    state.fleet.open_stream(&principal.token_id).ok_or_else(|| {
+        tracing::warn!(token = ?principal.name, "watch refused: the token holds its stream limit");
+        ApiError::new(
+            Code::TooManyRequests,
+            format!(
+                "token {:?} already holds {} Watch streams on this replica (agents.max_streams_per_token); close one, or give these agents a token of their own",
+                principal.name,
+                state.fleet.max_streams_per_token()
+            ),
+        )
+    })
+}
+
+/// Opens a Watch stream for `principal` (an agent token) on the stream `permit` it took
+/// ([`take_stream`]): validates the request and binds the agent id to the token (or finds it
+/// bound to another).
+pub async fn watch(
+    state: &AppState,
+    principal: &Principal,
+    req: WatchRequest,
+    permit: StreamPermit,
+) -> ApiResult<Watch> {
     check_id("agent_id", &req.agent_id)?;
     if req.known_revision < 0 {
         return Err(ApiError::bad_request("known_revision must not be negative"));
@@ -231,17 +254,6 @@ pub async fn watch(state: &AppState, principal: &Principal, req: WatchRequest) -
     let held = held_chains(&req.known_chains)?;
     check_labels(&req.labels)?;
     check_client(&req.client)?;
-    let Some(permit) = state.fleet.open_stream(&principal.token_id) else {
-        tracing::warn!(token = ?principal.name, agent = ?req.agent_id, "watch refused: the token holds its stream limit");
-        return Err(ApiError::new(
-            Code::TooManyRequests,
-            format!(
-                "token {:?} already holds {} Watch streams on this replica (agents.max_streams_per_token); close one, or give these agents a token of their own",
-                principal.name,
-                state.fleet.max_streams_per_token()
-            ),
-        ));
-    };
     let known_revision = resume_from(state, &req.agent_id, req.known_revision).await?;
     let labels: BTreeMap<String, String> = req.labels.into_iter().collect();
     let member = Member::new(&req.agent_id, labels.clone());

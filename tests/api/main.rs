@@ -21,6 +21,7 @@ mod fleet;
 mod formats;
 mod fuzz;
 mod grpc;
+mod grpc_listener;
 mod hardening;
 mod idempotency;
 mod kill_rate;

@@ -1,0 +1,188 @@
+//! The gRPC listener's bounds on clients before they hold a stream (docs/limits.md, "gRPC
+//! agents"): a call is refused from its headers unless it carries an agent token, before any
+//! of its request is read; a Watch takes one of its token's streams before its request is
+//! read; a request must arrive in full within a time; connections are limited in number.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use budgetd::config::Settings;
+use bytes::Bytes;
+
+use crate::helpers::{settings_for, spawn_app_on, Backend, TestApp, TestDb};
+
+const WATCH: &str = "/budget.v1.BudgetControl/Watch";
+const ACK: &str = "/budget.v1.BudgetControl/Ack";
+const REPORT: &str = "/budget.v1.BudgetControl/Report";
+
+async fn app_with(tune: impl FnOnce(&mut Settings)) -> TestApp {
+    let db = TestDb::new(Backend::Sqlite).await.expect("SQLite");
+    spawn_app_on(db, |url| {
+        let mut s = settings_for(url);
+        tune(&mut s);
+        s
+    })
+    .await
+}
+
+fn grpc_addr(app: &TestApp) -> SocketAddr {
+    app.grpc_addr
+}
+
+/// Opens a call to `path` with `token` (if any) and sends `body` without ending the request:
+/// the request never arrives in full.
+async fn open_call(
+    addr: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+    body: &[u8],
+) -> (h2::SendStream<Bytes>, h2::client::ResponseFuture) {
+    let (client, connection) = crate::streams::connect(addr, None).await;
+    tokio::spawn(connection);
+    let mut client = client.ready().await.unwrap();
+    let mut req = http::Request::post(path)
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    if let Some(token) = token {
+        req = req.header("authorization", format!("Bearer {token}"));
+    }
+    let (response, mut send) = client.send_request(req.body(()).unwrap(), false).unwrap();
+    if !body.is_empty() {
+        send.send_data(Bytes::copy_from_slice(body), false).unwrap();
+    }
+    (send, response)
+}
+
+/// The gRPC status of a call's answer (trailers-only, or in its trailers), waiting at most
+/// `limit`; `None` if nothing came.
+async fn status_within(
+    response: h2::client::ResponseFuture,
+    limit: Duration,
+) -> Option<(i32, String)> {
+    tokio::time::timeout(limit, async {
+        let response = response.await.unwrap();
+        let headers = response.headers().clone();
+        let status = match headers.get("grpc-status") {
+            Some(_) => headers,
+            None => {
+                let mut body = response.into_body();
+                while body.data().await.is_some() {}
+                body.trailers().await.unwrap().unwrap_or_default()
+            }
+        };
+        let status = tonic::Status::from_header_map(&status).expect("a grpc-status");
+        (status.code() as i32, status.message().to_owned())
+    })
+    .await
+    .ok()
+}
+
+/// Watch, Ack and Report without an agent token are answered from their headers: the server
+/// reads none of the request (which here never ends). Before, the request was read (a Watch's
+/// up to 256 KiB on each of 8,192 streams per connection, without any token) before the token
+/// was looked at, and a request that never ended was never answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_are_refused_from_their_headers_before_their_request_is_read() {
+    let app = app_with(|_| {}).await;
+    let reader = app.token("reader", "dashboards").await;
+    let addr = grpc_addr(&app);
+    for path in [WATCH, ACK, REPORT] {
+        for (who, token, code) in [
+            ("no token", None, 16),
+            ("an unknown token", Some("not-a-token"), 16),
+            ("a reader token", Some(reader.as_str()), 7),
+        ] {
+            let (_send, response) = open_call(addr, path, token, b"\0\0\0").await;
+            let (got, message) = status_within(response, Duration::from_secs(5))
+                .await
+                .unwrap_or_else(|| panic!("{path} with {who}: not answered before its end"));
+            assert_eq!(got, code, "{path} with {who}: {message}");
+        }
+    }
+}
+
+/// A Watch takes one of its token's streams before its request is read: a token at its limit
+/// is refused at once, however many of its requests are still arriving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_takes_its_tokens_stream_before_its_request_is_read() {
+    let app = app_with(|s| s.agents.max_streams_per_token = 2).await;
+    let agent = app.token("agent", "order-agent").await;
+    let addr = grpc_addr(&app);
+    let mut pending = Vec::new();
+    for _ in 0..2 {
+        let (send, response) = open_call(addr, WATCH, Some(&agent), b"\0\0\0").await;
+        let answer = status_within(response, Duration::from_millis(500)).await;
+        assert_eq!(
+            answer, None,
+            "a Watch whose request is arriving is not answered"
+        );
+        pending.push(send);
+    }
+    let (_send, third) = open_call(addr, WATCH, Some(&agent), b"\0\0\0").await;
+    let (code, message) = status_within(third, Duration::from_secs(5))
+        .await
+        .expect("the third Watch is answered before its request ends");
+    assert_eq!(code, 8, "RESOURCE_EXHAUSTED: {message}");
+    assert!(message.contains("max_streams_per_token"), "{message}");
+}
+
+/// A request that does not arrive in full in time is answered DEADLINE_EXCEEDED: a Watch's
+/// within 10 s, an Ack's or Report's within 30 s. Before, it was waited for forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_does_not_end_is_answered_deadline_exceeded() {
+    let app = app_with(|_| {}).await;
+    let agent = app.token("agent", "order-agent").await;
+    let addr = grpc_addr(&app);
+    let cases = [(WATCH, 10), (REPORT, 30), (ACK, 30)].map(|(path, secs)| {
+        let agent = agent.clone();
+        async move {
+            let started = Instant::now();
+            let (_send, response) = open_call(addr, path, Some(&agent), b"\0\0\0").await;
+            let answer = status_within(response, Duration::from_secs(secs + 15)).await;
+            (path, secs, answer, started.elapsed())
+        }
+    });
+    let [a, b, c] = cases;
+    let (a, b, c) = tokio::join!(a, b, c);
+    for (path, secs, answer, took) in [a, b, c] {
+        let (code, message) = answer.unwrap_or_else(|| panic!("{path}: never answered"));
+        assert_eq!(code, 4, "{path}: DEADLINE_EXCEEDED: {message}");
+        assert!(
+            message.contains(&format!("within {secs} s")),
+            "{path}: {message}"
+        );
+        assert!(
+            took >= Duration::from_secs(secs),
+            "{path}: answered after {took:?}"
+        );
+    }
+}
+
+/// At `agents.max_connections` the listener accepts no more connections until one closes:
+/// the next client's HTTP/2 handshake waits, then completes once a connection is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_limited() {
+    let app = app_with(|s| s.agents.max_connections = 2).await;
+    let addr = grpc_addr(&app);
+    let first = crate::streams::connect(addr, None).await;
+    let second = crate::streams::connect(addr, None).await;
+    let (first_client, first_conn) = first;
+    let first_task = tokio::spawn(first_conn);
+    tokio::spawn(second.1);
+    // The client's side of a handshake needs nothing from the server: a call tells whether
+    // the server serves the connection (a Watch without a token is answered at once).
+    let (_send, third) = open_call(addr, WATCH, None, b"").await;
+    let third = tokio::spawn(status_within(third, Duration::from_secs(30)));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !third.is_finished(),
+        "a third connection was served at a limit of two"
+    );
+    drop(first_client);
+    first_task.abort();
+    let (code, _) = third
+        .await
+        .unwrap()
+        .expect("the third connection is served once the first is gone");
+    assert_eq!(code, 16, "UNAUTHENTICATED");
+}
