@@ -54,6 +54,7 @@ impl App {
         let tls = Tls::from_settings(&settings.tls)?;
         let http_limits = http::serve::Limits::from_settings(&settings.http_limits)?;
         let grpc_connections = settings.agents.max_connections;
+        warn_of_file_limit(http_limits.max_connections, grpc_connections);
         settings
             .feedback
             .check()
@@ -309,6 +310,43 @@ pub fn admin_token_weakness(token: &str) -> Option<String> {
     None
 }
 
+/// Warns when the two listeners' connection limits together pass the process's limit of open
+/// files (Linux: `/proc/self/limits`): at that limit accepting fails instead of waiting, and
+/// the database and archive cannot open files either.
+fn warn_of_file_limit(http: usize, grpc: usize) {
+    let Some(limit) = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|limits| open_files_limit(&limits))
+    else {
+        return;
+    };
+    // Files besides connections: listeners, the database, logs, archive writes.
+    const SPARE: u64 = 256;
+    let wanted = (http as u64)
+        .saturating_add(grpc as u64)
+        .saturating_add(SPARE);
+    if wanted > limit {
+        tracing::warn!(
+            open_files_limit = limit,
+            http_limits.max_connections = http,
+            agents.max_connections = grpc,
+            "the connection limits ({http} HTTP + {grpc} gRPC, and {SPARE} other files) pass the \
+             process's limit of open files ({limit}): raise the limit (ulimit -n, LimitNOFILE) or \
+             lower agents.max_connections"
+        );
+    }
+}
+
+/// The soft limit of open files in `/proc/self/limits`' text; `None` when unlimited or absent.
+fn open_files_limit(limits: &str) -> Option<u64> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.trim_start_matches("Max open files")
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// Refuses a configured admin token that is weak or a known placeholder; the message says
 /// why (never the token) and how to make a good one.
 fn check_admin_token(token: &str) -> anyhow::Result<()> {
@@ -461,6 +499,23 @@ async fn load_demo(state: &AppState) -> anyhow::Result<bool> {
 
 #[cfg(test)]
 mod tests {
+
+    /// The soft limit of open files is read from `/proc/self/limits`' row; unlimited is none.
+    #[test]
+    fn the_open_files_limit_is_read_from_proc() {
+        let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
+                      Max processes             unlimited            unlimited            processes \n\
+                      Max open files            20000                20000                files     \n";
+        assert_eq!(open_files_limit(limits), Some(20000));
+        assert_eq!(
+            open_files_limit(
+                "Max open files            unlimited            unlimited            files\n"
+            ),
+            None
+        );
+        assert_eq!(open_files_limit(""), None);
+    }
+
     use super::*;
 
     #[test]

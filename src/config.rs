@@ -157,7 +157,7 @@ impl Default for AgentSettings {
             retention_secs: 24 * 3600,
             reconnect_per_second: 2000,
             replica_silence_secs: 30,
-            max_connections: 20_000,
+            max_connections: 10_000,
         }
     }
 }

@@ -62,7 +62,7 @@ impl Default for Http2 {
             max_send_buffer: 64 * 1024,
             max_concurrent_streams: MAX_CONCURRENT_STREAMS,
             max_header_list: 16 * 1024,
-            max_connections: 20_000,
+            max_connections: 10_000,
         }
     }
 }
@@ -160,17 +160,25 @@ async fn connection<IO>(
         tokio::time::interval_at(tokio::time::Instant::now() + IDLE_CHECK, IDLE_CHECK);
     idle_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut idle_since: Option<tokio::time::Instant> = None;
+    // When the GOAWAY of an idle connection was sent: one not closed a check later is dropped
+    // (a peer that does not answer the GOAWAY's ping holds it open otherwise).
+    let mut goaway_at: Option<tokio::time::Instant> = None;
     let stopping = loop {
         tokio::select! {
             _ = stop.wait_for(|s| *s) => break true,
             _ = idle_check.tick() => {
+                if goaway_at.is_some_and(|at| at.elapsed() >= IDLE_CHECK) {
+                    tracing::debug!("idle gRPC connection not closed after its GOAWAY; dropping it");
+                    break false;
+                }
                 if conn.has_streams() {
                     idle_since = None;
                 } else {
                     let since = *idle_since.get_or_insert_with(tokio::time::Instant::now);
-                    if since.elapsed() + IDLE_CHECK >= IDLE_WITHOUT_STREAMS {
+                    if goaway_at.is_none() && since.elapsed() + IDLE_CHECK >= IDLE_WITHOUT_STREAMS {
                         tracing::debug!("gRPC connection without streams; closing");
                         conn.graceful_shutdown();
+                        goaway_at = Some(tokio::time::Instant::now());
                     }
                 }
             }
@@ -248,8 +256,8 @@ async fn call(
     serve_call(routes, req, respond, Some(CALL_REQUEST_WITHIN)).await;
 }
 
-/// Pings the peer every [`KEEPALIVE_INTERVAL`]; tells `dead` when a ping is not answered
-/// within [`KEEPALIVE_TIMEOUT`].
+/// Pings the peer every [`KEEPALIVE_INTERVAL`]; tells `dead` when a ping cannot be sent or is
+/// not answered within [`KEEPALIVE_TIMEOUT`].
 async fn keepalive(mut pp: h2::PingPong, dead: mpsc::Sender<()>) {
     let mut tick = tokio::time::interval(KEEPALIVE_INTERVAL);
     tick.tick().await;
@@ -257,8 +265,9 @@ async fn keepalive(mut pp: h2::PingPong, dead: mpsc::Sender<()>) {
         tick.tick().await;
         match tokio::time::timeout(KEEPALIVE_TIMEOUT, pp.ping(h2::Ping::opaque())).await {
             Ok(Ok(_)) => {}
-            Ok(Err(_)) => return,
-            Err(_) => {
+            // A ping that cannot be sent (the connection is closing or broken) or is not
+            // answered in time: the connection is of no more use.
+            Ok(Err(_)) | Err(_) => {
                 let _ = dead.send(()).await;
                 return;
             }
