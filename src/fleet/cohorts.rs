@@ -201,7 +201,7 @@ impl Fleet {
         cohorts.waiting = waiting;
         if let Err(e) = self
             .store
-            .record_progress(seen, &stored_cohorts, &groups)
+            .record_progress(&self.process, seen, &stored_cohorts, &groups)
             .await
         {
             tracing::warn!(error = %e, agents = progressed.len(), "failed to record fleet progress; will retry");

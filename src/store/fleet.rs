@@ -127,9 +127,11 @@ pub trait Fleet: Send + Sync {
     /// follow it from now on), then the revisions each group's agents were sent and accepted
     /// (they follow no cohort any more) and, with `last_seen` (a heartbeat), that the joining
     /// agents and the groups' agents were seen then. Two statements per cohort and one per
-    /// group, whatever their sizes. An entry bound to another token, or gone, is left alone.
+    /// group, whatever their sizes. An entry bound to another token, owned by another
+    /// process than `process` (the agent's newest stream is elsewhere), or gone, is left alone.
     async fn record_progress(
         &self,
+        process: &str,
         last_seen: Option<&str>,
         cohorts: &[CohortProgress],
         groups: &[AgentProgress],

@@ -648,7 +648,9 @@ async fn agents_contract(backend: Backend) {
             agent_ids: vec!["order-1".into()],
         },
     ];
-    b.record_progress(Some(t2), &[], &groups).await.unwrap();
+    b.record_progress("r1#0001", Some(t2), &[], &groups)
+        .await
+        .unwrap();
     let all = a.list_agents(t0, None, 100).await.unwrap();
     let of = |id: &str| all.iter().find(|x| x.agent_id == id).unwrap();
     for id in ["a-0", "a-1", "c-2"] {
@@ -669,7 +671,9 @@ async fn agents_contract(backend: Backend) {
     let other = of("order-1");
     assert_ne!(other.delivered, 99, "another token's group changed order-1");
     assert_eq!(all.len(), 10, "an unknown id in a group adds no entry");
-    b.record_progress(Some(t2), &[], &[]).await.unwrap();
+    b.record_progress("r1#0001", Some(t2), &[], &[])
+        .await
+        .unwrap();
     // Without a heartbeat only the revisions change.
     let later = AgentProgress {
         token_id: "hash-b".into(),
@@ -677,7 +681,9 @@ async fn agents_contract(backend: Backend) {
         acked: 13,
         agent_ids: vec!["a-0".into()],
     };
-    b.record_progress(None, &[], &[later]).await.unwrap();
+    b.record_progress("r1#0001", None, &[], &[later])
+        .await
+        .unwrap();
     let a0 = a.list_agents(t0, None, 100).await.unwrap();
     let a0 = a0.iter().find(|x| x.agent_id == "a-0").unwrap();
     assert_eq!(
@@ -755,6 +761,7 @@ async fn cohorts_contract(backend: Backend) {
     };
     // a-0 is bound to another token: it does not join.
     a.record_progress(
+        "r1#0001",
         None,
         &[cohort(6, 6, &["b-0", "b-1", "b-3", "a-0"], "hash-b")],
         &[],
@@ -780,6 +787,7 @@ async fn cohorts_contract(backend: Backend) {
     assert!(b.nacking_agents(10).await.unwrap().is_empty());
     // The cohort moves on; b-1 stays behind with its own revisions, b-2 joins, all seen at t1.
     a.record_progress(
+        "r1#0001",
         Some(t1),
         &[cohort(7, 6, &["b-2"], "hash-b")],
         &[AgentProgress {
@@ -808,7 +816,7 @@ async fn cohorts_contract(backend: Backend) {
     let mut b0 = agent("b-0", "b", "hash-b", t1);
     (b0.delivered, b0.acked) = (7, 7);
     a.upsert_agents(&[b0]).await.unwrap();
-    a.record_progress(None, &[cohort(8, 8, &[], "hash-b")], &[])
+    a.record_progress("r1#0001", None, &[cohort(8, 8, &[], "hash-b")], &[])
         .await
         .unwrap();
     let all = b.list_agents(t0, None, 100).await.unwrap();
@@ -855,9 +863,14 @@ async fn cohorts_contract(backend: Backend) {
 
     // Expiry keeps a cohort that agents follow, however long it has not moved.
     let far = "2999-01-01T00:00:00.000Z";
-    a.record_progress(Some(far), &[cohort(8, 8, &["b-2", "b-3"], "hash-b")], &[])
-        .await
-        .unwrap();
+    a.record_progress(
+        "r1#0001",
+        Some(far),
+        &[cohort(8, 8, &["b-2", "b-3"], "hash-b")],
+        &[],
+    )
+    .await
+    .unwrap();
     assert_eq!(
         a.expire_agents("2998-01-01T00:00:00.000Z").await.unwrap(),
         3
@@ -879,7 +892,7 @@ async fn cohorts_contract(backend: Backend) {
         AgentClaim::Bound(row) => assert_eq!((row.delivered, row.acked), (8, 8)),
         AgentClaim::Taken => panic!("b-2's token was revoked"),
     }
-    a.record_progress(None, &[cohort(9, 9, &[], "hash-b")], &[])
+    a.record_progress("r1#0001", None, &[cohort(9, 9, &[], "hash-b")], &[])
         .await
         .unwrap();
     let all = b.list_agents(t0, None, 100).await.unwrap();
@@ -938,8 +951,14 @@ async fn replica_beats_contract(backend: Backend) {
     a.claim_agent(&written).await.unwrap();
     let listed = b.list_agents(t0, None, 10).await.unwrap();
     assert_eq!(listed[0].process, "r1#0002");
+    // A new stream in another process: that process owns the entry from its claim on.
     written.process = "r1#0003".into();
     written.last_seen = t1.into();
+    b.claim_agent(&written).await.unwrap();
+    assert_eq!(
+        b.list_agents(t0, None, 10).await.unwrap()[0].process,
+        "r1#0003"
+    );
     a.upsert_agents(std::slice::from_ref(&written))
         .await
         .unwrap();
@@ -947,8 +966,37 @@ async fn replica_beats_contract(backend: Backend) {
         b.list_agents(t0, None, 10).await.unwrap(),
         [AgentStatus {
             token: Some("bot-a".into()),
-            ..written
+            ..written.clone()
         }]
+    );
+    // The process the agent left writes its stream's end (late): nothing changes.
+    let mut left = written.clone();
+    left.process = "r1#0002".into();
+    left.replica = "r2".into();
+    left.connected = false;
+    left.acked = 0;
+    left.last_seen = t2.into();
+    a.upsert_agents(&[left]).await.unwrap();
+    a.record_progress(
+        "r1#0002",
+        Some(t2),
+        &[],
+        &[AgentProgress {
+            token_id: "hash-a".into(),
+            delivered: 0,
+            acked: 0,
+            agent_ids: vec!["order-1".into()],
+        }],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        b.list_agents(t0, None, 10).await.unwrap(),
+        [AgentStatus {
+            token: Some("bot-a".into()),
+            ..written
+        }],
+        "a write of the process the agent left changed its entry"
     );
 }
 
@@ -1000,8 +1048,8 @@ async fn replicas_write_the_same_agents_in_any_order(backend: Backend) {
         let mut descending = [progress(odds), progress(evens)];
         descending.iter_mut().for_each(|g| g.agent_ids.reverse());
         let (x, y) = tokio::join!(
-            a.record_progress(Some(t), &[], &ascending),
-            b.record_progress(Some(t), &[], &descending)
+            a.record_progress("r1#0001", Some(t), &[], &ascending),
+            b.record_progress("r1#0001", Some(t), &[], &descending)
         );
         x.unwrap_or_else(|e| panic!("round {round}, progress ascending: {e:#}"));
         y.unwrap_or_else(|e| panic!("round {round}, progress descending: {e:#}"));

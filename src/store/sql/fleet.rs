@@ -31,6 +31,10 @@ impl Fleet for SqlStore {
                 _ => unclaimed.push(i),
             }
         }
+        // The agent's newest stream is this one: its process owns the entry from now on, and
+        // a later write of a replica the agent left (its stream's end, a late flush) changes
+        // nothing (`upsert_agents`, `record_progress`).
+        self.own_agents(agents, &claims).await?;
         // New, unbound, or bound to a token that no longer exists: taken in one statement per
         // chunk, so two tokens racing for an id cannot both win (on any replica). A taken-over
         // entry keeps the revisions it showed and follows the old token's cohort no more.
@@ -139,7 +143,8 @@ impl Fleet for SqlStore {
                    connected = excluded.connected, \
                    delivered = excluded.delivered, acked = excluded.acked, nack_revision = excluded.nack_revision, \
                    nack_error = excluded.nack_error, last_seen = excluded.last_seen, cohort = NULL \
-                 WHERE agents.token_hash = excluded.token_hash",
+                 WHERE agents.token_hash = excluded.token_hash \
+                   AND (agents.process = excluded.process OR agents.process IS NULL OR agents.process = '')",
                 placeholders(self.backend, chunk.len(), 15)
             );
             let mut q = sqlx::query(&sql);
@@ -169,6 +174,7 @@ impl Fleet for SqlStore {
 
     async fn record_progress(
         &self,
+        process: &str,
         last_seen: Option<&str>,
         cohorts: &[CohortProgress],
         groups: &[AgentProgress],
@@ -178,24 +184,27 @@ impl Fleet for SqlStore {
         }
         // Without a heartbeat, last_seen (and its index) is left alone: after a publication
         // only the cohort's row changes, and the revisions of the agents not at its own.
+        // Only the entries this process owns (the agents' newest streams are here).
         let seen = if last_seen.is_some() {
-            ", last_seen = $4"
+            ", last_seen = $5"
         } else {
             ""
         };
         let ids = json_ids(self.backend, 3);
         let join = format!(
-            "UPDATE agents SET cohort = $1{seen} WHERE token_hash = $2 AND agent_id IN ({ids})"
+            "UPDATE agents SET cohort = $1{seen} WHERE token_hash = $2 AND agent_id IN ({ids}) \
+             AND (process = $4 OR process IS NULL OR process = '')"
         );
         let seen = if last_seen.is_some() {
-            ", last_seen = $5"
+            ", last_seen = $6"
         } else {
             ""
         };
         let ids = json_ids(self.backend, 4);
         let own = format!(
             "UPDATE agents SET delivered = $1, acked = $2, cohort = NULL{seen} \
-             WHERE token_hash = $3 AND agent_id IN ({ids})"
+             WHERE token_hash = $3 AND agent_id IN ({ids}) \
+             AND (process = $5 OR process IS NULL OR process = '')"
         );
         let updated_at = crate::clock::now();
         let mut tx = self.begin().await?;
@@ -239,7 +248,8 @@ impl Fleet for SqlStore {
             let mut q = sqlx::query(&join)
                 .bind(&cohort.id)
                 .bind(&cohort.token_id)
-                .bind(serde_json::to_string(&cohort.joining).map_err(internal)?);
+                .bind(serde_json::to_string(&cohort.joining).map_err(internal)?)
+                .bind(process);
             if let Some(at) = last_seen {
                 q = q.bind(at);
             }
@@ -250,7 +260,8 @@ impl Fleet for SqlStore {
                 .bind(group.delivered)
                 .bind(group.acked)
                 .bind(&group.token_id)
-                .bind(serde_json::to_string(&group.agent_ids).map_err(internal)?);
+                .bind(serde_json::to_string(&group.agent_ids).map_err(internal)?)
+                .bind(process);
             if let Some(at) = last_seen {
                 q = q.bind(at);
             }
@@ -374,6 +385,50 @@ impl Fleet for SqlStore {
 }
 
 impl SqlStore {
+    /// Gives the entries of the `agents` already bound to their token (`claims`) to the process
+    /// and replica of the stream opening now, connected: one statement per token and chunk, the
+    /// rows locked in agent-id order.
+    async fn own_agents(
+        &self,
+        agents: &[AgentStatus],
+        claims: &[Option<AgentClaim>],
+    ) -> StoreResult<()> {
+        let mut by_owner: std::collections::BTreeMap<(&str, &str, &str), Vec<&str>> =
+            std::collections::BTreeMap::new();
+        for (agent, claim) in agents.iter().zip(claims) {
+            if claim.is_some() {
+                by_owner
+                    .entry((&agent.token_id, &agent.replica, &agent.process))
+                    .or_default()
+                    .push(&agent.agent_id);
+            }
+        }
+        let rows = match self.backend {
+            Backend::Sqlite => "SELECT value FROM json_each($1)".to_owned(),
+            Backend::Postgres => format!(
+                "SELECT agent_id FROM agents WHERE agent_id IN ({}) ORDER BY agent_id FOR UPDATE",
+                json_ids(self.backend, 1)
+            ),
+        };
+        let sql = format!(
+            "UPDATE agents SET replica = $2, process = $3, connected = 1 \
+             WHERE token_hash = $4 AND agent_id IN ({rows})"
+        );
+        for ((token, replica, process), mut ids) in by_owner {
+            ids.sort_unstable();
+            for chunk in ids.chunks(AGENT_CHUNK) {
+                sqlx::query(&sql)
+                    .bind(serde_json::to_string(chunk).map_err(internal)?)
+                    .bind(replica)
+                    .bind(process)
+                    .bind(token)
+                    .execute(&self.pool)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
     /// The stored entries of `ids` (those that exist), by agent id: one statement, in chunks.
     async fn agents_by_id(
         &self,
