@@ -165,14 +165,29 @@ impl Default for AgentSettings {
 impl AgentSettings {
     /// The settings' problems, if any (checked at start).
     pub fn check(&self) -> Result<(), String> {
+        if !(1..=1_000_000).contains(&self.max_streams_per_token) {
+            return Err(format!(
+                "agents.max_streams_per_token must be from 1 to 1000000, not {}",
+                self.max_streams_per_token
+            ));
+        }
         if !(1..=1_000_000).contains(&self.reconnect_per_second) {
-            return Err("agents.reconnect_per_second must be from 1 to 1000000".into());
+            return Err(format!(
+                "agents.reconnect_per_second must be from 1 to 1000000, not {}",
+                self.reconnect_per_second
+            ));
         }
         if !(3..=3600).contains(&self.replica_silence_secs) {
-            return Err("agents.replica_silence_secs must be from 3 to 3600".into());
+            return Err(format!(
+                "agents.replica_silence_secs must be from 3 to 3600, not {}",
+                self.replica_silence_secs
+            ));
         }
         if !(1..=1_000_000).contains(&self.max_connections) {
-            return Err("agents.max_connections must be from 1 to 1000000".into());
+            return Err(format!(
+                "agents.max_connections must be from 1 to 1000000, not {}",
+                self.max_connections
+            ));
         }
         Ok(())
     }
@@ -434,6 +449,30 @@ mod tests {
         assert!(!s.approval.require_distinct_approver);
         assert_eq!(s.admin_token, Some(Secret("s3cret".into())));
         assert!(!format!("{s:?}").contains("s3cret"));
+    }
+
+    /// Every agents setting with a range is checked at start, the message naming the value.
+    #[test]
+    fn agent_ranges_are_checked() {
+        let check = |key: &str, value: &str| {
+            Settings::load(None, &env(&[(key, value)]))
+                .unwrap()
+                .agents
+                .check()
+        };
+        assert_eq!(
+            check("BUDGETD_AGENTS__MAX_STREAMS_PER_TOKEN", "0").unwrap_err(),
+            "agents.max_streams_per_token must be from 1 to 1000000, not 0"
+        );
+        assert_eq!(
+            check("BUDGETD_AGENTS__REPLICA_SILENCE_SECS", "2").unwrap_err(),
+            "agents.replica_silence_secs must be from 3 to 3600, not 2"
+        );
+        assert_eq!(
+            check("BUDGETD_AGENTS__MAX_CONNECTIONS", "0").unwrap_err(),
+            "agents.max_connections must be from 1 to 1000000, not 0"
+        );
+        assert_eq!(check("BUDGETD_AGENTS__MAX_CONNECTIONS", "20000"), Ok(()));
     }
 
     #[test]

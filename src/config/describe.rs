@@ -16,6 +16,9 @@ pub(super) fn describe(errors: figment::Error, from_env: &BTreeMap<String, Strin
                 e.metadata.as_ref().and_then(|m| m.source.as_ref()),
             ) {
                 (Some(var), _) => format!("{var} ({key})"),
+                (None, Some(figment::Source::File(file))) if key.is_empty() => {
+                    format!("{}", file.display())
+                }
                 (None, Some(figment::Source::File(file))) => format!("{key} in {}", file.display()),
                 _ => key,
             };
@@ -28,6 +31,9 @@ pub(super) fn describe(errors: figment::Error, from_env: &BTreeMap<String, Strin
                 }
                 Kind::UnknownVariant(found, known) => {
                     format!("found {found:?}, expected one of {}", known.join(", "))
+                }
+                Kind::Message(m) if m.contains("socket address") => {
+                    format!("{m}; expected an address and port such as 127.0.0.1:8080")
                 }
                 other => other.to_string(),
             };
@@ -44,6 +50,12 @@ fn in_words(expected: &str) -> String {
         "i8" | "i16" | "i32" | "i64" | "isize" => "a whole number".into(),
         "f32" | "f64" => "a number".into(),
         "a boolean" => "true or false".into(),
+        "socket address" => "an address and port such as 127.0.0.1:8080".into(),
+        other if other.starts_with("struct ") => {
+            "a table of settings (its keys: [section] in the file, BUDGETD_SECTION__KEY in the \
+             environment)"
+                .into()
+        }
         other => other.into(),
     }
 }
@@ -87,7 +99,17 @@ mod tests {
         );
         let e = err(None, &[("BUDGETD_HTTP", "nowhere")]);
         assert!(
-            e.ends_with("BUDGETD_HTTP (http): invalid socket address syntax"),
+            e.ends_with(
+                "BUDGETD_HTTP (http): invalid socket address syntax; expected an address and \
+                 port such as 127.0.0.1:8080"
+            ),
+            "{e}"
+        );
+        let e = err(None, &[("BUDGETD_AGENTS", "5")]);
+        assert!(
+            e.contains(
+                "BUDGETD_AGENTS (agents): found unsigned int `5`, expected a table of settings"
+            ),
             "{e}"
         );
 
