@@ -212,7 +212,9 @@ impl Fleet for SqlStore {
             // The statements below lock the agents' rows group by group, in an order of their
             // own; another replica writing some of the same agents (an agent streaming from
             // both) could lock them in another, and the two would deadlock. Locked first, in
-            // agent-id order, as every other write of agents takes them.
+            // agent-id order, as every other write of agents takes them: byte order (`COLLATE
+            // "C"`), as Rust sorts the ids of the multi-row writes, whatever the database's
+            // collation.
             let mut ids: Vec<&str> = cohorts
                 .iter()
                 .flat_map(|c| c.joining.iter())
@@ -221,7 +223,7 @@ impl Fleet for SqlStore {
                 .collect();
             ids.sort_unstable();
             sqlx::query(&format!(
-                "SELECT agent_id FROM agents WHERE agent_id IN ({}) ORDER BY agent_id FOR UPDATE",
+                "SELECT agent_id FROM agents WHERE agent_id IN ({}) ORDER BY agent_id COLLATE \"C\" FOR UPDATE",
                 json_ids(self.backend, 1)
             ))
             .bind(serde_json::to_string(&ids).map_err(internal)?)
@@ -334,7 +336,7 @@ impl Fleet for SqlStore {
             Backend::Sqlite => "DELETE FROM agents WHERE last_seen < $1",
             Backend::Postgres => {
                 "DELETE FROM agents WHERE agent_id IN (SELECT agent_id FROM agents \
-                 WHERE last_seen < $1 ORDER BY agent_id FOR UPDATE)"
+                 WHERE last_seen < $1 ORDER BY agent_id COLLATE \"C\" FOR UPDATE)"
             }
         };
         let done = sqlx::query(sql).bind(cutoff).execute(&self.pool).await?;
@@ -406,7 +408,7 @@ impl SqlStore {
         let rows = match self.backend {
             Backend::Sqlite => "SELECT value FROM json_each($1)".to_owned(),
             Backend::Postgres => format!(
-                "SELECT agent_id FROM agents WHERE agent_id IN ({}) ORDER BY agent_id FOR UPDATE",
+                "SELECT agent_id FROM agents WHERE agent_id IN ({}) ORDER BY agent_id COLLATE \"C\" FOR UPDATE",
                 json_ids(self.backend, 1)
             ),
         };
