@@ -77,6 +77,16 @@ impl Slot {
         }
     }
 
+    /// The agent resumed holding entries up to `revision`, which it had accepted.
+    pub fn resumed_with(&self, revision: i64) {
+        let mut s = lock(&self.status);
+        if revision > s.acked {
+            s.acked = revision;
+            drop(s);
+            self.progress();
+        }
+    }
+
     /// A revision was sent; `new_chains` lists chains the agent had not received before.
     pub fn delivered(&self, revision: i64, new_chains: &[String]) {
         self.delivered.fetch_max(revision, Ordering::AcqRel);

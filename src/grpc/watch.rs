@@ -217,7 +217,8 @@ impl Stream {
     }
 
     /// At open: the chains the agent resumes with (at most its known revision, and among
-    /// `held` when it named them) count as sent, and fleet status shows it receiving them.
+    /// `held` when it named them) count as sent and accepted, and fleet status shows it
+    /// receiving them.
     /// Every other chain it selects is sent, whatever its revision; so is a chain with a
     /// canary published at or below the agent's revision, as the agent may hold either the
     /// canary or the chain's own entry (its labels may have changed since).
@@ -239,10 +240,15 @@ impl Stream {
             return;
         }
         let chains: Vec<String> = adopted.iter().map(|e| e.live.chain.clone()).collect();
+        // An agent resumes with the entries it accepted (its cache keeps no refused one): the
+        // newest of them counts as acknowledged. Its ACK may have been taken by the replica it
+        // left and not stored before it moved; it does not send that ACK again.
+        let accepted = adopted.iter().map(|e| e.revision()).max().unwrap_or(0);
         for e in adopted {
             self.sent.insert(e.live.chain.clone(), e.revision());
         }
         self.slot.delivered(self.known, &chains);
+        self.slot.resumed_with(accepted);
     }
 
     fn pending<'s>(&self, state: &'s HubState) -> Option<Pending<'s>> {

@@ -616,7 +616,53 @@ async fn a_resume_after_a_canary_is_sent_what_the_agent_gets_now(app: &TestApp) 
     );
 }
 
+/// An agent resuming with the chains it holds counts as having accepted them: it keeps only
+/// accepted entries, and the replica it left may have taken its ACK without storing it before
+/// it moved (it does not ACK again). Before, fleet status showed the agent one revision behind
+/// (here: never acknowledged) until the next publication.
+async fn a_resume_counts_the_held_entries_as_accepted(app: &TestApp) {
+    let p = app.people().await;
+    let agent = app.token("agent", "order-agent").await;
+    let checkout = draft_a(app, &p).await;
+    let revision = app.approve(&p.approver, &checkout).await.expect(200).json()["revision"]
+        .as_i64()
+        .unwrap();
+    let mut req = watch_req("moved-1", &["checkout"], "order", revision);
+    req.known_chains = vec!["checkout".into()];
+    let _stream = client(app)
+        .await
+        .watch(authed(&agent, req))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut shown = serde_json::Value::Null;
+    for _ in 0..100 {
+        let agents = app
+            .get("/api/v1/agents", crate::helpers::ADMIN_TOKEN)
+            .await
+            .expect(200)
+            .json();
+        shown = agents["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["agent_id"] == "moved-1")
+            .cloned()
+            .unwrap_or_default();
+        if shown["connected"] == true && shown["delivered"] == revision {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        (&shown["delivered"], &shown["acked"]),
+        (&json!(revision), &json!(revision)),
+        "{shown}"
+    );
+}
+
 crate::on_both_backends!(
+    a_resume_counts_the_held_entries_as_accepted,
     a_resume_after_a_canary_is_sent_what_the_agent_gets_now,
     an_update_larger_than_the_send_buffer_is_delivered,
     watch_snapshot_update_resume_rollback,
