@@ -426,7 +426,8 @@ pub const EXAMPLE: &str = include_str!("config/example.toml");
 mod tests {
     use super::*;
 
-    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    /// `pairs` as the process environment `Settings::load` takes.
+    pub(super) fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -64,14 +64,8 @@ fn in_words(expected: &str) -> String {
 mod tests {
     use std::path::Path;
 
+    use crate::config::tests::env;
     use crate::config::Settings;
-
-    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     /// A bad value names the variable or file it came from, the setting, what was found and
     /// what is expected, in a user's words: not figment's profile, nor a Rust type.
