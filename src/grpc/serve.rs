@@ -9,7 +9,7 @@
 //! Keepalive pings every [`KEEPALIVE_INTERVAL`] close a connection whose peer does not answer
 //! within [`KEEPALIVE_TIMEOUT`]; one without a stream for [`IDLE_WITHOUT_STREAMS`] is sent
 //! GOAWAY. At most `agents.max_connections` are held (a slot is taken before accepting); a call
-//! is refused from its headers without an agent token ([`call`], [`open`]) and its request must
+//! is refused from its headers without an agent token (`call`, [`open`]) and its request must
 //! arrive within a deadline. Stopping ends the Watch streams (agents reconnect elsewhere),
 //! sends GOAWAY and lets calls in flight finish, for at most [`DRAIN`].
 
