@@ -165,30 +165,26 @@ impl Default for AgentSettings {
 impl AgentSettings {
     /// The settings' problems, if any (checked at start).
     pub fn check(&self) -> Result<(), String> {
-        if !(1..=1_000_000).contains(&self.max_streams_per_token) {
-            return Err(format!(
-                "agents.max_streams_per_token must be from 1 to 1000000, not {}",
-                self.max_streams_per_token
-            ));
-        }
-        if !(1..=1_000_000).contains(&self.reconnect_per_second) {
-            return Err(format!(
-                "agents.reconnect_per_second must be from 1 to 1000000, not {}",
-                self.reconnect_per_second
-            ));
-        }
-        if !(3..=3600).contains(&self.replica_silence_secs) {
-            return Err(format!(
-                "agents.replica_silence_secs must be from 3 to 3600, not {}",
-                self.replica_silence_secs
-            ));
-        }
-        if !(1..=1_000_000).contains(&self.max_connections) {
-            return Err(format!(
-                "agents.max_connections must be from 1 to 1000000, not {}",
-                self.max_connections
-            ));
-        }
+        let within = |key: &str, value: u64, lo: u64, hi: u64| {
+            if (lo..=hi).contains(&value) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "agents.{key} must be from {lo} to {hi}, not {value}"
+                ))
+            }
+        };
+        let max_streams = u64::try_from(self.max_streams_per_token).unwrap_or(u64::MAX);
+        within("max_streams_per_token", max_streams, 1, 1_000_000)?;
+        within(
+            "reconnect_per_second",
+            self.reconnect_per_second.into(),
+            1,
+            1_000_000,
+        )?;
+        within("replica_silence_secs", self.replica_silence_secs, 3, 3600)?;
+        let max_connections = u64::try_from(self.max_connections).unwrap_or(u64::MAX);
+        within("max_connections", max_connections, 1, 1_000_000)?;
         Ok(())
     }
 

@@ -47,31 +47,38 @@ impl Control {
         Self { state, hub, fleet }
     }
 
-    /// Refuses a call whose headers carry no agent token, before its request is read.
-    pub(crate) async fn authorize_agent(&self, headers: &http::HeaderMap) -> Result<(), ApiError> {
+    /// The caller named by `headers`' `authorization`. Agents call often (Watch on every
+    /// connect, Ack after every publication, Report every window): their tokens come from the
+    /// cache.
+    pub(crate) async fn caller(&self, headers: &http::HeaderMap) -> Result<Principal, ApiError> {
         let authorization = headers
             .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        let principal = self
-            .state
-            .agent_tokens
-            .authenticate(&self.state, authorization, Via::Metadata)
-            .await?;
-        agents::require_agent(&principal)
-    }
-
-    /// The caller of `req`, from its `authorization` metadata. Agents call often (Watch on
-    /// every connect, Ack after every publication, Report every window): their tokens come
-    /// from the cache.
-    async fn authenticate<T>(&self, req: &Request<T>) -> Result<Principal, ApiError> {
-        let authorization = req
-            .metadata()
-            .get("authorization")
             .and_then(|v| v.to_str().ok());
         self.state
             .agent_tokens
             .authenticate(&self.state, authorization, Via::Metadata)
             .await
+    }
+
+    /// The agent calling, from its headers, before its request is read: refused unless its
+    /// token is an agent's. The serve loop keeps it in the request's extensions, where Ack and
+    /// Report find it ([`Self::authenticate`]).
+    pub(crate) async fn agent_caller(
+        &self,
+        headers: &http::HeaderMap,
+    ) -> Result<Principal, ApiError> {
+        let principal = self.caller(headers).await?;
+        agents::require_agent(&principal)?;
+        Ok(principal)
+    }
+
+    /// The caller of `req`: the one the serve loop found from its headers, or else from its
+    /// `authorization` metadata.
+    async fn authenticate<T>(&self, req: &Request<T>) -> Result<Principal, ApiError> {
+        match req.extensions().get::<Principal>() {
+            Some(principal) => Ok(principal.clone()),
+            None => self.caller(req.metadata().as_ref()).await,
+        }
     }
 }
 

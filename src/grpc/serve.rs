@@ -245,15 +245,20 @@ async fn connection<IO>(
 async fn call(
     control: Control,
     routes: tonic::service::Routes,
-    req: http::Request<h2::RecvStream>,
+    mut req: http::Request<h2::RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
 ) {
-    let ours = req.uri().path().starts_with(BUDGET_CONTROL);
-    if ours {
-        if let Err(e) = control.authorize_agent(req.headers()).await {
-            let status = tonic::Status::from(e);
-            let _ = respond.send_response(status.into_http::<()>(), true);
-            return;
+    if req.uri().path().starts_with(BUDGET_CONTROL) {
+        match control.agent_caller(req.headers()).await {
+            // Kept for the handler, which does not look the token up again.
+            Ok(principal) => {
+                req.extensions_mut().insert(principal);
+            }
+            Err(e) => {
+                let status = tonic::Status::from(e);
+                let _ = respond.send_response(status.into_http::<()>(), true);
+                return;
+            }
         }
     }
     serve_call(routes, req, respond, Some(CALL_REQUEST_WITHIN)).await;

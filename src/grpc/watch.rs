@@ -33,7 +33,6 @@ use http::{HeaderMap, Request, Response};
 use tokio::sync::mpsc;
 
 use super::Control;
-use crate::auth::Via;
 use crate::fleet::{Fleet, Slot, StreamPermit};
 use crate::publish::{ChainEntry, HubState, Member};
 use crate::service::agents::{self, Selection};
@@ -110,15 +109,8 @@ async fn accept(
     // Who asks, and one of its token's streams, before any of the request is read: a client
     // without an agent token is refused from its headers, and a token has no more requests
     // being read than it may hold streams.
-    let authorization = parts
-        .headers
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
     let state = &control.state;
-    let principal = state
-        .agent_tokens
-        .authenticate(state, authorization, Via::Metadata)
-        .await?;
+    let principal = control.caller(&parts.headers).await?;
     let permit = agents::take_stream(state, &principal)?;
     let bytes = tokio::time::timeout(WATCH_REQUEST_WITHIN, read_request(&mut body))
         .await
