@@ -30,8 +30,8 @@ pub struct App {
     admin_token_file: Option<PathBuf>,
     tls: Option<Arc<Tls>>,
     http_limits: http::serve::Limits,
-    /// `agents.max_connections`: the gRPC listener's connection limit.
-    grpc_connections: usize,
+    /// The gRPC listener's bounds (`agents.max_connections`, `agents.max_call_bytes`).
+    grpc: grpc::serve::Http2,
 }
 
 impl App {
@@ -53,8 +53,12 @@ impl App {
         // Unusable certificate files stop the start before anything else, naming the file.
         let tls = Tls::from_settings(&settings.tls)?;
         let http_limits = http::serve::Limits::from_settings(&settings.http_limits)?;
-        let grpc_connections = settings.agents.max_connections;
-        warn_of_file_limit(http_limits.max_connections, grpc_connections);
+        let grpc = grpc::serve::Http2 {
+            max_connections: settings.agents.max_connections,
+            max_call_bytes: usize::try_from(settings.agents.max_call_bytes).unwrap_or(usize::MAX),
+            ..grpc::serve::Http2::default()
+        };
+        warn_of_file_limit(http_limits.max_connections, grpc.max_connections);
         settings
             .feedback
             .check()
@@ -126,7 +130,7 @@ impl App {
             admin_token_file,
             tls,
             http_limits,
-            grpc_connections,
+            grpc,
         })
     }
 
@@ -204,10 +208,7 @@ impl App {
             self.http_limits,
             stopped(stop_rx.clone()),
         );
-        let http2 = grpc::serve::Http2 {
-            max_connections: self.grpc_connections,
-            ..grpc::serve::Http2::default()
-        };
+        let http2 = self.grpc;
         let grpc_server: Pin<Box<dyn Future<Output = ()> + Send>> = match &self.tls {
             // One reloadable acceptor per listener, both on the same certificate.
             Some(tls) => Box::pin(grpc::serve::serve(

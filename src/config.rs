@@ -148,6 +148,9 @@ pub struct AgentSettings {
     /// Connections the gRPC listener holds at once; at the limit it accepts no more until one
     /// closes (new clients wait in the kernel's listen backlog).
     pub max_connections: usize,
+    /// Bytes that Ack and Report calls may hold at once on the gRPC listener (headers,
+    /// request, a fixed 1 KiB each); a call that would pass it answers RESOURCE_EXHAUSTED.
+    pub max_call_bytes: u64,
 }
 
 impl Default for AgentSettings {
@@ -158,6 +161,7 @@ impl Default for AgentSettings {
             reconnect_per_second: 2000,
             replica_silence_secs: 30,
             max_connections: 10_000,
+            max_call_bytes: 64 << 20,
         }
     }
 }
@@ -185,6 +189,7 @@ impl AgentSettings {
         within("replica_silence_secs", self.replica_silence_secs, 3, 3600)?;
         let max_connections = u64::try_from(self.max_connections).unwrap_or(u64::MAX);
         within("max_connections", max_connections, 1, 1_000_000)?;
+        within("max_call_bytes", self.max_call_bytes, 1 << 20, 64 << 30)?;
         Ok(())
     }
 
@@ -470,6 +475,11 @@ mod tests {
             "agents.max_connections must be from 1 to 1000000, not 0"
         );
         assert_eq!(check("BUDGETD_AGENTS__MAX_CONNECTIONS", "20000"), Ok(()));
+        assert_eq!(
+            check("BUDGETD_AGENTS__MAX_CALL_BYTES", "1000").unwrap_err(),
+            "agents.max_call_bytes must be from 1048576 to 68719476736, not 1000"
+        );
+        assert_eq!(check("BUDGETD_AGENTS__MAX_CALL_BYTES", "1048576"), Ok(()));
     }
 
     #[test]

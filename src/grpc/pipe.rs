@@ -1,11 +1,14 @@
 //! Calls other than Watch (Ack, Report, health, reflection) go to tonic's routes as ordinary
 //! `http` requests: [`RecvBody`] turns an h2 request stream into a request body, and `pipe`
 //! sends tonic's response — headers, data within the peer's flow-control window, trailers —
-//! back on the h2 stream.
+//! back on the h2 stream. Every byte such a call holds is charged to a [`CallBytes`] budget
+//! until the call ends: its headers and a fixed overhead when it opens, its request as it is
+//! read.
 
 use std::convert::Infallible;
 use std::future::Future as _;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -14,23 +17,101 @@ use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::{Request, Response};
 use http_body::{Body, Frame};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::{Service, ServiceExt as _};
 
-/// An h2 request stream as an [`http_body::Body`]: its data, each chunk's window given back
-/// as it is handed on, then its trailers; with a deadline, a request not in full by then
-/// fails `DEADLINE_EXCEEDED`.
+/// What a call is charged when it opens besides its headers: its task, its h2 stream and the
+/// state tonic keeps for it.
+pub const CALL_OVERHEAD: usize = 1024;
+
+/// Bytes that calls in flight may hold, shared by every connection of the listener: a charge
+/// that does not fit is refused at once (`RESOURCE_EXHAUSTED`), never waited for, so calls
+/// cannot hold parts of the budget while they wait for the rest of it.
+#[derive(Clone)]
+pub struct CallBytes {
+    free: Arc<Semaphore>,
+    total: usize,
+    /// What the calls charged are, and the setting that bounds them, for the refusal.
+    what: &'static str,
+}
+
+impl CallBytes {
+    pub fn new(total: usize, what: &'static str) -> Self {
+        Self {
+            free: Arc::new(Semaphore::new(total.min(Semaphore::MAX_PERMITS))),
+            total,
+            what,
+        }
+    }
+
+    /// Takes `bytes` of the budget until the permit is dropped.
+    pub fn charge(&self, bytes: usize) -> Result<OwnedSemaphorePermit, tonic::Status> {
+        u32::try_from(bytes)
+            .ok()
+            .and_then(|n| self.free.clone().try_acquire_many_owned(n).ok())
+            .ok_or_else(|| {
+                let total = match self.total % (1 << 20) {
+                    0 => format!("{} MiB", self.total >> 20),
+                    _ => format!("{} bytes", self.total),
+                };
+                tonic::Status::resource_exhausted(format!(
+                    "the server holds {total} of {} already; try again later",
+                    self.what
+                ))
+            })
+    }
+}
+
+/// What a call has been charged, held until it ends (by its body and by the call itself).
+#[derive(Clone)]
+pub struct Charge {
+    budget: CallBytes,
+    held: Arc<Mutex<OwnedSemaphorePermit>>,
+}
+
+impl Charge {
+    /// Charges a call opened with `headers` (`CALL_OVERHEAD` and the headers' HTTP/2 size).
+    pub fn open(budget: &CallBytes, headers: &http::HeaderMap) -> Result<Self, tonic::Status> {
+        let size: usize = headers
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + 32)
+            .sum();
+        let held = budget.charge(CALL_OVERHEAD + size)?;
+        Ok(Self {
+            budget: budget.clone(),
+            held: Arc::new(Mutex::new(held)),
+        })
+    }
+
+    /// Adds `bytes` to the charge.
+    fn add(&self, bytes: usize) -> Result<(), tonic::Status> {
+        let more = self.budget.charge(bytes)?;
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .merge(more);
+        Ok(())
+    }
+}
+
+/// An h2 request stream as an [`http_body::Body`]: its data, each chunk charged to the call
+/// (`RESOURCE_EXHAUSTED` when the budget cannot take it) and its window given back as it is
+/// handed on, then its trailers; with a deadline, a request not in full by then fails
+/// `DEADLINE_EXCEEDED`.
 pub struct RecvBody {
     recv: RecvStream,
     data_done: bool,
     deadline: Option<(Duration, Pin<Box<tokio::time::Sleep>>)>,
+    charge: Charge,
 }
 
 impl RecvBody {
-    pub fn new(recv: RecvStream, within: Option<Duration>) -> Self {
+    pub fn new(recv: RecvStream, within: Option<Duration>, charge: Charge) -> Self {
         Self {
             recv,
             data_done: false,
             deadline: within.map(|d| (d, Box::pin(tokio::time::sleep(d)))),
+            charge,
         }
     }
 }
@@ -58,6 +139,11 @@ impl Body for RecvBody {
         if !self.data_done {
             match self.recv.poll_data(cx) {
                 Poll::Ready(Some(Ok(data))) => {
+                    if let Err(status) = self.charge.add(data.len()) {
+                        // Dropping the stream with the call discards what else the peer sends.
+                        self.deadline = None;
+                        return Poll::Ready(Some(Err(Box::new(status))));
+                    }
                     let _ = self.recv.flow_control().release_capacity(data.len());
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
@@ -86,20 +172,23 @@ impl Body for RecvBody {
 }
 
 /// Calls `service` with `req` and sends its response on `respond`; the request must arrive in
-/// full `within` that time, if given.
+/// full `within` that time, if given. The call holds `charge`, and what its request adds to
+/// it, until its response has been sent.
 pub async fn serve_call<S>(
     service: S,
     req: Request<RecvStream>,
     respond: SendResponse<Bytes>,
     within: Option<Duration>,
+    charge: Charge,
 ) where
     S: Service<Request<RecvBody>, Response = Response<tonic::body::Body>, Error = Infallible>,
 {
-    let req = req.map(|recv| RecvBody::new(recv, within));
+    let req = req.map(|recv| RecvBody::new(recv, within, charge.clone()));
     let Ok(response) = service.oneshot(req).await;
     if let Err(e) = pipe(response, respond).await {
         tracing::debug!(error = %e, "gRPC response not sent in full");
     }
+    drop(charge);
 }
 
 /// Sends `response` on `respond`: the headers, then every data frame as the peer's window

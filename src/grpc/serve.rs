@@ -10,7 +10,8 @@
 //! within [`KEEPALIVE_TIMEOUT`]; one without a stream for [`IDLE_WITHOUT_STREAMS`] is sent
 //! GOAWAY. At most `agents.max_connections` are held (a slot is taken before accepting); a call
 //! is refused from its headers without an agent token (`call`, [`open`]) and its request must
-//! arrive within a deadline. Stopping ends the Watch streams (agents reconnect elsewhere),
+//! arrive within a deadline. The bytes calls other than Watch hold are bounded for the whole
+//! listener ([`Budgets`]). Stopping ends the Watch streams (agents reconnect elsewhere),
 //! sends GOAWAY and lets calls in flight finish, for at most [`DRAIN`].
 
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use futures_util::{Stream, StreamExt as _};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch, Semaphore};
 
-use super::pipe::serve_call;
+use super::pipe::{serve_call, CallBytes, Charge};
 use super::watch::{open, Opened, Watches};
 use super::{Control, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_CONCURRENT_STREAMS};
 
@@ -40,6 +41,18 @@ const BUDGET_CONTROL: &str = "/budget.v1.BudgetControl/";
 /// Longest a request other than Watch's (Ack, Report, health, reflection) may take to arrive,
 /// from its headers to its end.
 pub const CALL_REQUEST_WITHIN: Duration = Duration::from_secs(30);
+/// Bytes that health and reflection calls (no token needed) may hold at once, on all
+/// connections together.
+pub const OPEN_CALL_BYTES: usize = 4 << 20;
+
+/// What calls other than Watch may hold, on all connections together: Ack and Report calls
+/// `agents.max_call_bytes`, health and reflection calls [`OPEN_CALL_BYTES`] (so callers
+/// without a token cannot take the agents' part).
+#[derive(Clone)]
+struct Budgets {
+    agents: CallBytes,
+    open: CallBytes,
+}
 
 /// HTTP/2 settings of every gRPC connection.
 #[derive(Debug, Clone, Copy)]
@@ -55,6 +68,8 @@ pub struct Http2 {
     pub max_header_list: u32,
     /// Connections held at once (`agents.max_connections`).
     pub max_connections: usize,
+    /// Bytes Ack and Report calls may hold at once (`agents.max_call_bytes`).
+    pub max_call_bytes: usize,
 }
 
 impl Default for Http2 {
@@ -66,6 +81,7 @@ impl Default for Http2 {
             max_concurrent_streams: MAX_CONCURRENT_STREAMS,
             max_header_list: 16 * 1024,
             max_connections: 10_000,
+            max_call_bytes: 64 << 20,
         }
     }
 }
@@ -98,6 +114,13 @@ pub async fn serve<IO, E>(
     let (alive, mut all_ended) = mpsc::channel::<()>(1);
     let mut incoming = Box::pin(incoming);
     let slots = Arc::new(Semaphore::new(http2.max_connections));
+    let budgets = Budgets {
+        agents: CallBytes::new(
+            http2.max_call_bytes,
+            "Ack and Report calls (agents.max_call_bytes)",
+        ),
+        open: CallBytes::new(OPEN_CALL_BYTES, "health and reflection calls"),
+    };
     loop {
         // A slot first: at the limit, nothing is accepted until a connection closes.
         let slot = tokio::select! {
@@ -118,10 +141,15 @@ pub async fn serve<IO, E>(
                 None => break,
             },
         };
-        let (routes, control, stop, alive) =
-            (routes.clone(), control.clone(), stop.clone(), alive.clone());
+        let (routes, control, budgets, stop, alive) = (
+            routes.clone(),
+            control.clone(),
+            budgets.clone(),
+            stop.clone(),
+            alive.clone(),
+        );
         tokio::spawn(async move {
-            connection(io, routes, control, http2, stop).await;
+            connection(io, routes, control, budgets, http2, stop).await;
             drop((alive, slot));
         });
     }
@@ -137,6 +165,7 @@ async fn connection<IO>(
     io: IO,
     routes: tonic::service::Routes,
     control: Control,
+    budgets: Budgets,
     http2: Http2,
     mut stop: watch::Receiver<bool>,
 ) where
@@ -190,7 +219,8 @@ async fn connection<IO>(
                     if req.uri().path() == WATCH_PATH {
                         tokio::spawn(open(control.clone(), req, respond, opened_tx.clone()));
                     } else {
-                        tokio::spawn(call(control.clone(), routes.clone(), req, respond));
+                        let call = call(control.clone(), routes.clone(), budgets.clone(), req, respond);
+                        tokio::spawn(call);
                     }
                 }
                 Some(Err(e)) => {
@@ -241,14 +271,18 @@ async fn connection<IO>(
 
 /// Serves a call other than Watch. A call of `budget.v1.BudgetControl` (Ack, Report) is
 /// refused from its headers unless it carries an agent token, before any of its request is
-/// read; every request must arrive in full within [`CALL_REQUEST_WITHIN`].
+/// read; every request must arrive in full within [`CALL_REQUEST_WITHIN`]. The call is
+/// charged to its part of `budgets` until it ends, refused `RESOURCE_EXHAUSTED` when that is
+/// full.
 async fn call(
     control: Control,
     routes: tonic::service::Routes,
+    budgets: Budgets,
     mut req: http::Request<h2::RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
 ) {
-    if req.uri().path().starts_with(BUDGET_CONTROL) {
+    let agents = req.uri().path().starts_with(BUDGET_CONTROL);
+    if agents {
         match control.agent_caller(req.headers()).await {
             // Kept for the handler, which does not look the token up again.
             Ok(principal) => {
@@ -261,7 +295,19 @@ async fn call(
             }
         }
     }
-    serve_call(routes, req, respond, Some(CALL_REQUEST_WITHIN)).await;
+    let budget = if agents {
+        &budgets.agents
+    } else {
+        &budgets.open
+    };
+    let charge = match Charge::open(budget, req.headers()) {
+        Ok(charge) => charge,
+        Err(status) => {
+            let _ = respond.send_response(status.into_http::<()>(), true);
+            return;
+        }
+    };
+    serve_call(routes, req, respond, Some(CALL_REQUEST_WITHIN), charge).await;
 }
 
 /// Pings the peer every [`KEEPALIVE_INTERVAL`]; tells `dead` when a ping cannot be sent or is
