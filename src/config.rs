@@ -161,7 +161,7 @@ impl Default for AgentSettings {
             reconnect_per_second: 2000,
             replica_silence_secs: 30,
             max_connections: 10_000,
-            max_call_bytes: 64 << 20,
+            max_call_bytes: 256 << 20,
         }
     }
 }

@@ -81,7 +81,7 @@ impl Default for Http2 {
             max_concurrent_streams: MAX_CONCURRENT_STREAMS,
             max_header_list: 16 * 1024,
             max_connections: 10_000,
-            max_call_bytes: 64 << 20,
+            max_call_bytes: 256 << 20,
         }
     }
 }
