@@ -11,7 +11,7 @@
 //! GOAWAY. At most `agents.max_connections` are held (a slot is taken before accepting); a call
 //! is refused from its headers without an agent token (`call`, [`open`]) and its request must
 //! arrive within a deadline. The bytes calls other than Watch hold are bounded for the whole
-//! listener ([`Budgets`]). Stopping ends the Watch streams (agents reconnect elsewhere),
+//! listener (`Budgets`). Stopping ends the Watch streams (agents reconnect elsewhere),
 //! sends GOAWAY and lets calls in flight finish, for at most [`DRAIN`].
 
 use std::sync::Arc;
