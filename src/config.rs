@@ -149,7 +149,8 @@ pub struct AgentSettings {
     /// closes (new clients wait in the kernel's listen backlog).
     pub max_connections: usize,
     /// Bytes that Ack and Report calls may hold at once on the gRPC listener (headers,
-    /// request, a fixed 1 KiB each); a call that would pass it answers RESOURCE_EXHAUSTED.
+    /// request, answer, a fixed 8 KiB each); a call that would pass it answers
+    /// RESOURCE_EXHAUSTED.
     pub max_call_bytes: u64,
 }
 

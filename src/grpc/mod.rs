@@ -31,9 +31,11 @@ use crate::service::agents;
 use crate::service::feedback;
 use crate::state::AppState;
 
-/// Streams per HTTP/2 connection: enough for a benchmark client multiplexing thousands of
-/// Watch streams over a few connections, bounded so one client cannot take the server.
-pub const MAX_CONCURRENT_STREAMS: u32 = 8192;
+/// Streams per HTTP/2 connection: an agent holds one or two; a benchmark client multiplexes
+/// up to 1,000 (`bench watch`'s default). h2 decodes the headers of every stream it reads
+/// before the serve loop sees them, so this times the header list bounds what a connection
+/// can hold that no budget has charged yet (1,024 × 8 KiB).
+pub const MAX_CONCURRENT_STREAMS: u32 = 1024;
 
 #[derive(Clone)]
 pub struct Control {

@@ -41,15 +41,23 @@ const BUDGET_CONTROL: &str = "/budget.v1.BudgetControl/";
 /// Longest a request other than Watch's (Ack, Report, health, reflection) may take to arrive,
 /// from its headers to its end.
 pub const CALL_REQUEST_WITHIN: Duration = Duration::from_secs(30);
+/// Longest a call other than Watch may last, from its headers to the end of its answer: one
+/// still running then is reset (a peer that does not take its answer, a health Watch).
+pub const CALL_WITHIN: Duration = Duration::from_secs(40);
 /// Bytes that health and reflection calls (no token needed) may hold at once, on all
 /// connections together.
 pub const OPEN_CALL_BYTES: usize = 4 << 20;
+/// Bytes that calls not yet authenticated (every call, from its headers until its token is
+/// looked at) may hold at once, on all connections together.
+pub const OPENING_BYTES: usize = 64 << 20;
 
-/// What calls other than Watch may hold, on all connections together: Ack and Report calls
-/// `agents.max_call_bytes`, health and reflection calls [`OPEN_CALL_BYTES`] (so callers
-/// without a token cannot take the agents' part).
+/// What calls may hold, on all connections together: every call from its headers until its
+/// caller is known [`OPENING_BYTES`]; then Ack and Report calls `agents.max_call_bytes`,
+/// health and reflection calls [`OPEN_CALL_BYTES`] (so callers without a token cannot take
+/// the agents' part). A Watch is bounded by its token's streams once its caller is known.
 #[derive(Clone)]
 struct Budgets {
+    opening: CallBytes,
     agents: CallBytes,
     open: CallBytes,
 }
@@ -79,7 +87,7 @@ impl Default for Http2 {
             connection_window: 1024 * 1024,
             max_send_buffer: 64 * 1024,
             max_concurrent_streams: MAX_CONCURRENT_STREAMS,
-            max_header_list: 16 * 1024,
+            max_header_list: 8 * 1024,
             max_connections: 10_000,
             max_call_bytes: 256 << 20,
         }
@@ -115,6 +123,7 @@ pub async fn serve<IO, E>(
     let mut incoming = Box::pin(incoming);
     let slots = Arc::new(Semaphore::new(http2.max_connections));
     let budgets = Budgets {
+        opening: CallBytes::new(OPENING_BYTES, "calls not yet authenticated"),
         agents: CallBytes::new(
             http2.max_call_bytes,
             "Ack and Report calls (agents.max_call_bytes)",
@@ -215,14 +224,17 @@ async fn connection<IO>(
                 }
             }
             accepted = conn.accept() => match accepted {
-                Some(Ok((req, respond))) => {
-                    if req.uri().path() == WATCH_PATH {
-                        tokio::spawn(open(control.clone(), req, respond, opened_tx.clone()));
-                    } else {
-                        let call = call(control.clone(), routes.clone(), budgets.clone(), req, respond);
-                        tokio::spawn(call);
+                Some(Ok((req, mut respond))) => match Charge::open(&budgets.opening, req.headers()) {
+                    // Refused from its headers, which are dropped with it.
+                    Err(status) => drop(respond.send_response(status.into_http::<()>(), true)),
+                    Ok(opening) if req.uri().path() == WATCH_PATH => {
+                        tokio::spawn(open(control.clone(), req, respond, opened_tx.clone(), opening));
                     }
-                }
+                    Ok(opening) => {
+                        let (routes, budgets) = (routes.clone(), budgets.clone());
+                        tokio::spawn(call(control.clone(), routes, budgets, (req, respond), opening));
+                    }
+                },
                 Some(Err(e)) => {
                     tracing::debug!(error = %e, "HTTP/2 connection failed");
                     break false;
@@ -271,15 +283,19 @@ async fn connection<IO>(
 
 /// Serves a call other than Watch. A call of `budget.v1.BudgetControl` (Ack, Report) is
 /// refused from its headers unless it carries an agent token, before any of its request is
-/// read; every request must arrive in full within [`CALL_REQUEST_WITHIN`]. The call is
-/// charged to its part of `budgets` until it ends, refused `RESOURCE_EXHAUSTED` when that is
-/// full.
+/// read; every request must arrive in full within [`CALL_REQUEST_WITHIN`], every call end
+/// within [`CALL_WITHIN`]. The call holds its `opening` charge until its caller is known,
+/// then is charged to its part of `budgets` until it ends, refused `RESOURCE_EXHAUSTED` when
+/// that is full.
 async fn call(
     control: Control,
     routes: tonic::service::Routes,
     budgets: Budgets,
-    mut req: http::Request<h2::RecvStream>,
-    mut respond: h2::server::SendResponse<Bytes>,
+    (mut req, mut respond): (
+        http::Request<h2::RecvStream>,
+        h2::server::SendResponse<Bytes>,
+    ),
+    opening: Charge,
 ) {
     let agents = req.uri().path().starts_with(BUDGET_CONTROL);
     if agents {
@@ -307,7 +323,9 @@ async fn call(
             return;
         }
     };
-    serve_call(routes, req, respond, Some(CALL_REQUEST_WITHIN), charge).await;
+    drop(opening);
+    let limits = (Some(CALL_REQUEST_WITHIN), CALL_WITHIN);
+    serve_call(routes, req, respond, limits, charge).await;
 }
 
 /// Pings the peer every [`KEEPALIVE_INTERVAL`]; tells `dead` when a ping cannot be sent or is

@@ -32,6 +32,7 @@ use h2::{RecvStream, SendStream};
 use http::{HeaderMap, Request, Response};
 use tokio::sync::mpsc;
 
+use super::pipe::Charge;
 use super::Control;
 use crate::fleet::{Fleet, Slot, StreamPermit};
 use crate::publish::{ChainEntry, HubState, Member};
@@ -65,14 +66,17 @@ pub struct Opened {
 }
 
 /// Reads, authenticates and validates a Watch request; on success hands it to the
-/// connection's task through `opened`, otherwise answers the error (trailers only).
+/// connection's task through `opened`, otherwise answers the error (trailers only). The
+/// `opening` charge is held until the caller is known and has taken one of its token's
+/// streams.
 pub async fn open(
     control: Control,
     req: Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
     opened: mpsc::UnboundedSender<Box<Opened>>,
+    opening: Charge,
 ) {
-    match accept(&control, req).await {
+    match accept(&control, req, opening).await {
         Ok(watch) => {
             let _ = opened.send(Box::new(Opened {
                 respond,
@@ -94,6 +98,7 @@ pub async fn open(
 async fn accept(
     control: &Control,
     req: Request<RecvStream>,
+    opening: Charge,
 ) -> Result<agents::Watch, tonic::Status> {
     let (parts, mut body) = req.into_parts();
     let grpc = parts
@@ -112,6 +117,7 @@ async fn accept(
     let state = &control.state;
     let principal = control.caller(&parts.headers).await?;
     let permit = agents::take_stream(state, &principal)?;
+    drop(opening);
     let bytes = tokio::time::timeout(WATCH_REQUEST_WITHIN, read_request(&mut body))
         .await
         .map_err(|_| {
