@@ -29,6 +29,17 @@ fn grpc_addr(app: &TestApp) -> SocketAddr {
     app.grpc_addr
 }
 
+/// The headers of a gRPC call to `path`, with `token` if any.
+fn grpc_request(path: &str, token: Option<&str>) -> http::Request<()> {
+    let mut req = http::Request::post(path)
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    if let Some(token) = token {
+        req = req.header("authorization", format!("Bearer {token}"));
+    }
+    req.body(()).unwrap()
+}
+
 /// Opens a call to `path` with `token` (if any) and sends `body` without ending the request:
 /// the request never arrives in full.
 async fn open_call(
@@ -40,13 +51,8 @@ async fn open_call(
     let (client, connection) = crate::streams::connect(addr, None).await;
     tokio::spawn(connection);
     let mut client = client.ready().await.unwrap();
-    let mut req = http::Request::post(path)
-        .header("content-type", "application/grpc")
-        .header("te", "trailers");
-    if let Some(token) = token {
-        req = req.header("authorization", format!("Bearer {token}"));
-    }
-    let (response, mut send) = client.send_request(req.body(()).unwrap(), false).unwrap();
+    let req = grpc_request(path, token);
+    let (response, mut send) = client.send_request(req, false).unwrap();
     if !body.is_empty() {
         send.send_data(Bytes::copy_from_slice(body), false).unwrap();
     }
@@ -215,13 +221,8 @@ async fn hold_calls(
     let (mut sends, mut answers) = (Vec::new(), Vec::new());
     for _ in 0..n {
         let mut client = client.clone().ready().await.unwrap();
-        let mut req = http::Request::post(path)
-            .header("content-type", "application/grpc")
-            .header("te", "trailers");
-        if let Some(token) = token {
-            req = req.header("authorization", format!("Bearer {token}"));
-        }
-        let (response, mut send) = client.send_request(req.body(()).unwrap(), false).unwrap();
+        let req = grpc_request(path, token);
+        let (response, mut send) = client.send_request(req, false).unwrap();
         send.send_data(message.clone(), false).unwrap();
         sends.push(send);
         answers.push(tokio::spawn(status_within(response, wait)));
@@ -255,10 +256,8 @@ async fn healthy_within(addr: SocketAddr, limit: Duration) -> bool {
             let (client, connection) = crate::streams::connect(addr, None).await;
             tokio::spawn(connection);
             let mut client = client.ready().await.unwrap();
-            let req = http::Request::post(HEALTH)
-                .header("content-type", "application/grpc")
-                .header("te", "trailers");
-            let (response, mut send) = client.send_request(req.body(()).unwrap(), false).unwrap();
+            let req = grpc_request(HEALTH, None);
+            let (response, mut send) = client.send_request(req, false).unwrap();
             send.send_data(Bytes::from_static(&[0, 0, 0, 0, 0]), true)
                 .unwrap();
             (send, response)
@@ -330,11 +329,10 @@ async fn a_call_whose_answer_is_not_taken_is_reset() {
     let (client, connection) = crate::streams::connect(addr, Some(0)).await;
     tokio::spawn(connection);
     let mut client = client.ready().await.unwrap();
-    let req = http::Request::post(HEALTH)
-        .header("content-type", "application/grpc")
-        .header("te", "trailers");
     let started = Instant::now();
-    let (response, mut send) = client.send_request(req.body(()).unwrap(), false).unwrap();
+    let (response, mut send) = client
+        .send_request(grpc_request(HEALTH, None), false)
+        .unwrap();
     send.send_data(Bytes::from_static(&[0, 0, 0, 0, 0]), true)
         .unwrap();
     let ended = tokio::time::timeout(Duration::from_secs(60), async {
