@@ -355,7 +355,8 @@ describe('budgetd console', { timeout: 10 * 60_000 }, () => {
     assert.match(await page.locator('#production-status').innerText(), /Window 5m: .* · no approved baseline to compare with/);
     await page.locator('#window-select a[data-window="1h"]').click();
     await page.waitForFunction(() => location.hash === '#/chains/checkout/production/1h');
-    await page.locator('.view-production[data-ready="true"] #production-empty').waitFor();
+    // the 5m view stays ready until the route mounts the 1h one: wait for the 1h view itself
+    await page.locator('.view-production[data-ready="true"]:has(#window-select a[data-window="1h"][aria-current="page"]) #production-empty').waitFor();
     assert.match(await page.locator('#production-status').innerText(), /Window 1h/);
     assert.equal(await page.locator('svg.cdf').count(), 0);
     await page.locator('#nav a[data-nav="alerts"]').click();
