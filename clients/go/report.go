@@ -6,7 +6,9 @@ package budgetagent
 //
 //   - Windows are aligned to wall-clock multiples of the report window (default 10 s). At each
 //     window end the reporter takes every segment's counts (a window ending at that boundary)
-//     and sends every pending window in one request. Counts are attributed to the window in
+//     and sends every pending window in one request, at a random moment within a quarter of
+//     the window after the boundary (at most 2.5 s), so a fleet's reports do not reach the
+//     control plane together. Counts are attributed to the window in
 //     which they are taken: a call ending a few milliseconds after a boundary, before the take,
 //     lands in the window before it.
 //   - A request that fails (control plane down, timeout) leaves its windows pending, merged per
@@ -124,23 +126,61 @@ func (r *reporter) run(ctx context.Context) {
 	for {
 		now := r.now().UnixMilli()
 		boundary := windowFloor(now, r.windowMs) + r.windowMs
-		timer := time.NewTimer(time.Duration(boundary-now) * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			final, cancel := context.WithTimeout(context.Background(), finalReportTimeout)
-			_ = r.round(final, r.now().UnixMilli(), finalReportTimeout)
-			cancel()
+		if r.stoppedWithin(ctx, time.Duration(boundary-now)*time.Millisecond) {
 			return
-		case <-timer.C:
 		}
 		// Woken late (a suspended host): end at the last boundary passed.
 		end := boundary
 		if passed := windowFloor(r.now().UnixMilli(), r.windowMs); passed > end {
 			end = passed
 		}
-		_ = r.round(ctx, end, r.sendTimeout())
+		// The window is taken at its boundary and sent a little later, at a moment of this
+		// agent's own, so a fleet's reports do not reach the server together.
+		r.take(end, r.now().UnixMilli())
+		if r.stoppedWithin(ctx, sendDelay(r.windowMs, randomPick)) {
+			return
+		}
+		_ = r.deliver(ctx, r.sendTimeout())
 	}
+}
+
+// stoppedWithin waits d unless ctx ends meanwhile: then it sends the last partial window and
+// everything pending (within finalReportTimeout) and answers true.
+func (r *reporter) stoppedWithin(ctx context.Context, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+	case <-timer.C:
+		return false
+	}
+	final, cancel := context.WithTimeout(context.Background(), finalReportTimeout)
+	defer cancel()
+	_ = r.round(final, r.now().UnixMilli(), finalReportTimeout)
+	return true
+}
+
+// maxSendDelayMs bounds how long a window waits after its boundary before it is sent (a
+// quarter of the window at most; the send itself has half a window), so the next take is
+// never late.
+const maxSendDelayMs = 2500
+
+// sendDelay is how long after a boundary the windows are sent: pick(max) milliseconds,
+// uniform in 0..=max for the running agent, where max is a quarter of the window, at most
+// maxSendDelayMs.
+func sendDelay(windowMs int64, pick func(uint64) uint64) time.Duration {
+	limit := windowMs / 4
+	if limit > maxSendDelayMs {
+		limit = maxSendDelayMs
+	}
+	if limit < 0 {
+		limit = 0
+	}
+	d := pick(uint64(limit))
+	if d > uint64(limit) {
+		d = uint64(limit)
+	}
+	return time.Duration(d) * time.Millisecond
 }
 
 // flush sends the window in progress and everything pending now.
@@ -178,6 +218,11 @@ func (r *reporter) sendTimeout() time.Duration {
 // round takes the window ending at endMs, then sends every pending window within limit.
 func (r *reporter) round(ctx context.Context, endMs int64, limit time.Duration) error {
 	r.take(endMs, r.now().UnixMilli())
+	return r.deliver(ctx, limit)
+}
+
+// deliver sends every pending window within limit.
+func (r *reporter) deliver(ctx context.Context, limit time.Duration) error {
 	select {
 	case r.sending <- struct{}{}:
 	case <-ctx.Done():

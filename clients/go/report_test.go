@@ -409,3 +409,37 @@ func TestStoppingDuringASendIsNotAFailureAndLosesNothing(t *testing.T) {
 		t.Errorf("%d calls delivered, want 2", delivered)
 	}
 }
+
+func TestWindowsAreSentWithinAQuarterOfTheWindowAtMost2500Ms(t *testing.T) {
+	upTo := func(max uint64) uint64 { return max }
+	for _, c := range []struct {
+		windowMs int64
+		want     time.Duration
+	}{
+		{10_000, 2500 * time.Millisecond},
+		{60_000, 2500 * time.Millisecond},
+		{1_000, 250 * time.Millisecond},
+		{100, 25 * time.Millisecond},
+	} {
+		if got := sendDelay(c.windowMs, upTo); got != c.want {
+			t.Errorf("window %d ms: longest delay %v, want %v", c.windowMs, got, c.want)
+		}
+	}
+	if got := sendDelay(10_000, func(uint64) uint64 { return 1234 }); got != 1234*time.Millisecond {
+		t.Errorf("a pick of 1234 ms waits %v", got)
+	}
+	if got := sendDelay(10_000, func(uint64) uint64 { return 9999 }); got != 2500*time.Millisecond {
+		t.Errorf("a pick past the bound waits %v, want it cut to 2.5 s", got)
+	}
+	seen := map[time.Duration]bool{}
+	for i := 0; i < 200; i++ {
+		d := sendDelay(10_000, randomPick)
+		if d < 0 || d > 2500*time.Millisecond {
+			t.Fatalf("the running agent waits %v", d)
+		}
+		seen[d] = true
+	}
+	if len(seen) <= 100 {
+		t.Errorf("%d distinct delays of 200: not spread", len(seen))
+	}
+}

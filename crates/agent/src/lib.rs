@@ -87,7 +87,7 @@
 //! ```text
 //! agent   -> report watch call counts cell cache live policy snapshot config error
 //! bench   -> counts cell outcome snapshot
-//! report  -> connect pending counts window live config error
+//! report  -> connect pending counts window live jitter config error
 //! watch   -> connect backoff jitter cache live snapshot config error
 //! call    -> outcome policy jitter
 //! connect -> config error

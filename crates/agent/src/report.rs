@@ -6,6 +6,8 @@
 //!   10 s). At each window end the task takes every segment's counts (a window ending at that
 //!   boundary) and sends every pending window in one request, over the client the watch task
 //!   is using ([`Link`]: the same connection, failing over with it), with the agent's token.
+//!   The request leaves at a random moment within a quarter of the window after the boundary
+//!   (at most 2.5 s), so a fleet's reports do not reach the control plane together.
 //!   Counts are attributed to the window in which they are taken: a call ending a few
 //!   milliseconds after a boundary, before the take, lands in the window before it.
 //! - A request that fails (control plane down, timeout) leaves its windows pending, merged per
@@ -144,18 +146,34 @@ impl Reporter {
             let now = wall_ms();
             let boundary = window_floor(now, self.window_ms) + self.window_ms;
             let wait = Duration::from_millis(u64::try_from(boundary - now).unwrap_or(0));
-            if tokio::time::timeout(wait, self.stop.notified())
-                .await
-                .is_ok()
-            {
-                let _ = self.round(wall_ms(), FINAL_REPORT_TIMEOUT).await;
-                debug!("reporter stopped");
+            if self.stopped_within(wait).await {
                 return;
             }
             // Woken late (a suspended host): end at the last boundary passed.
             let end = boundary.max(window_floor(wall_ms(), self.window_ms));
-            let _ = self.round(end, self.send_timeout()).await;
+            // The window is taken at its boundary and sent a little later, at a moment of
+            // this agent's own, so a fleet's reports do not reach the server together.
+            self.take(end, wall_ms());
+            let delay = send_delay(self.window_ms, crate::jitter::random_pick);
+            if self.stopped_within(delay).await {
+                return;
+            }
+            let _ = self.send(self.send_timeout()).await;
         }
+    }
+
+    /// Waits `wait` unless [`Reporter::stop`] is called meanwhile: then sends the last
+    /// partial window and everything pending, and answers true.
+    async fn stopped_within(&self, wait: Duration) -> bool {
+        if tokio::time::timeout(wait, self.stop.notified())
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        let _ = self.round(wall_ms(), FINAL_REPORT_TIMEOUT).await;
+        debug!("reporter stopped");
+        true
     }
 
     /// Asks the background task to send the last partial window and stop.
@@ -191,6 +209,12 @@ impl Reporter {
     /// Returns how many windows the control plane accepted.
     async fn round(&self, end_ms: i64, limit: Duration) -> Result<u64, ReportError> {
         self.take(end_ms, wall_ms());
+        self.send(limit).await
+    }
+
+    /// Sends every pending window within `limit`. Returns how many windows the control plane
+    /// accepted.
+    async fn send(&self, limit: Duration) -> Result<u64, ReportError> {
         let _one_at_a_time = self.sending.lock().await;
         let batch = {
             let mut st = self.state();
@@ -290,9 +314,60 @@ impl Reporter {
     }
 }
 
+/// Longest a window waits after its boundary before it is sent: a quarter of the window, at
+/// most 2.5 s (the send itself has half a window), so the next take is never late.
+const MAX_SEND_DELAY_MS: i64 = 2_500;
+
+/// How long after a boundary the windows are sent: `pick(max)` milliseconds, uniform in
+/// `0..=max` for the running agent, where `max` is a quarter of the window, at most
+/// [`MAX_SEND_DELAY_MS`].
+fn send_delay(window_ms: i64, pick: impl FnOnce(u64) -> u64) -> Duration {
+    let max = u64::try_from((window_ms / 4).min(MAX_SEND_DELAY_MS)).unwrap_or(0);
+    Duration::from_millis(pick(max).min(max))
+}
+
 /// Wall-clock time in Unix milliseconds (0 before 1970).
 fn wall_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_are_sent_within_a_quarter_of_the_window_at_most_2_5_s() {
+        let max_of = |window_ms| {
+            let mut asked = None;
+            let delay = send_delay(window_ms, |max| {
+                asked = Some(max);
+                max
+            });
+            assert_eq!(Some(delay.as_millis() as u64), asked);
+            delay
+        };
+        assert_eq!(max_of(10_000), Duration::from_millis(2_500));
+        assert_eq!(max_of(60_000), Duration::from_millis(2_500));
+        assert_eq!(max_of(1_000), Duration::from_millis(250));
+        assert_eq!(max_of(100), Duration::from_millis(25));
+        assert_eq!(send_delay(10_000, |_| 0), Duration::ZERO);
+        assert_eq!(send_delay(10_000, |_| 1_234), Duration::from_millis(1_234));
+        // A pick past the bound is cut to it.
+        assert_eq!(send_delay(10_000, |_| 9_999), Duration::from_millis(2_500));
+    }
+
+    #[test]
+    fn the_running_agents_delays_spread_over_the_bound() {
+        let delays: std::collections::BTreeSet<_> = (0..200)
+            .map(|_| send_delay(10_000, crate::jitter::random_pick).as_millis())
+            .collect();
+        assert!(delays.iter().all(|d| *d <= 2_500));
+        assert!(
+            delays.len() > 100,
+            "{} distinct delays of 200",
+            delays.len()
+        );
+    }
 }
