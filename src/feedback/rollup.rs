@@ -94,6 +94,24 @@ impl Acc {
 
 type Outcome = Option<Result<(), String>>;
 
+/// The commit of the batch some windows were merged into ([`Rollups::merge`]).
+pub struct Commit(Option<watch::Receiver<Outcome>>);
+
+impl Commit {
+    /// Waits until the batch is committed (at most 10 s).
+    pub async fn wait(self) -> Result<(), String> {
+        let Some(mut rx) = self.0 else {
+            return Ok(());
+        };
+        let outcome = tokio::time::timeout(Duration::from_secs(10), rx.wait_for(Option::is_some))
+            .await
+            .map_err(|_| "the report was not committed within 10 s".to_owned())?
+            .map_err(|_| "the report's commit was abandoned".to_owned())?
+            .clone();
+        outcome.unwrap_or_else(|| Err("not committed".into()))
+    }
+}
+
 struct Batch {
     deltas: HashMap<Key, Acc>,
     done: watch::Sender<Outcome>,
@@ -148,28 +166,21 @@ impl Rollups {
         unix_ms.div_euclid(self.rollup_ms) * self.rollup_ms
     }
 
-    /// Merges `windows` of `agent` into the current batch and waits until it is committed.
-    pub async fn merge(&self, agent: &str, windows: Vec<Window>) -> Result<(), String> {
+    /// Merges `windows` of `agent` into the current batch (they are dropped here); wait on
+    /// the answer until the batch is committed.
+    pub fn merge(&self, agent: &str, windows: Vec<Window>) -> Commit {
         if windows.is_empty() {
-            return Ok(());
+            return Commit(None);
         }
-        let mut rx = {
-            let mut batch = lock(&self.batch);
-            for w in windows {
-                let key = (w.chain, w.segment, self.rollup_of(w.start_ms));
-                let acc = batch.deltas.entry(key).or_insert_with(Acc::new);
-                acc.counts.add(&w.counts);
-                hdr::add(&mut acc.latency, &w.latency);
-                acc.add_agent(agent);
-            }
-            batch.done.subscribe()
-        };
-        let outcome = tokio::time::timeout(Duration::from_secs(10), rx.wait_for(Option::is_some))
-            .await
-            .map_err(|_| "the report was not committed within 10 s".to_owned())?
-            .map_err(|_| "the report's commit was abandoned".to_owned())?
-            .clone();
-        outcome.unwrap_or_else(|| Err("not committed".into()))
+        let mut batch = lock(&self.batch);
+        for w in windows {
+            let key = (w.chain, w.segment, self.rollup_of(w.start_ms));
+            let acc = batch.deltas.entry(key).or_insert_with(Acc::new);
+            acc.counts.add(&w.counts);
+            hdr::add(&mut acc.latency, &w.latency);
+            acc.add_agent(agent);
+        }
+        Commit(Some(batch.done.subscribe()))
     }
 
     /// Commits the current batch, if any: reads this writer's rows of its rollups, adds the

@@ -24,7 +24,7 @@ use futures_util::Stream;
 use tonic::{Request, Response, Status};
 
 use crate::auth::{Principal, Via};
-use crate::error::ApiError;
+use crate::error::{ApiError, Code};
 use crate::fleet::Fleet;
 use crate::publish::Hub;
 use crate::service::agents;
@@ -109,11 +109,19 @@ impl BudgetControl for Control {
         Ok(Response::new(AckResponse {}))
     }
 
+    /// Besides its request's bytes, what decoding made of them and then the decoded
+    /// histograms are charged to the call's budget (`agents.max_call_bytes`) while they are
+    /// held ([`feedback::report`]).
     async fn report(
         &self,
         req: Request<ReportRequest>,
     ) -> Result<Response<ReportResponse>, Status> {
         let principal = self.authenticate(&req).await?;
+        let Some(charge) = req.extensions().get::<pipe::Charge>().cloned() else {
+            return Err(Status::internal(
+                "a Report call is charged by the serve loop",
+            ));
+        };
         let req = req.into_inner();
         let windows = req
             .windows
@@ -130,7 +138,14 @@ impl BudgetControl for Control {
                 latency_hdr: w.latency_hdr.to_vec(),
             })
             .collect();
-        let accepted = feedback::report(&self.state, &principal, &req.agent_id, windows).await?;
+        let hold = |bytes: usize| {
+            charge
+                .budget()
+                .charge(bytes)
+                .map_err(|s| ApiError::new(Code::TooManyRequests, s.message()))
+        };
+        let accepted =
+            feedback::report(&self.state, &principal, &req.agent_id, windows, &hold).await?;
         Ok(Response::new(ReportResponse {
             accepted_windows: i64::try_from(accepted).unwrap_or(i64::MAX),
         }))

@@ -83,6 +83,11 @@ impl Charge {
         })
     }
 
+    /// The budget the call is charged to.
+    pub fn budget(&self) -> &CallBytes {
+        &self.budget
+    }
+
     /// Adds `bytes` to the charge.
     fn add(&self, bytes: usize) -> Result<(), tonic::Status> {
         let more = self.budget.charge(bytes)?;

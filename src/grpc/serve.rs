@@ -324,6 +324,10 @@ async fn call(
         }
     };
     drop(opening);
+    if agents {
+        // A Report charges what decoding made of its request, too.
+        req.extensions_mut().insert(charge.clone());
+    }
     let limits = (Some(CALL_REQUEST_WITHIN), CALL_WITHIN);
     serve_call(routes, req, respond, limits, charge).await;
 }

@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 use budget_api::feedback::{
     AlertList, DeliveryList, Production, WebhookList, WebhookRequest, WEBHOOK_EVENTS,
 };
-use budget_core::feedback::{Counts, OUTCOMES, RETRY_CAUSES};
+use budget_core::feedback::{Counts, MAX_REPORT_WINDOWS, OUTCOMES, RETRY_CAUSES};
 use budget_core::run::{RunUpload, SegmentUpload};
 use budget_core::{us_to_ms, SegmentClass};
 use serde_json::json;
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::agents::{check_id, require_agent};
 use super::check_chain_name;
@@ -24,8 +25,6 @@ use crate::state::AppState;
 use crate::store::feedback::Webhook;
 use crate::store::StoredBaseline;
 
-/// Most windows in one Report (an agent with 100 segments and 11 minutes kept is 1 100).
-pub const MAX_WINDOWS: usize = 4096;
 /// Most decoded histogram buckets one report may hold (16 bytes each: 16 MiB); windows past it
 /// are skipped, as refused windows are, and the agent sends them again.
 pub const MAX_REPORT_BUCKETS: usize = 1 << 20;
@@ -54,6 +53,25 @@ pub struct ReportWindow {
     pub retries: HashMap<String, u64>,
     pub outcomes: HashMap<String, u64>,
     pub latency_hdr: Vec<u8>,
+}
+
+/// Bytes `windows` hold, as decoded (their structs, strings, maps and histogram bytes).
+pub fn held_bytes(windows: &[ReportWindow]) -> usize {
+    let map = |m: &HashMap<String, u64>| {
+        m.capacity() * (std::mem::size_of::<(String, u64)>() + 1)
+            + m.keys().map(String::capacity).sum::<usize>()
+    };
+    std::mem::size_of_val(windows)
+        + windows
+            .iter()
+            .map(|w| {
+                w.chain.capacity()
+                    + w.segment.capacity()
+                    + w.latency_hdr.capacity()
+                    + map(&w.retries)
+                    + map(&w.outcomes)
+            })
+            .sum::<usize>()
 }
 
 /// Whether every window names a published chain and one of its live segments.
@@ -162,17 +180,24 @@ fn check_window(
 /// are stored. Windows of unknown chains or segments, too late, or malformed are skipped
 /// (not counted in the answer) so an agent never resends them; a failure to store answers
 /// UNAVAILABLE and the agent keeps its windows.
+///
+/// `hold` charges memory to the caller's budget until the permit it gives is dropped: the
+/// decoded windows (charged before anything waits) until they are checked, then each
+/// checked window with its decoded histogram until the windows are merged. A charge the
+/// budget cannot take refuses the report, and the agent keeps its windows.
 pub async fn report(
     state: &AppState,
     principal: &Principal,
     agent_id: &str,
     windows: Vec<ReportWindow>,
+    hold: &(dyn Fn(usize) -> ApiResult<OwnedSemaphorePermit> + Sync),
 ) -> ApiResult<u64> {
+    let decoded = hold(held_bytes(&windows))?;
     require_agent(principal)?;
     check_id("agent_id", agent_id)?;
-    if windows.len() > MAX_WINDOWS {
+    if windows.len() > MAX_REPORT_WINDOWS {
         return Err(ApiError::bad_request(format!(
-            "a report holds at most {MAX_WINDOWS} windows; send the rest in another"
+            "a report holds at most {MAX_REPORT_WINDOWS} windows; send the rest in another"
         )));
     }
     if let Some(token) = state.reports.bindings.token_of(state, agent_id).await? {
@@ -194,6 +219,7 @@ pub async fn report(
     let mut first_refusal = None;
     // Decoded histograms are held until the merge: their buckets are bounded per report.
     let mut buckets = 0usize;
+    let mut checked: Option<OwnedSemaphorePermit> = None;
     let full = || {
         format!(
             "the report's histograms hold more than {MAX_REPORT_BUCKETS} buckets; send the rest \
@@ -214,6 +240,12 @@ pub async fn report(
             }
             Ok(w) => {
                 buckets += w.latency.buckets.len();
+                let bytes = std::mem::size_of::<Window>()
+                    + w.latency.buckets.capacity() * std::mem::size_of::<(u64, u64)>();
+                match &mut checked {
+                    None => checked = Some(hold(bytes)?),
+                    Some(held) => held.merge(hold(bytes)?),
+                }
                 accepted.push(w);
             }
             Err(reason) => {
@@ -221,6 +253,7 @@ pub async fn report(
             }
         }
     }
+    drop(decoded);
     let n = accepted.len() as u64;
     if let Some(reason) = first_refusal {
         tracing::info!(agent = %agent_id, refused = total - n, %reason, "report windows skipped");
@@ -228,10 +261,10 @@ pub async fn report(
     super::rollouts::record_reports(state, &hub, agent_id, &accepted)
         .await
         .map_err(|e| ApiError::new(Code::Unavailable, format!("report not stored: {e}")))?;
-    state
-        .reports
-        .rollups
-        .merge(agent_id, accepted)
+    let commit = state.reports.rollups.merge(agent_id, accepted);
+    drop(checked);
+    commit
+        .wait()
         .await
         .map_err(|e| ApiError::new(Code::Unavailable, format!("report not stored: {e}")))?;
     crate::observe::report_windows(n, total - n);

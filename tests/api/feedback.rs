@@ -271,6 +271,109 @@ async fn reports_are_checked() {
     app.stop().await;
 }
 
+/// A Report is counted on the wire before it is decoded: a window names each outcome and
+/// each retry cause once. Before, a window of 1,000 outcome keys (387,644 fit in one Report)
+/// was decoded whole and then skipped, and a Report of 144,628 tiny windows took about ten
+/// times its bytes while it was decoded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_is_counted_on_the_wire_before_it_is_decoded() {
+    let app = fast_app(Backend::Sqlite).await.unwrap();
+    let token = published_with_agent(&app, "order-1").await;
+    let good = || window(now_ms() - 3_000, 10, 10, "deadline", &[("ok", 10)], &[1000]);
+
+    let mut many = good();
+    many.outcomes = (0..1000).map(|i| (format!("o{i}"), 1)).collect();
+    let err = report(&app, &token, "order-1", vec![good(), many])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert_eq!(
+        err.message(),
+        "window 1: outcomes has more than 6 entries; a window names each of the 6 outcomes once"
+    );
+    let tiny = SegmentWindow::default();
+    let err = report(&app, &token, "order-1", vec![tiny; 144_628])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert_eq!(
+        err.message(),
+        "a report holds at most 4096 windows; send the rest in another"
+    );
+    assert_eq!(
+        report(&app, &token, "order-1", vec![good()]).await.unwrap(),
+        1
+    );
+    app.stop().await;
+}
+
+/// What decoding makes of a Report, and its decoded histograms, are charged to
+/// `agents.max_call_bytes` with its bytes: at 1 MiB, a Report of 4,096 windows (about 0.7 MiB
+/// on the wire, about 3 MiB decoded), or of 20 windows with 4,500 latency buckets each, is
+/// refused RESOURCE_EXHAUSTED naming the setting (the agent keeps its windows); smaller ones
+/// are stored. Before, only its bytes were charged and both were stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reports_decoded_size_is_charged() {
+    let db = TestDb::new(Backend::Sqlite).await.unwrap();
+    let app = spawn_app_on(db, |url| {
+        let mut s = settings_for(url);
+        fast(&mut s);
+        s.agents.max_call_bytes = 1 << 20;
+        s
+    })
+    .await;
+    let token = published_with_agent(&app, "order-1").await;
+    let full = || {
+        let mut w = window(now_ms() - 3_000, 10, 12, "deadline", &[("ok", 10)], &[1000]);
+        w.retries.insert("unavailable".into(), 1);
+        for outcome in budget_core::feedback::OUTCOMES {
+            w.outcomes.entry(outcome.into()).or_insert(0);
+        }
+        w
+    };
+    let windows = vec![full(); 4096];
+    let wire = budget_proto::codec::frame(&ReportRequest {
+        agent_id: "order-1".into(),
+        windows: windows.clone(),
+    })
+    .len();
+    assert!(wire < (1 << 20) - 9 * 1024, "{wire} bytes on the wire");
+    let err = report(&app, &token, "order-1", windows).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(err.message().contains("agents.max_call_bytes"), "{err:?}");
+    assert_eq!(
+        report(&app, &token, "order-1", vec![full(); 100])
+            .await
+            .unwrap(),
+        100
+    );
+
+    // Decoded histograms: 5,000 distinct latencies are about 4,500 buckets of 16 bytes, sent
+    // in a few KiB. Twenty such windows do not fit in 1 MiB; five do, again and again (their
+    // charge comes back once they are merged).
+    let wide: Vec<u64> = (0..5000).map(|i| 1000 + i * 20).collect();
+    let busy = window(now_ms() - 3_000, 10, 10, "deadline", &[("ok", 10)], &wide);
+    assert!(
+        busy.latency_hdr.len() < 16 * 1024,
+        "{}",
+        busy.latency_hdr.len()
+    );
+    let err = report(&app, &token, "order-1", vec![busy.clone(); 20])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(err.message().contains("agents.max_call_bytes"), "{err:?}");
+    for _ in 0..5 {
+        assert_eq!(
+            report(&app, &token, "order-1", vec![busy.clone(); 5])
+                .await
+                .unwrap(),
+            5
+        );
+    }
+    app.stop().await;
+}
+
 /// A local webhook receiver: records every request; answers 500 to the first delivery of
 /// the event in `fail_once`, 200 to everything else.
 #[derive(Clone, Default)]

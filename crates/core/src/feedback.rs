@@ -10,6 +10,9 @@ use crate::baseline::BaselineSegment;
 use crate::drift::{self, DriftEntry};
 use crate::run::SegmentStats;
 
+/// Most windows in one Report (an agent with 100 segments and 11 minutes kept is 1,100).
+pub const MAX_REPORT_WINDOWS: usize = 4096;
+
 /// Retry causes an agent counts (`SegmentWindow.retries` keys).
 pub const RETRY_CAUSES: [&str; 2] = ["deadline", "unavailable"];
 

@@ -5,11 +5,18 @@
 //! 10 000 streams the default buffers alone would hold about 80 MiB. These buffers start at
 //! [`ENCODE_BUFFER`] / [`DECODE_BUFFER`] bytes and grow only for a message that needs more
 //! (`BytesMut` reserves), so a large update or report still goes through.
+//!
+//! A request is checked on its bytes before it is decoded ([`WireBounds`]): decoding can
+//! make many times more of a message than its size.
 
 use std::marker::PhantomData;
 
-use tonic::codec::{BufferSettings, Codec};
-use tonic_prost::{ProstDecoder, ProstEncoder};
+use prost::bytes::Buf as _;
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
+use tonic::Status;
+use tonic_prost::ProstEncoder;
+
+use crate::bounds::WireBounds;
 
 /// Initial encode buffer of a call: one typical `BudgetUpdate` (a few chains) fits.
 pub const ENCODE_BUFFER: usize = 1024;
@@ -31,19 +38,43 @@ impl<T, U> Default for SmallBufferCodec<T, U> {
 impl<T, U> Codec for SmallBufferCodec<T, U>
 where
     T: prost::Message + Send + 'static,
-    U: prost::Message + Default + Send + 'static,
+    U: prost::Message + Default + WireBounds + Send + 'static,
 {
     type Encode = T;
     type Decode = U;
     type Encoder = ProstEncoder<T>;
-    type Decoder = ProstDecoder<U>;
+    type Decoder = CheckedDecoder<U>;
 
     fn encoder(&mut self) -> Self::Encoder {
         ProstEncoder::new(BufferSettings::new(ENCODE_BUFFER, YIELD_THRESHOLD))
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        ProstDecoder::new(BufferSettings::new(DECODE_BUFFER, YIELD_THRESHOLD))
+        CheckedDecoder(PhantomData)
+    }
+}
+
+/// prost's decoding of `U`, after [`WireBounds::check_wire`] has passed on the message's
+/// bytes (`INVALID_ARGUMENT` with its reason otherwise; bytes that are not a `U` are
+/// `INTERNAL`, as tonic answers them).
+#[derive(Debug)]
+pub struct CheckedDecoder<U>(PhantomData<U>);
+
+impl<U: prost::Message + Default + WireBounds> Decoder for CheckedDecoder<U> {
+    type Item = U;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
+        // The message is one contiguous buffer: this takes it without copying.
+        let bytes = src.copy_to_bytes(src.remaining());
+        U::check_wire(&bytes).map_err(Status::invalid_argument)?;
+        U::decode(bytes)
+            .map(Some)
+            .map_err(|e| Status::internal(e.to_string()))
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::new(DECODE_BUFFER, YIELD_THRESHOLD)
     }
 }
 

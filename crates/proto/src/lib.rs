@@ -17,6 +17,7 @@ pub mod wire {
 /// The encoded file descriptor set, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("budget_v1_descriptor");
 
+pub mod bounds;
 pub mod codec;
 pub mod convert;
 
