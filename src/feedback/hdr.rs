@@ -137,6 +137,12 @@ pub fn decode(bytes: &[u8]) -> Result<Sparse, String> {
 /// [`decode`], with errors naming the input `name` (a run's histogram, an agent's
 /// `latency_hdr`).
 pub fn decode_named(bytes: &[u8], name: &str) -> Result<Sparse, String> {
+    decode_metered(bytes, name, &mut 0)
+}
+
+/// [`decode_named`], adding to `total` the bytes it inflated (whether or not they then
+/// decode): what decoding cost.
+pub fn decode_metered(bytes: &[u8], name: &str, total: &mut usize) -> Result<Sparse, String> {
     if bytes.is_empty() {
         return Ok(Sparse::default());
     }
@@ -156,10 +162,11 @@ pub fn decode_named(bytes: &[u8], name: &str) -> Result<Sparse, String> {
         .get(8..8 + len)
         .ok_or_else(|| format!("{name} is shorter than its header says"))?;
     let mut inflated = Vec::new();
-    flate2::read::ZlibDecoder::new(body)
+    let read = flate2::read::ZlibDecoder::new(body)
         .take(MAX_INFLATED as u64 + 1)
-        .read_to_end(&mut inflated)
-        .map_err(|e| format!("{name} does not inflate: {e}"))?;
+        .read_to_end(&mut inflated);
+    *total = total.saturating_add(inflated.len());
+    read.map_err(|e| format!("{name} does not inflate: {e}"))?;
     if inflated.len() > MAX_INFLATED {
         return Err(format!("{name} inflates beyond {MAX_INFLATED} bytes"));
     }

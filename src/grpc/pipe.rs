@@ -103,21 +103,59 @@ impl Charge {
 /// (`RESOURCE_EXHAUSTED` when the budget cannot take it) and its window given back as it is
 /// handed on, then its trailers; with a deadline, a request not in full by then fails
 /// `DEADLINE_EXCEEDED`.
+///
+/// A request of one message (a unary call) ends once its message is in: tonic decodes a
+/// message as soon as it has arrived and then waits for the end of the request, so a peer
+/// that never ended it would keep the decoded message, uncharged, until the deadline.
 pub struct RecvBody {
     recv: RecvStream,
     data_done: bool,
     deadline: Option<(Duration, Pin<Box<tokio::time::Sleep>>)>,
     charge: Charge,
+    /// For a request of one message: how much of it has arrived.
+    message: Option<OneMessage>,
+    /// The one message is in: the body ends without waiting for the peer.
+    ended: bool,
 }
 
 impl RecvBody {
-    pub fn new(recv: RecvStream, within: Option<Duration>, charge: Charge) -> Self {
+    pub fn new(
+        recv: RecvStream,
+        within: Option<Duration>,
+        charge: Charge,
+        one_message: bool,
+    ) -> Self {
         Self {
             recv,
             data_done: false,
             deadline: within.map(|d| (d, Box::pin(tokio::time::sleep(d)))),
             charge,
+            message: one_message.then(OneMessage::default),
+            ended: false,
         }
+    }
+}
+
+/// How much of a request of one gRPC message has arrived: its 5-byte prefix (flag, length)
+/// and the bytes seen.
+#[derive(Default)]
+struct OneMessage {
+    prefix: [u8; 5],
+    seen: usize,
+}
+
+impl OneMessage {
+    /// Counts `data`, the next bytes of the request; whether the message is now in whole.
+    fn complete_after(&mut self, data: &[u8]) -> bool {
+        let start = self.seen.min(5);
+        let head = (5 - start).min(data.len());
+        self.prefix[start..start + head].copy_from_slice(&data[..head]);
+        self.seen = self.seen.saturating_add(data.len());
+        if self.seen < 5 {
+            return false;
+        }
+        let [_, len @ ..] = self.prefix;
+        self.seen - 5 >= u32::from_be_bytes(len) as usize
     }
 }
 
@@ -141,6 +179,9 @@ impl Body for RecvBody {
                 return Poll::Ready(Some(Err(Box::new(status))));
             }
         }
+        if self.ended {
+            return Poll::Ready(None);
+        }
         if !self.data_done {
             match self.recv.poll_data(cx) {
                 Poll::Ready(Some(Ok(data))) => {
@@ -150,6 +191,12 @@ impl Body for RecvBody {
                         return Poll::Ready(Some(Err(Box::new(status))));
                     }
                     let _ = self.recv.flow_control().release_capacity(data.len());
+                    if let Some(message) = &mut self.message {
+                        if message.complete_after(&data) {
+                            self.ended = true;
+                            self.deadline = None;
+                        }
+                    }
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
@@ -172,7 +219,7 @@ impl Body for RecvBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.recv.is_end_stream()
+        self.ended || self.recv.is_end_stream()
     }
 }
 
@@ -180,17 +227,19 @@ impl Body for RecvBody {
 /// full `within` that time, if given, and the whole call end within `life` (a call still
 /// running then is reset, `CANCEL`, whatever it waits for: its handler, or a peer that does
 /// not take its response). The call holds `charge`, and what its request and response add to
-/// it, until it ends.
+/// it, until it ends. With `one_message` (a unary call) the request ends once its message is
+/// in.
 pub async fn serve_call<S>(
     service: S,
     req: Request<RecvStream>,
     respond: SendResponse<Bytes>,
     (within, life): (Option<Duration>, Duration),
     charge: Charge,
+    one_message: bool,
 ) where
     S: Service<Request<RecvBody>, Response = Response<tonic::body::Body>, Error = Infallible>,
 {
-    let req = req.map(|recv| RecvBody::new(recv, within, charge.clone()));
+    let req = req.map(|recv| RecvBody::new(recv, within, charge.clone(), one_message));
     let call = async {
         let Ok(response) = service.oneshot(req).await;
         if let Err(e) = pipe(response, respond, &charge).await {

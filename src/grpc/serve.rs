@@ -329,7 +329,8 @@ async fn call(
         req.extensions_mut().insert(charge.clone());
     }
     let limits = (Some(CALL_REQUEST_WITHIN), CALL_WITHIN);
-    serve_call(routes, req, respond, limits, charge).await;
+    // Ack and Report are unary: their request is one message.
+    serve_call(routes, req, respond, limits, charge, agents).await;
 }
 
 /// Pings the peer every [`KEEPALIVE_INTERVAL`]; tells `dead` when a ping cannot be sent or is

@@ -152,7 +152,7 @@ fn check_labels(labels: &HashMap<String, String>) -> ApiResult<()> {
 }
 
 /// `text` cut to at most `max` bytes, at a character boundary.
-fn truncate(text: &str, max: usize) -> &str {
+pub(super) fn truncate(text: &str, max: usize) -> &str {
     if text.len() <= max {
         return text;
     }

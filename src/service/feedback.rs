@@ -26,8 +26,11 @@ use crate::store::feedback::Webhook;
 use crate::store::StoredBaseline;
 
 /// Most decoded histogram buckets one report may hold (16 bytes each: 16 MiB); windows past it
-/// are skipped, as refused windows are, and the agent sends them again.
+/// are skipped, as refused windows are (counted out of the answer, not sent again).
 pub const MAX_REPORT_BUCKETS: usize = 1 << 20;
+/// Most bytes one report's histograms may inflate to (each at most 1 MiB): windows past it
+/// are skipped like those past [`MAX_REPORT_BUCKETS`], so a report's decoding work is bounded.
+pub const MAX_REPORT_INFLATED: usize = 64 << 20;
 /// A window may end this long before it reaches the server (SPEC §8: 10 minutes late).
 pub const MAX_LATENESS_MS: i64 = 10 * 60_000;
 /// Clocks differ: a window may start this far in the server's future.
@@ -125,21 +128,34 @@ impl Bindings {
     }
 }
 
+/// An agent's string in a reason that is logged: quoted, cut to 64 bytes (with its length
+/// when cut), so a window's reason is never longer than a few hundred bytes.
+fn echo(text: &str) -> String {
+    let cut = super::agents::truncate(text, 64);
+    if cut.len() == text.len() {
+        format!("{text:?}")
+    } else {
+        format!("{cut:?}… ({} bytes)", text.len())
+    }
+}
+
 /// Why a window is skipped, or the window checked and converted.
 fn check_window(
     hub: &crate::publish::HubState,
     w: ReportWindow,
     now_ms: i64,
+    inflated: &mut usize,
 ) -> Result<Window, String> {
     let entry = hub
         .get(&w.chain)
-        .ok_or_else(|| format!("chain {:?} has no published budgets", w.chain))?;
+        .ok_or_else(|| format!("chain {} has no published budgets", echo(&w.chain)))?;
     let known = |e: &crate::publish::ChainEntry| e.live.segments.iter().any(|s| s.id == w.segment);
     // A canary's baseline may hold segments the stable one does not (yet).
     if !known(entry) && !entry.canary().is_some_and(|(_, c)| known(c)) {
         return Err(format!(
-            "segment {:?} is not in {:?}'s live budgets",
-            w.segment, w.chain
+            "segment {} is not in {}'s live budgets",
+            echo(&w.segment),
+            echo(&w.chain)
         ));
     }
     if w.end_unix_ms < w.start_unix_ms || w.end_unix_ms - w.start_unix_ms > MAX_SPAN_MS {
@@ -158,15 +174,19 @@ fn check_window(
     };
     for (cause, n) in &w.retries {
         *counts.retry_mut(cause).ok_or_else(|| {
-            format!("retry cause {cause:?}: one of {}", RETRY_CAUSES.join(", "))
+            format!(
+                "retry cause {}: one of {}",
+                echo(cause),
+                RETRY_CAUSES.join(", ")
+            )
         })? += n;
     }
     for (outcome, n) in &w.outcomes {
-        *counts
-            .outcome_mut(outcome)
-            .ok_or_else(|| format!("outcome {outcome:?}: one of {}", OUTCOMES.join(", ")))? += n;
+        *counts.outcome_mut(outcome).ok_or_else(|| {
+            format!("outcome {}: one of {}", echo(outcome), OUTCOMES.join(", "))
+        })? += n;
     }
-    let latency = hdr::decode(&w.latency_hdr)?;
+    let latency = hdr::decode_metered(&w.latency_hdr, "latency_hdr", inflated)?;
     Ok(Window {
         chain: w.chain,
         segment: w.segment,
@@ -222,17 +242,21 @@ pub async fn report(
     let mut checked: Option<OwnedSemaphorePermit> = None;
     let full = || {
         format!(
-            "the report's histograms hold more than {MAX_REPORT_BUCKETS} buckets; send the rest \
-             in another report"
+            "the report's histograms hold more than {MAX_REPORT_BUCKETS} buckets or inflate to \
+             more than {} MiB; send the rest in another report",
+            MAX_REPORT_INFLATED >> 20
         )
     };
+    let mut inflated = 0usize;
     for w in windows {
         // Once full, the rest are not even decoded (decoding is the cost).
-        if buckets >= MAX_REPORT_BUCKETS {
+        if buckets >= MAX_REPORT_BUCKETS || inflated >= MAX_REPORT_INFLATED {
             first_refusal.get_or_insert_with(full);
             continue;
         }
-        match check_window(&hub, w, now_ms) {
+        // A histogram inflates up to 1 MiB: let the connection's other calls run between two.
+        tokio::task::yield_now().await;
+        match check_window(&hub, w, now_ms, &mut inflated) {
             Ok(w) if buckets + w.latency.buckets.len() > MAX_REPORT_BUCKETS => {
                 // Nothing later fits either: stop decoding.
                 buckets = MAX_REPORT_BUCKETS;
@@ -486,4 +510,40 @@ pub async fn deliveries(state: &AppState, id: &str) -> ApiResult<DeliveryList> {
     Ok(DeliveryList {
         deliveries: state.store.list_deliveries(id, 200).await?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by attacking the server: a window's reason quoted what the agent sent whole, and
+    /// it is logged, so a 4 MiB chain name made a 21 MB log line.
+    #[test]
+    fn a_skipped_windows_reason_quotes_at_most_64_bytes_of_what_the_agent_sent() {
+        let hub = crate::publish::HubState::default();
+        let w = ReportWindow {
+            chain: "\u{1}".repeat(1 << 20),
+            ..ReportWindow::default()
+        };
+        let reason = check_window(&hub, w, 0, &mut 0).unwrap_err();
+        assert_eq!(
+            reason,
+            format!(
+                "chain {:?}… (1048576 bytes) has no published budgets",
+                "\u{1}".repeat(64)
+            )
+        );
+        assert!(reason.len() < 500, "{} bytes", reason.len());
+        // Short names are quoted whole; a cut never splits a character.
+        assert_eq!(echo("checkout"), "\"checkout\"");
+        assert_eq!(
+            echo(&"é".repeat(40)),
+            format!("{:?}… (80 bytes)", "é".repeat(32))
+        );
+        // "é" is two bytes: the first 64 bytes of "xéxé…" end with an "x".
+        assert_eq!(
+            echo(&"xé".repeat(22)),
+            format!("{:?}… (66 bytes)", "xé".repeat(21) + "x")
+        );
+    }
 }

@@ -374,6 +374,44 @@ async fn a_reports_decoded_size_is_charged() {
     app.stop().await;
 }
 
+/// A V2 compressed histogram whose counts are `n` zeros: a few hundred bytes sent, `40 + n`
+/// inflated, no bucket decoded.
+fn zeros_hdr(n: usize) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut inflated = Vec::new();
+    inflated.extend(0x1c84_9313u32.to_be_bytes());
+    inflated.extend((n as u32).to_be_bytes());
+    inflated.extend(0u32.to_be_bytes());
+    inflated.extend(3u32.to_be_bytes());
+    inflated.extend(1u64.to_be_bytes());
+    inflated.extend(3_600_000_000u64.to_be_bytes());
+    inflated.extend(1f64.to_bits().to_be_bytes());
+    inflated.resize(40 + n, 0);
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    z.write_all(&inflated).unwrap();
+    let body = z.finish().unwrap();
+    let mut out = 0x1c84_9314u32.to_be_bytes().to_vec();
+    out.extend((body.len() as u32).to_be_bytes());
+    out.extend(body);
+    out
+}
+
+/// A Report's histograms inflate to at most 64 MiB together: of 70 windows whose histograms
+/// inflate to 1 MiB each (about 1 KiB each sent), 64 are decoded and stored, the rest skipped.
+/// Before, every one was inflated in one go on a worker thread: eight such Reports of 3,685
+/// windows stalled the server (`/readyz` over 30 s) and were never answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reports_histograms_inflate_to_a_bounded_size() {
+    let app = fast_app(Backend::Sqlite).await.unwrap();
+    let token = published_with_agent(&app, "order-1").await;
+    let mut w = window(now_ms() - 3_000, 1, 1, "deadline", &[("ok", 1)], &[]);
+    w.latency_hdr = zeros_hdr((1 << 20) - 40);
+    assert!(w.latency_hdr.len() < 2048, "{}", w.latency_hdr.len());
+    let accepted = report(&app, &token, "order-1", vec![w; 70]).await.unwrap();
+    assert_eq!(accepted, 64);
+    app.stop().await;
+}
+
 /// A local webhook receiver: records every request; answers 500 to the first delivery of
 /// the event in `fail_once`, 200 to everything else.
 #[derive(Clone, Default)]

@@ -164,6 +164,32 @@ async fn a_request_that_does_not_end_is_answered_deadline_exceeded() {
     }
 }
 
+/// An Ack or Report is answered once its one message is in, whether or not the peer ends its
+/// request. Before, the server decoded the message and then waited for the end of the request
+/// (up to 30 s) holding the decoded Report uncharged: 1,309 such Reports of 4,096 small
+/// windows (196 KB sent, about 4 MiB decoded each) took the server to 5.3 GiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unary_call_is_answered_once_its_message_is_in() {
+    let app = app_with(|_| {}).await;
+    let agent = app.token("agent", "order-agent").await;
+    let addr = grpc_addr(&app);
+    let report = budget_proto::codec::frame(&budget_proto::v1::ReportRequest {
+        agent_id: "order-1".into(),
+        windows: Vec::new(),
+    });
+    // The message arrives in two parts, the prefix split, and the request is never ended.
+    let (mut send, response) = open_call(addr, REPORT, Some(&agent), &report[..3]).await;
+    send.send_data(report.slice(3..), false).unwrap();
+    let answer = status_within(response, Duration::from_secs(10)).await;
+    assert_eq!(
+        answer,
+        Some((0, String::new())),
+        "answered OK before the request ends"
+    );
+    drop(send);
+    app.stop().await;
+}
+
 /// At `agents.max_connections` the listener accepts no more connections until one closes:
 /// the next client's HTTP/2 handshake waits, then completes once a connection is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
