@@ -239,7 +239,7 @@ pub async fn report(
     let mut first_refusal = None;
     // Decoded histograms are held until the merge: their buckets are bounded per report.
     let mut buckets = 0usize;
-    let mut checked: Option<OwnedSemaphorePermit> = None;
+    let mut checked = hold(0)?;
     let full = || {
         format!(
             "the report's histograms hold more than {MAX_REPORT_BUCKETS} buckets or inflate to \
@@ -266,10 +266,7 @@ pub async fn report(
                 buckets += w.latency.buckets.len();
                 let bytes = std::mem::size_of::<Window>()
                     + w.latency.buckets.capacity() * std::mem::size_of::<(u64, u64)>();
-                match &mut checked {
-                    None => checked = Some(hold(bytes)?),
-                    Some(held) => held.merge(hold(bytes)?),
-                }
+                checked.merge(hold(bytes)?);
                 accepted.push(w);
             }
             Err(reason) => {
