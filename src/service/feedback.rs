@@ -158,7 +158,9 @@ fn check_window(
             echo(&w.chain)
         ));
     }
-    if w.end_unix_ms < w.start_unix_ms || w.end_unix_ms - w.start_unix_ms > MAX_SPAN_MS {
+    // Checked: a start near i64::MIN must not wrap around into a short span.
+    let span = w.end_unix_ms.checked_sub(w.start_unix_ms);
+    if !span.is_some_and(|span| (0..=MAX_SPAN_MS).contains(&span)) {
         return Err("a window ends after it starts and spans at most 11 minutes".into());
     }
     if w.end_unix_ms < now_ms - MAX_LATENESS_MS {

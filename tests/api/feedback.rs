@@ -222,6 +222,18 @@ async fn reports_are_checked() {
     assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
     assert!(err.message().contains("another token"), "{err:?}");
 
+    // A start near i64::MIN must not wrap around into a short span (it did in a release build,
+    // and each such window opened a rollup of its own that nothing bounded).
+    for (start, end) in [(i64::MIN, now_ms() - 1_000), (i64::MIN + 1, i64::MAX)] {
+        let mut w = good();
+        (w.start_unix_ms, w.end_unix_ms) = (start, end);
+        assert_eq!(
+            report(&app, &token, "order-1", vec![w]).await.unwrap(),
+            0,
+            "start {start}, end {end}"
+        );
+    }
+
     let err = report(&app, &token, "order-1", vec![good(); 4097])
         .await
         .unwrap_err();
