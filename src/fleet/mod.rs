@@ -166,21 +166,45 @@ pub enum AckOutcome {
     NotSent(i64),
 }
 
-/// Open Watch streams per token on this replica, and in all.
+/// Places taken per token on this replica (open Watch streams, or Ack and Report calls in
+/// flight), and in all.
 #[derive(Debug, Default)]
-struct StreamCounts {
+struct TokenCounts {
     per_token: Mutex<HashMap<String, usize>>,
     total: AtomicUsize,
 }
 
-/// One Watch stream's place in its token's quota, given back when dropped.
+impl TokenCounts {
+    /// One more place for `token_id`, or `None` when it holds `limit` already.
+    fn take(self: &Arc<Self>, token_id: &str, limit: usize) -> Option<TokenPermit> {
+        let mut counts = lock(&self.per_token);
+        let n = counts.entry(token_id.to_owned()).or_insert(0);
+        if *n >= limit {
+            return None;
+        }
+        *n += 1;
+        self.total.fetch_add(1, Ordering::AcqRel);
+        Some(TokenPermit {
+            counts: self.clone(),
+            token_id: token_id.to_owned(),
+        })
+    }
+}
+
+/// One place in a token's quota (a Watch stream, or an Ack or Report call), given back when
+/// dropped.
 #[derive(Debug)]
-pub struct StreamPermit {
-    counts: Arc<StreamCounts>,
+pub struct TokenPermit {
+    counts: Arc<TokenCounts>,
     token_id: String,
 }
 
-impl Drop for StreamPermit {
+/// Ack and Report calls one agent token may have in flight on a replica, per Watch stream it
+/// may hold (`agents.max_streams_per_token`): an agent sends one Report at a time and acks
+/// each revision once, so one token cannot hold the whole of `agents.max_call_bytes`.
+pub const CALLS_PER_STREAM: usize = 2;
+
+impl Drop for TokenPermit {
     fn drop(&mut self) {
         let mut counts = lock(&self.counts.per_token);
         if let Some(n) = counts.get_mut(&self.token_id) {
@@ -202,7 +226,9 @@ pub struct Fleet {
     /// This run of the replica: its name and a random suffix ([`Self::beat`]).
     process: Arc<str>,
     agents: Arc<Mutex<HashMap<String, Arc<Slot>>>>,
-    streams: Arc<StreamCounts>,
+    streams: Arc<TokenCounts>,
+    /// Ack and Report calls in flight, per token ([`CALLS_PER_STREAM`]).
+    calls: Arc<TokenCounts>,
     store: Arc<dyn Store>,
     claims: claims::Claims,
     /// Some slot has news since the last flush (an idle fleet costs no scan of its slots).
@@ -233,6 +259,7 @@ impl Fleet {
             silence: settings.replica_silence(),
             agents: Default::default(),
             streams: Default::default(),
+            calls: Default::default(),
             claims: claims::Claims::spawn(store.clone()),
             news: Default::default(),
             beat: Arc::new(Mutex::new(Instant::now())),
@@ -247,18 +274,19 @@ impl Fleet {
 
     /// A place for one more Watch stream of the token `token_id`, or `None` when it holds
     /// `agents.max_streams_per_token` already.
-    pub fn open_stream(&self, token_id: &str) -> Option<StreamPermit> {
-        let mut counts = lock(&self.streams.per_token);
-        let n = counts.entry(token_id.to_owned()).or_insert(0);
-        if *n >= self.max_streams_per_token {
-            return None;
-        }
-        *n += 1;
-        self.streams.total.fetch_add(1, Ordering::AcqRel);
-        Some(StreamPermit {
-            counts: self.streams.clone(),
-            token_id: token_id.to_owned(),
-        })
+    pub fn open_stream(&self, token_id: &str) -> Option<TokenPermit> {
+        self.streams.take(token_id, self.max_streams_per_token)
+    }
+
+    /// A place for one more Ack or Report call of the token `token_id` until it ends, or
+    /// `None` when it has [`Self::max_calls_per_token`] in flight already.
+    pub fn open_call(&self, token_id: &str) -> Option<TokenPermit> {
+        self.calls.take(token_id, self.max_calls_per_token())
+    }
+
+    /// Ack and Report calls one token may have in flight on this replica.
+    pub fn max_calls_per_token(&self) -> usize {
+        self.max_streams_per_token.saturating_mul(CALLS_PER_STREAM)
     }
 
     /// Watch streams open on this replica (accepted, not yet ended).

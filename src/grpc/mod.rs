@@ -25,7 +25,7 @@ use tonic::{Request, Response, Status};
 
 use crate::auth::{Principal, Via};
 use crate::error::{ApiError, Code};
-use crate::fleet::Fleet;
+use crate::fleet::{Fleet, TokenPermit};
 use crate::publish::Hub;
 use crate::service::agents;
 use crate::service::feedback;
@@ -72,6 +72,11 @@ impl Control {
         let principal = self.caller(headers).await?;
         agents::require_agent(&principal)?;
         Ok(principal)
+    }
+
+    /// One of `principal`'s places for an Ack or Report call in flight, held until it ends.
+    pub(crate) fn take_call(&self, principal: &Principal) -> Result<TokenPermit, ApiError> {
+        agents::take_call(&self.state, principal)
     }
 
     /// The caller of `req`: the one the serve loop found from its headers, or else from its

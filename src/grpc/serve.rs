@@ -298,11 +298,17 @@ async fn call(
     opening: Charge,
 ) {
     let agents = req.uri().path().starts_with(BUDGET_CONTROL);
-    if agents {
-        match control.agent_caller(req.headers()).await {
+    // An agent call holds one of its token's places until it ends.
+    let place = if agents {
+        let caller = match control.agent_caller(req.headers()).await {
+            Ok(principal) => control.take_call(&principal).map(|p| (principal, p)),
+            Err(e) => Err(e),
+        };
+        match caller {
             // Kept for the handler, which does not look the token up again.
-            Ok(principal) => {
+            Ok((principal, place)) => {
                 req.extensions_mut().insert(principal);
+                Some(place)
             }
             Err(e) => {
                 let status = tonic::Status::from(e);
@@ -310,7 +316,9 @@ async fn call(
                 return;
             }
         }
-    }
+    } else {
+        None
+    };
     let budget = if agents {
         &budgets.agents
     } else {
@@ -331,6 +339,7 @@ async fn call(
     let limits = (Some(CALL_REQUEST_WITHIN), CALL_WITHIN);
     // Ack and Report are unary: their request is one message.
     serve_call(routes, req, respond, limits, charge, agents).await;
+    drop(place);
 }
 
 /// Pings the peer every [`KEEPALIVE_INTERVAL`]; tells `dead` when a ping cannot be sent or is

@@ -34,7 +34,7 @@ use tokio::sync::mpsc;
 
 use super::pipe::Charge;
 use super::Control;
-use crate::fleet::{Fleet, Slot, StreamPermit};
+use crate::fleet::{Fleet, Slot, TokenPermit};
 use crate::publish::{ChainEntry, HubState, Member};
 use crate::service::agents::{self, Selection};
 
@@ -61,7 +61,7 @@ pub struct Opened {
     known: i64,
     held: Option<BTreeSet<String>>,
     slot: Arc<Slot>,
-    permit: StreamPermit,
+    permit: TokenPermit,
     member: Member,
 }
 
@@ -172,7 +172,7 @@ struct Stream {
     hook: Arc<StreamWaker>,
     slot: Arc<Slot>,
     fleet: Fleet,
-    _permit: StreamPermit,
+    _permit: TokenPermit,
     /// Which canaries select the agent.
     member: Member,
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::check_chain_name;
 use crate::auth::{Principal, Role};
 use crate::error::{ApiError, ApiResult, Code};
-use crate::fleet::{AckOutcome, ConnectError, Fleet, Slot, StreamPermit};
+use crate::fleet::{AckOutcome, ConnectError, Fleet, Slot, TokenPermit};
 use crate::publish::Member;
 use crate::state::AppState;
 use crate::store::{AgentCursor, AgentStatus};
@@ -199,7 +199,7 @@ pub struct Watch {
     /// The chains the agent holds, when it said: any other chain selected is sent at once.
     pub held: Option<BTreeSet<String>>,
     pub slot: Arc<Slot>,
-    pub permit: StreamPermit,
+    pub permit: TokenPermit,
     /// What canary selection looks at (SPEC §9).
     pub member: Member,
 }
@@ -207,7 +207,7 @@ pub struct Watch {
 /// Takes one of `principal`'s Watch streams (an agent token's, at most
 /// `agents.max_streams_per_token` on this replica), before its request is read: a token can
 /// have no more requests being read than it may hold streams.
-pub fn take_stream(state: &AppState, principal: &Principal) -> ApiResult<StreamPermit> {
+pub fn take_stream(state: &AppState, principal: &Principal) -> ApiResult<TokenPermit> {
     require_agent(principal)?;
     state.fleet.open_stream(&principal.token_id).ok_or_else(|| {
         tracing::warn!(token = ?principal.name, "watch refused: the token holds its stream limit");
@@ -222,6 +222,24 @@ pub fn take_stream(state: &AppState, principal: &Principal) -> ApiResult<StreamP
     })
 }
 
+/// Takes one of `principal`'s places for an Ack or Report call in flight (an agent token's, at
+/// most `2 × agents.max_streams_per_token` on this replica), before its request is read, held
+/// until the call ends: one token cannot hold all of `agents.max_call_bytes`.
+pub fn take_call(state: &AppState, principal: &Principal) -> ApiResult<TokenPermit> {
+    require_agent(principal)?;
+    state.fleet.open_call(&principal.token_id).ok_or_else(|| {
+        tracing::warn!(token = ?principal.name, "call refused: the token holds its call limit");
+        ApiError::new(
+            Code::TooManyRequests,
+            format!(
+                "token {:?} already has {} Ack and Report calls in flight on this replica (2 × agents.max_streams_per_token); wait for their answers, or give these agents a token of their own",
+                principal.name,
+                state.fleet.max_calls_per_token()
+            ),
+        )
+    })
+}
+
 /// Opens a Watch stream for `principal` (an agent token) on the stream `permit` it took
 /// ([`take_stream`]): validates the request and binds the agent id to the token (or finds it
 /// bound to another).
@@ -229,7 +247,7 @@ pub async fn watch(
     state: &AppState,
     principal: &Principal,
     req: WatchRequest,
-    permit: StreamPermit,
+    permit: TokenPermit,
 ) -> ApiResult<Watch> {
     check_id("agent_id", &req.agent_id)?;
     if req.known_revision < 0 {

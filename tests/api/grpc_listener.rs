@@ -345,6 +345,58 @@ async fn agent_calls_hold_at_most_max_call_bytes() {
     );
 }
 
+/// One agent token has at most 2 × `agents.max_streams_per_token` Ack and Report calls in
+/// flight on a replica: at 4 streams, 8 Reports whose requests never end are held and the
+/// others refused RESOURCE_EXHAUSTED at once, naming the limit, while another token's Report is
+/// stored. Before, one token's calls that sent their headers and nothing more took the whole of
+/// `agents.max_call_bytes` (36,000 of them: 74 of 103 other agents' Reports refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_token_holds_a_bounded_share_of_agent_calls() {
+    let app = app_with(|s| s.agents.max_streams_per_token = 4).await;
+    let greedy = app.token("agent", "greedy-agent").await;
+    let other = app.token("agent", "order-agent").await;
+    let addr = grpc_addr(&app);
+    let wait = Duration::from_secs(2);
+    let (task, sends, statuses) =
+        hold_calls(addr, REPORT, Some(&greedy), 40, (100, 1_000), wait).await;
+    let (refused, held) = refused_and_held(&statuses, "2 × agents.max_streams_per_token");
+    assert_eq!((held, refused), (8, 32), "{statuses:?}");
+    let mut client = crate::grpc::client(&app).await;
+    let answer = client
+        .report(crate::grpc::authed(
+            &other,
+            budget_proto::v1::ReportRequest {
+                agent_id: "order-1".into(),
+                windows: Vec::new(),
+            },
+        ))
+        .await;
+    assert!(answer.is_ok(), "another token's Report: {answer:?}");
+    // The places come back when the calls end.
+    drop(sends);
+    task.abort();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = client
+            .report(crate::grpc::authed(
+                &greedy,
+                budget_proto::v1::ReportRequest {
+                    agent_id: "greedy-1".into(),
+                    windows: Vec::new(),
+                },
+            ))
+            .await;
+        match answer {
+            Ok(_) => break,
+            Err(status) if Instant::now() < deadline => {
+                assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(status) => panic!("the token's places did not come back: {status:?}"),
+        }
+    }
+}
+
 /// A call ends within 40 s however its peer reads: a health check whose answer the peer's
 /// window (0 bytes) never lets through is reset then, and its bytes come back. Before, it was
 /// held as long as the connection, and enough of them kept every health check refused.
