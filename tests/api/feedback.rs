@@ -945,3 +945,55 @@ async fn a_report_holds_a_bounded_number_of_buckets() {
     );
     app.stop().await;
 }
+
+/// `budgetctl bench report` is what sizes `agents.max_call_bytes` for a fleet: its agents'
+/// Reports must be real ones the server stores, counted as the server answered them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_report_sends_a_fleets_reports_and_they_are_stored() {
+    let app = fast_app(Backend::Sqlite).await.unwrap();
+    let grpc = app.grpc_url();
+    let args = [
+        "--json",
+        "bench",
+        "report",
+        "--agents",
+        "20",
+        "--connections",
+        "2",
+        "--windows",
+        "2",
+        "--window-secs",
+        "2",
+        "--latencies",
+        "500",
+        "--grpc",
+        &grpc,
+    ];
+    let out = crate::releases::budgetctl(&app, ADMIN_TOKEN, &args)
+        .await
+        .expect(0)
+        .json();
+    assert_eq!(out["reports"]["sent"], 40, "{out}");
+    assert_eq!(out["reports"]["by_code"], json!({"Ok": 40}), "{out}");
+    assert_eq!(out["segments_per_report"], 4, "{out}");
+    assert_eq!(out["windows_accepted"], 160, "{out}");
+    // Each agent sent within a quarter of the 2 s window after its boundary.
+    assert_eq!(out["spread_ms"], 500, "{out}");
+    let chain = out["chain"].as_str().unwrap();
+    let view = app
+        .get(
+            &format!("/api/v1/chains/{chain}/production?window=1h"),
+            ADMIN_TOKEN,
+        )
+        .await
+        .expect(200)
+        .json();
+    let segments = view["segments"].as_array().unwrap();
+    assert_eq!(segments.len(), 4, "{view}");
+    for s in segments {
+        // 20 agents × 2 windows × 500 calls, each with 5 deadline retries per 500.
+        assert_eq!(s["calls"], 20_000, "{s}");
+        assert_eq!(s["attempts"], 20_200, "{s}");
+        assert_eq!(s["agents"], 20, "{s}");
+    }
+}

@@ -9,7 +9,7 @@ use reqwest::Url;
 
 use self::help::{
     ALERTS_ABOUT, APPROVE_ABOUT, ARCHIVE_VERIFY_ABOUT, BASELINE_REF_HELP, PRODUCTION_ABOUT,
-    RELEASE_CHECK_ABOUT, RELEASE_RECORD_ABOUT, ROLLBACK_ABOUT, RUN_UPLOAD_ABOUT,
+    RELEASE_CHECK_ABOUT, RELEASE_RECORD_ABOUT, REPORT_ABOUT, ROLLBACK_ABOUT, RUN_UPLOAD_ABOUT,
     TOKEN_CREATE_ABOUT, TOPOLOGY_APPLY_ABOUT, WATCH_ABOUT, WEBHOOK_ADD_ABOUT,
     WEBHOOK_DELIVERIES_ABOUT,
 };
@@ -143,6 +143,9 @@ pub enum BenchCommand {
     /// Open N Watch streams, approve new baselines, and time until every stream has them
     #[command(long_about = WATCH_ABOUT)]
     Watch(WatchArgs),
+    /// Open N agents that each send one Report per window; count what the server accepts
+    #[command(long_about = REPORT_ABOUT)]
+    Report(ReportArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -510,6 +513,31 @@ pub struct WatchArgs {
     /// Publications to time
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub rounds: u32,
+    /// The server's gRPC address; https://… is verified against --ca-cert (only it), or the
+    /// system's roots without one
+    #[arg(long, default_value = "http://127.0.0.1:50051")]
+    pub grpc: String,
+}
+
+// No doc comment here: clap would show it in `bench report --help`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Agents, each holding a Watch stream and sending one Report per window
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub agents: u32,
+    /// HTTP/2 connections to spread them over [default: one per 100 agents, at most 1000]; a
+    /// connection carries at most 1,024 streams at once (a Watch and a Report per agent)
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub connections: Option<u32>,
+    /// Windows each agent reports (one Report each)
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub windows: u32,
+    /// Length of a window in seconds (the agents' report_window)
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=600))]
+    pub window_secs: u32,
+    /// Latencies recorded in each window's histogram, spread over 1-100 ms
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub latencies: u32,
     /// The server's gRPC address; https://… is verified against --ca-cert (only it), or the
     /// system's roots without one
     #[arg(long, default_value = "http://127.0.0.1:50051")]

@@ -27,8 +27,8 @@ use clap::Parser;
 
 pub use cli::{
     ArchiveCommand, BaselineCommand, BenchCommand, BudgetsCommand, Cli, Command, Global,
-    ReleaseCommand, RunCommand, TokenCommand, TopologyCommand, WatchArgs, WebhookCommand,
-    LONG_ABOUT,
+    ReleaseCommand, ReportArgs, RunCommand, TokenCommand, TopologyCommand, WatchArgs,
+    WebhookCommand, LONG_ABOUT,
 };
 pub use client::{api_url, parse_base_url, Client};
 pub use error::{CtlError, Exit};

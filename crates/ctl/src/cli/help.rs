@@ -134,6 +134,19 @@ so it reads high for small N).
 Needs an admin token (--token): it creates its own uploader, approver and agent tokens and a
 chain named bench-<random>. Point it at a server on this machine only.";
 
+pub(super) const REPORT_ABOUT: &str = "\
+Opens N agents (each with a Watch stream of a fresh benchmark chain, as real agents hold) and
+has each send one Report per window, at a random moment within a quarter of the window after
+its boundary (at most 2.5 s), as the client libraries do. A Report carries one window per
+segment of the chain (4), each with a busy histogram (--latencies values spread over 1-100 ms).
+Prints how many Reports the server accepted and refused (by gRPC status, with the first
+refusal's message), the windows it stored, each Report's time from just before the call to its
+answer (the group commit included), the server's CPU per Report and its resident memory
+(before, holding the agents, peak while reporting sampled every 100 ms, after; from /metrics).
+
+Needs an admin token (--token): it creates its own uploader, approver and agent tokens and a
+chain named bench-<random>. Point it at a server on this machine only.";
+
 pub(super) const PRODUCTION_ABOUT: &str = "\
 Show what a chain's agents reported over the last complete window (1m, 5m or 1h), per
 segment: calls and attempts, retry amplification (attempts / calls), timeout kill rate

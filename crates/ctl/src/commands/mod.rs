@@ -57,6 +57,7 @@ pub(crate) async fn execute(command: Command, client: &Client, json: bool) -> Re
         Command::Alerts { firing } => alerts::list(firing, client, json).await,
         Command::Webhook(cmd) => webhooks::run(cmd, client, json).await,
         Command::Bench(BenchCommand::Watch(args)) => bench::watch(args, client, json).await,
+        Command::Bench(BenchCommand::Report(args)) => bench::report(args, client, json).await,
     }
 }
 

@@ -5,43 +5,15 @@ use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use budget_core::example::{CHECKOUT_RUN_A, CHECKOUT_TOPOLOGY};
+use budget_core::example::CHECKOUT_RUN_A;
 use budget_proto::v1::budget_control_client::BudgetControlClient;
-use budget_proto::v1::WatchRequest;
 use serde_json::{json, Value};
 use tokio::sync::{Mutex, Notify};
-use tonic::metadata::MetadataValue;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
+use super::{connect, internal, metric, ms, percentile, rss, watch_request, Bench};
 use crate::cli::WatchArgs;
 use crate::output::print;
 use crate::{Client, CtlError};
-
-/// TLS for an `https://` --grpc: the --ca-cert file's CAs, or the system's roots.
-fn grpc_tls(endpoint: Endpoint, admin: &Client) -> Result<Endpoint, CtlError> {
-    if endpoint.uri().scheme_str() != Some("https") {
-        return Ok(endpoint);
-    }
-    let tls = match admin.ca_cert() {
-        Some(path) => {
-            let pem = std::fs::read(path).map_err(|e| {
-                CtlError::Input(format!("cannot read --ca-cert {}: {e}", path.display()))
-            })?;
-            ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))
-        }
-        None => ClientTlsConfig::new().with_native_roots(),
-    };
-    endpoint
-        .tls_config(tls)
-        .map_err(|e| CtlError::Input(format!("TLS for --grpc: {e}")))
-}
-
-/// Watch streams opened with one agent token (below budgetd's default per-token limit).
-const STREAMS_PER_TOKEN: u32 = 1000;
-
-fn internal(what: &str, e: impl std::fmt::Display) -> CtlError {
-    CtlError::Internal(format!("{what}: {e}"))
-}
 
 /// One round: the revision every stream must reach, how many have, and when the last did.
 /// Arrivals cost one atomic add, so the client does not slow down what it measures.
@@ -53,96 +25,22 @@ struct Arrivals {
     notify: Notify,
 }
 
-/// A sample of the server's `/metrics`, e.g. `process_resident_memory_bytes`.
-async fn metric(client: &Client, name: &str) -> Option<f64> {
-    let text = client.get_text("metrics").await.ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-}
-
-async fn rss(client: &Client) -> Option<u64> {
-    metric(client, "process_resident_memory_bytes")
-        .await
-        .map(|b| b as u64)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-pub(super) async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Result<(), CtlError> {
+pub(in crate::commands) async fn watch(
+    args: WatchArgs,
+    admin: &Client,
+    json_out: bool,
+) -> Result<(), CtlError> {
     let n = args.subscribers;
     let connections = args.connections.unwrap_or(n.div_ceil(1000)).min(n);
-    let tag = format!("{:08x}", rand::random::<u32>());
-    let chain = format!("bench-{tag}");
-
-    let token = |role: &'static str, name: String| {
-        let admin = admin.clone();
-        async move {
-            let v = admin
-                .post(
-                    admin.url(&["tokens"]),
-                    Some(json!({"role": role, "name": name}).to_string().into_bytes()),
-                )
-                .await?;
-            Ok::<String, CtlError>(v["token"].as_str().unwrap_or_default().to_owned())
-        }
-    };
-    let uploader = admin.with_token(&token("uploader", format!("bench-uploader-{tag}")).await?);
-    let approver = admin.with_token(&token("approver", format!("bench-approver-{tag}")).await?);
-    // budgetd limits the Watch streams of one token (agents.max_streams_per_token, default
-    // 1024): one agent token per STREAMS_PER_TOKEN streams.
-    let mut agent_auth = Vec::new();
-    for k in 0..n.div_ceil(STREAMS_PER_TOKEN) {
-        let secret = token("agent", format!("bench-agent-{tag}-{k}")).await?;
-        agent_auth.push(
-            MetadataValue::try_from(format!("Bearer {secret}"))
-                .map_err(|e| internal("token", e))?,
-        );
-    }
-
-    uploader
-        .put(
-            uploader.url(&["chains", &chain, "topology"]),
-            CHECKOUT_TOPOLOGY.as_bytes().to_vec(),
-        )
-        .await?;
+    let bench = Bench::new(admin, n).await?;
+    let (tag, chain) = (&bench.tag, &bench.chain);
     let run_a: Value =
         serde_json::from_str(CHECKOUT_RUN_A).map_err(|e| internal("example run", e))?;
     let publish = |p999: u32| {
-        let (uploader, approver, chain, mut run) = (
-            uploader.clone(),
-            approver.clone(),
-            chain.clone(),
-            run_a.clone(),
-        );
-        async move {
-            run["segments"][2]["p999_ms"] = json!(p999);
-            let up = uploader
-                .post(
-                    uploader.url(&["chains", &chain, "runs"]),
-                    Some(run.to_string().into_bytes()),
-                )
-                .await?;
-            let id = up["baseline_id"]
-                .as_str()
-                .ok_or_else(|| internal("upload", "the run opened no draft"))?
-                .to_owned();
-            let sent = Instant::now();
-            let v = approver
-                .post(approver.url(&["baselines", &id, "approve"]), None)
-                .await?;
-            let done = Instant::now();
-            let revision = v["revision"]
-                .as_i64()
-                .ok_or_else(|| internal("approve", "no revision"))?;
-            Ok::<(i64, Instant, Instant), CtlError>((revision, sent, done))
-        }
+        let mut run = run_a.clone();
+        run["segments"][2]["p999_ms"] = json!(p999);
+        let bench = &bench;
+        async move { bench.publish(&run).await }
     };
     let (first_revision, _, _) = publish(300).await?;
     let arrivals = Arc::new(Arrivals::default());
@@ -153,39 +51,13 @@ pub(super) async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Re
         "opening {n} Watch streams over {connections} connection(s) to {} …",
         args.grpc
     );
-    let endpoint = Endpoint::from_shared(args.grpc.clone())
-        .map_err(|e| CtlError::Input(format!("bad --grpc {}: {e}", args.grpc)))?
-        .initial_connection_window_size(Some(32 * 1024 * 1024))
-        .initial_stream_window_size(Some(256 * 1024))
-        .tcp_nodelay(true);
-    let endpoint = grpc_tls(endpoint, admin)?;
-    let mut channels = Vec::new();
-    for _ in 0..connections {
-        let ch: Channel = endpoint
-            .connect()
-            .await
-            .map_err(|e| CtlError::Unreachable {
-                url: args.grpc.clone(),
-                reason: e.to_string(),
-            })?;
-        channels.push(ch);
-    }
+    let channels = connect(&args.grpc, admin, connections).await?;
     let opened = Instant::now();
     for i in 0..n {
         let mut client = BudgetControlClient::new(channels[(i % connections) as usize].clone());
-        let mut req = tonic::Request::new(WatchRequest {
-            agent_id: format!("bench-{tag}-{i}"),
-            service: "bench".into(),
-            chains: vec![chain.clone()],
-            known_revision: 0,
-            labels: Default::default(),
-            client: concat!("budgetctl-bench/", env!("CARGO_PKG_VERSION")).into(),
-            known_chains: Vec::new(),
-        });
-        req.metadata_mut().insert(
-            "authorization",
-            agent_auth[(i / STREAMS_PER_TOKEN) as usize].clone(),
-        );
+        let mut req = tonic::Request::new(watch_request(tag, i, chain));
+        req.metadata_mut()
+            .insert("authorization", bench.agent_auth(i));
         let arrivals = arrivals.clone();
         tokio::spawn(async move {
             let Ok(resp) = client.watch(req).await else {
@@ -274,7 +146,6 @@ pub(super) async fn watch(args: WatchArgs, admin: &Client, json_out: bool) -> Re
     times.sort();
     after_response.sort();
     approvals.sort();
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let (r50, r99) = (
         ms(percentile(&after_response, 50.0)),
         ms(percentile(&after_response, 99.0)),
