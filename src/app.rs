@@ -101,15 +101,11 @@ impl App {
         let archiver = Archiver::new(store.clone(), archive);
         // Each process writes rollup rows of its own (a restart starts new ones).
         let writer = format!("{replica}#{}", hex::encode(rand::random::<[u8; 4]>()));
-        let reports = Arc::new(feedback::Reports {
-            rollups: feedback::rollup::Rollups::new(
-                store.clone(),
-                writer,
-                settings.feedback.rollup_ms,
-            ),
-            bindings: Default::default(),
-            canary: Default::default(),
-        });
+        let reports = Arc::new(feedback::Reports::new(feedback::rollup::Rollups::new(
+            store.clone(),
+            writer,
+            settings.feedback.rollup_ms,
+        )));
         let state = AppState {
             store,
             settings: Arc::new(settings),

@@ -161,7 +161,8 @@ pub fn decode_metered(bytes: &[u8], name: &str, total: &mut usize) -> Result<Spa
     let body = bytes
         .get(8..8 + len)
         .ok_or_else(|| format!("{name} is shorter than its header says"))?;
-    let mut inflated = Vec::new();
+    // A V2 payload is mostly one-byte counts: about four times its compressed size.
+    let mut inflated = Vec::with_capacity(body.len().saturating_mul(4).min(MAX_INFLATED + 1));
     let read = flate2::read::ZlibDecoder::new(body)
         .take(MAX_INFLATED as u64 + 1)
         .read_to_end(&mut inflated);

@@ -22,4 +22,24 @@ pub struct Reports {
     pub bindings: crate::service::feedback::Bindings,
     /// Serialises this process's rewrites of its canary health rows.
     pub canary: tokio::sync::Mutex<()>,
+    /// Reports whose histograms are being decoded and merged at once ([`DECODING_PER_CORE`]
+    /// per core): the others wait their turn holding their request only, not its decoded
+    /// histograms (16 bytes per bucket, about 80 KB for a busy window).
+    pub decoding: tokio::sync::Semaphore,
+}
+
+/// Reports decoded at once per core: two, so one may wait on the store (a canary's labels)
+/// while the other decodes.
+pub const DECODING_PER_CORE: usize = 2;
+
+impl Reports {
+    pub fn new(rollups: rollup::Rollups) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self {
+            rollups,
+            bindings: Default::default(),
+            canary: Default::default(),
+            decoding: tokio::sync::Semaphore::new(cores * DECODING_PER_CORE),
+        }
+    }
 }

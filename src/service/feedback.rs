@@ -235,6 +235,14 @@ pub async fn report(
         state.hub.refresh().await?;
         hub = state.hub.current();
     }
+    // Decoded histograms are the bulk of what a report holds: decode a few reports at once,
+    // each to the end, rather than all of a burst's together (each holding its decoded part).
+    let decoding = state
+        .reports
+        .decoding
+        .acquire()
+        .await
+        .map_err(|_| ApiError::new(Code::Unavailable, "the server is stopping"))?;
     let now_ms = crate::clock::now_ms();
     let total = windows.len() as u64;
     let mut accepted = Vec::with_capacity(windows.len());
@@ -285,7 +293,7 @@ pub async fn report(
         .await
         .map_err(|e| ApiError::new(Code::Unavailable, format!("report not stored: {e}")))?;
     let commit = state.reports.rollups.merge(agent_id, accepted);
-    drop(checked);
+    drop((checked, decoding));
     commit
         .wait()
         .await

@@ -386,6 +386,67 @@ async fn a_reports_decoded_size_is_charged() {
     app.stop().await;
 }
 
+/// A fleet's Reports arrive together (within a quarter of the window). Each is decoded to the
+/// end before more than a few others begin: with 8 MiB of `agents.max_call_bytes`, a burst of
+/// 200 Reports of two busy windows each (about 150 KB decoded per Report, 30 MB in all) is
+/// stored whole. Before, every Report of the burst was decoded a window at a time in turn,
+/// all holding their decoded histograms together, and most were refused RESOURCE_EXHAUSTED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_reports_is_decoded_a_few_at_a_time() {
+    // What may be decoded at once grows with the cores: keep the budget above it.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let budget =
+        (8usize << 20).max(cores * budgetd::feedback::DECODING_PER_CORE * (200 << 10) + (6 << 20));
+    let db = TestDb::new(Backend::Sqlite).await.unwrap();
+    let app = spawn_app_on(db, |url| {
+        let mut s = settings_for(url);
+        fast(&mut s);
+        s.agents.max_call_bytes = budget as u64;
+        s
+    })
+    .await;
+    let token = published_with_agent(&app, "order-1").await;
+    let wide: Vec<u64> = (0..5000).map(|i| 1000 + i * 20).collect();
+    let busy = window(now_ms() - 3_000, 10, 10, "deadline", &[("ok", 10)], &wide);
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(client(&app).await);
+    }
+    let start = Arc::new(tokio::sync::Barrier::new(200));
+    let mut calls = Vec::new();
+    for i in 0..200 {
+        let mut c = clients[i % 4].clone();
+        let (token, busy, start) = (token.clone(), busy.clone(), start.clone());
+        calls.push(tokio::spawn(async move {
+            let req = authed(
+                &token,
+                ReportRequest {
+                    agent_id: "order-1".into(),
+                    windows: vec![busy; 2],
+                },
+            );
+            start.wait().await;
+            c.report(req).await.map(|r| r.into_inner().accepted_windows)
+        }));
+    }
+    let mut refused = Vec::new();
+    for call in calls {
+        match call.await.unwrap() {
+            Ok(n) => assert_eq!(n, 2),
+            Err(status) => refused.push(status),
+        }
+    }
+    assert!(
+        refused.is_empty(),
+        "{} of 200 Reports refused, the first: {:?}",
+        refused.len(),
+        refused.first()
+    );
+    let view = production(&app, "1h").await;
+    assert_eq!(segment(&view, SEGMENT)["calls"], 200 * 2 * 10, "{view}");
+    app.stop().await;
+}
+
 /// A V2 compressed histogram whose counts are `n` zeros: a few hundred bytes sent, `40 + n`
 /// inflated, no bucket decoded.
 fn zeros_hdr(n: usize) -> Vec<u8> {
