@@ -145,8 +145,7 @@ impl BudgetControl for Control {
             .collect();
         let hold = |bytes: usize| {
             charge
-                .budget()
-                .charge(bytes)
+                .hold(bytes)
                 .map_err(|s| ApiError::new(Code::TooManyRequests, s.message()))
         };
         let accepted =

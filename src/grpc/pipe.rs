@@ -5,10 +5,11 @@
 //! until the call ends: its headers and a fixed overhead when it opens, its request as it is
 //! read, its response as it is sent; a call ends within a time however its peer reads.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future as _;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -19,6 +20,8 @@ use http::{Request, Response};
 use http_body::{Body, Frame};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::{Service, ServiceExt as _};
+
+use crate::service::feedback::Held;
 
 /// What a call is charged when it opens besides its headers: its task, its h2 stream and the
 /// state tonic keeps for it (4.7–7.7 KiB measured per held call; a Watch's opener 6.5 KiB).
@@ -44,6 +47,12 @@ impl CallBytes {
         }
     }
 
+    /// Nothing of it is taken, and nobody else holds it.
+    fn is_idle(&self) -> bool {
+        Arc::strong_count(&self.free) == 1
+            && self.free.available_permits() == self.total.min(Semaphore::MAX_PERMITS)
+    }
+
     /// Takes `bytes` of the budget until the permit is dropped.
     pub fn charge(&self, bytes: usize) -> Result<OwnedSemaphorePermit, tonic::Status> {
         u32::try_from(bytes)
@@ -62,40 +71,87 @@ impl CallBytes {
     }
 }
 
-/// What a call has been charged, held until it ends (by its body and by the call itself).
+/// What a call has been charged, held until it ends (by its body and by the call itself):
+/// to its budget and, for an agent's call, to its token's share of that budget as well.
 #[derive(Clone)]
 pub struct Charge {
-    budget: CallBytes,
-    held: Arc<Mutex<OwnedSemaphorePermit>>,
+    budgets: Vec<CallBytes>,
+    held: Arc<Mutex<Held>>,
 }
 
 impl Charge {
-    /// Charges a call opened with `headers` (`CALL_OVERHEAD` and the headers' HTTP/2 size).
-    pub fn open(budget: &CallBytes, headers: &http::HeaderMap) -> Result<Self, tonic::Status> {
+    /// Charges a call opened with `headers` (`CALL_OVERHEAD` and the headers' HTTP/2 size)
+    /// to `budget`, and to `share` (its caller's part of `budget`) if any.
+    pub fn open(
+        budget: &CallBytes,
+        share: Option<&CallBytes>,
+        headers: &http::HeaderMap,
+    ) -> Result<Self, tonic::Status> {
         let size: usize = headers
             .iter()
             .map(|(name, value)| name.as_str().len() + value.len() + 32)
             .sum();
-        let held = budget.charge(CALL_OVERHEAD + size)?;
-        Ok(Self {
-            budget: budget.clone(),
-            held: Arc::new(Mutex::new(held)),
-        })
+        // The share first: a caller past its share does not take from the others' budget.
+        let budgets: Vec<CallBytes> = share.into_iter().chain([budget]).cloned().collect();
+        let charge = Self {
+            held: Arc::new(Mutex::new(Held::new(Vec::new()))),
+            budgets,
+        };
+        let held = charge.hold(CALL_OVERHEAD + size)?;
+        *charge.held.lock().unwrap_or_else(PoisonError::into_inner) = held;
+        Ok(charge)
     }
 
-    /// The budget the call is charged to.
-    pub fn budget(&self) -> &CallBytes {
-        &self.budget
+    /// Takes `bytes` of every budget the call is charged to, until what it answers is dropped.
+    pub fn hold(&self, bytes: usize) -> Result<Held, tonic::Status> {
+        let permits = self.budgets.iter().map(|b| b.charge(bytes));
+        Ok(Held::new(permits.collect::<Result<_, _>>()?))
     }
 
     /// Adds `bytes` to the charge.
     fn add(&self, bytes: usize) -> Result<(), tonic::Status> {
-        let more = self.budget.charge(bytes)?;
+        let more = self.hold(bytes)?;
         self.held
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
             .merge(more);
         Ok(())
+    }
+}
+
+/// Each agent token's share of a budget (`total` bytes of it), made when the token first
+/// calls. The map holds the tokens with calls in flight, and up to [`IDLE_SHARES`] others.
+#[derive(Clone)]
+pub struct Shares {
+    total: usize,
+    what: &'static str,
+    by_token: Arc<Mutex<HashMap<String, CallBytes>>>,
+}
+
+/// Shares kept for tokens without a call in flight before they are swept.
+const IDLE_SHARES: usize = 1024;
+
+impl Shares {
+    pub fn new(total: usize, what: &'static str) -> Self {
+        Self {
+            total,
+            what,
+            by_token: Arc::default(),
+        }
+    }
+
+    /// The share of the token `token_id`.
+    pub fn of(&self, token_id: &str) -> CallBytes {
+        let mut by_token = self.by_token.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(share) = by_token.get(token_id) {
+            return share.clone();
+        }
+        if by_token.len() >= IDLE_SHARES {
+            by_token.retain(|_, share| !share.is_idle());
+        }
+        let share = CallBytes::new(self.total, self.what);
+        by_token.insert(token_id.to_owned(), share.clone());
+        share
     }
 }
 

@@ -22,7 +22,7 @@ use futures_util::{Stream, StreamExt as _};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch, Semaphore};
 
-use super::pipe::{serve_call, CallBytes, Charge};
+use super::pipe::{serve_call, CallBytes, Charge, Shares};
 use super::watch::{open, Opened, Watches};
 use super::{Control, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_CONCURRENT_STREAMS};
 
@@ -59,8 +59,14 @@ pub const OPENING_BYTES: usize = 64 << 20;
 struct Budgets {
     opening: CallBytes,
     agents: CallBytes,
+    /// Each agent token's share of `agents` ([`TOKEN_SHARE`] of it).
+    shares: Shares,
     open: CallBytes,
 }
+
+/// The part of `agents.max_call_bytes` one agent token's calls may hold: a quarter, so one
+/// token cannot take what the others' agents need.
+pub const TOKEN_SHARE: usize = 4;
 
 /// HTTP/2 settings of every gRPC connection.
 #[derive(Debug, Clone, Copy)]
@@ -127,6 +133,10 @@ pub async fn serve<IO, E>(
         agents: CallBytes::new(
             http2.max_call_bytes,
             "Ack and Report calls (agents.max_call_bytes)",
+        ),
+        shares: Shares::new(
+            http2.max_call_bytes / TOKEN_SHARE,
+            "one agent token's Ack and Report calls (a quarter of agents.max_call_bytes)",
         ),
         open: CallBytes::new(OPEN_CALL_BYTES, "health and reflection calls"),
     };
@@ -224,7 +234,7 @@ async fn connection<IO>(
                 }
             }
             accepted = conn.accept() => match accepted {
-                Some(Ok((req, mut respond))) => match Charge::open(&budgets.opening, req.headers()) {
+                Some(Ok((req, mut respond))) => match Charge::open(&budgets.opening, None, req.headers()) {
                     // Refused from its headers, which are dropped with it.
                     Err(status) => drop(respond.send_response(status.into_http::<()>(), true)),
                     Ok(opening) if req.uri().path() == WATCH_PATH => {
@@ -307,8 +317,9 @@ async fn call(
         match caller {
             // Kept for the handler, which does not look the token up again.
             Ok((principal, place)) => {
+                let share = budgets.shares.of(&principal.token_id);
                 req.extensions_mut().insert(principal);
-                Some(place)
+                Some((place, share))
             }
             Err(e) => {
                 let status = tonic::Status::from(e);
@@ -324,7 +335,8 @@ async fn call(
     } else {
         &budgets.open
     };
-    let charge = match Charge::open(budget, req.headers()) {
+    let share = place.as_ref().map(|(_, share)| share);
+    let charge = match Charge::open(budget, share, req.headers()) {
         Ok(charge) => charge,
         Err(status) => {
             let _ = respond.send_response(status.into_http::<()>(), true);

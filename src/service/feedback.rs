@@ -198,6 +198,27 @@ fn check_window(
     })
 }
 
+/// What a report holds of its call's budgets (the listener's, and its token's share): one
+/// permit per budget, given back when dropped.
+pub struct Held(Vec<OwnedSemaphorePermit>);
+
+impl Held {
+    pub fn new(permits: Vec<OwnedSemaphorePermit>) -> Self {
+        Self(permits)
+    }
+
+    /// Adds `more`, held of the same budgets in the same order.
+    pub fn merge(&mut self, more: Held) {
+        if self.0.is_empty() {
+            *self = more;
+            return;
+        }
+        for (held, more) in self.0.iter_mut().zip(more.0) {
+            held.merge(more);
+        }
+    }
+}
+
 /// `BudgetControl.Report`: merges an agent's windows into the rollups and answers once they
 /// are stored. Windows of unknown chains or segments, too late, or malformed are skipped
 /// (not counted in the answer) so an agent never resends them; a failure to store answers
@@ -212,7 +233,7 @@ pub async fn report(
     principal: &Principal,
     agent_id: &str,
     windows: Vec<ReportWindow>,
-    hold: &(dyn Fn(usize) -> ApiResult<OwnedSemaphorePermit> + Sync),
+    hold: &(dyn Fn(usize) -> ApiResult<Held> + Sync),
 ) -> ApiResult<u64> {
     let decoded = hold(held_bytes(&windows))?;
     require_agent(principal)?;

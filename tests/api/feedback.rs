@@ -320,7 +320,7 @@ async fn a_report_is_counted_on_the_wire_before_it_is_decoded() {
 }
 
 /// What decoding makes of a Report, and its decoded histograms, are charged to
-/// `agents.max_call_bytes` with its bytes: at 1 MiB, a Report of 4,096 windows (about 0.7 MiB
+/// `agents.max_call_bytes` with its bytes: at 1 MiB (one token's share of 4 MiB), a Report of 4,096 windows (about 0.7 MiB
 /// on the wire, about 3 MiB decoded), or of 20 windows with 4,500 latency buckets each, is
 /// refused RESOURCE_EXHAUSTED naming the setting (the agent keeps its windows); smaller ones
 /// are stored. Before, only its bytes were charged and both were stored.
@@ -330,7 +330,8 @@ async fn a_reports_decoded_size_is_charged() {
     let app = spawn_app_on(db, |url| {
         let mut s = settings_for(url);
         fast(&mut s);
-        s.agents.max_call_bytes = 1 << 20;
+        // The token's share, a quarter of it: 1 MiB.
+        s.agents.max_call_bytes = 4 << 20;
         s
     })
     .await;
@@ -387,16 +388,17 @@ async fn a_reports_decoded_size_is_charged() {
 }
 
 /// A fleet's Reports arrive together (within a quarter of the window). Each is decoded to the
-/// end before more than a few others begin: with 8 MiB of `agents.max_call_bytes`, a burst of
-/// 200 Reports of two busy windows each (about 150 KB decoded per Report, 30 MB in all) is
-/// stored whole. Before, every Report of the burst was decoded a window at a time in turn,
+/// end before more than a few others begin: with 8 MiB for the token (its quarter of
+/// `agents.max_call_bytes`), a burst of 200 Reports of two busy windows each (about 150 KB
+/// decoded per Report, 30 MB in all) is stored whole. Before, every Report of the burst was decoded a window at a time in turn,
 /// all holding their decoded histograms together, and most were refused RESOURCE_EXHAUSTED.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_reports_is_decoded_a_few_at_a_time() {
-    // What may be decoded at once grows with the cores: keep the budget above it.
+    // What may be decoded at once grows with the cores: keep the token's share above it.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let budget =
+    let share =
         (8usize << 20).max(cores * budgetd::feedback::DECODING_PER_CORE * (200 << 10) + (6 << 20));
+    let budget = share * budgetd::grpc::serve::TOKEN_SHARE;
     let db = TestDb::new(Backend::Sqlite).await.unwrap();
     let app = spawn_app_on(db, |url| {
         let mut s = settings_for(url);

@@ -324,16 +324,21 @@ async fn calls_without_a_token_hold_a_bounded_number_of_bytes() {
 
 /// Ack and Report calls hold at most `agents.max_call_bytes` together (a separate budget from
 /// the calls without a token): at 1 MiB, Reports whose 200,000 bytes were read (charged with
-/// 8 KiB and their headers) are held five at most, the others refused RESOURCE_EXHAUSTED naming the setting; health checks are
-/// still answered meanwhile.
+/// 8 KiB and their headers), one from each of ten tokens, are held five at most, the others
+/// refused RESOURCE_EXHAUSTED naming the setting; health checks are still answered meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_calls_hold_at_most_max_call_bytes() {
     let app = app_with(|s| s.agents.max_call_bytes = 1 << 20).await;
-    let agent = app.token("agent", "order-agent").await;
     let addr = grpc_addr(&app);
     let wait = Duration::from_secs(3);
-    let (_task, _sends, statuses) =
-        hold_calls(addr, REPORT, Some(&agent), 10, (200_000, 300_000), wait).await;
+    let (mut held_open, mut statuses) = (Vec::new(), Vec::new());
+    for k in 0..10 {
+        let agent = app.token("agent", &format!("agent-{k}")).await;
+        let (task, sends, answers) =
+            hold_calls(addr, REPORT, Some(&agent), 1, (200_000, 300_000), wait).await;
+        held_open.push((task, sends));
+        statuses.extend(answers);
+    }
     let (refused, held) = refused_and_held(&statuses, "agents.max_call_bytes");
     assert!(
         (3..=5).contains(&held) && refused == 10 - held,
@@ -395,6 +400,35 @@ async fn one_token_holds_a_bounded_share_of_agent_calls() {
             Err(status) => panic!("the token's places did not come back: {status:?}"),
         }
     }
+}
+
+/// One agent token's calls hold at most a quarter of `agents.max_call_bytes`: at 1 MiB,
+/// Reports of one token whose 100,000 bytes were read are held two at most (256 KiB), the
+/// others refused RESOURCE_EXHAUSTED naming the token's share, while another token's Report
+/// is stored. Before, 65 calls of one token that sent most of a 4 MiB request filled the
+/// default 256 MiB, and every other token's Report was refused until they timed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_token_holds_a_quarter_of_max_call_bytes() {
+    let app = app_with(|s| s.agents.max_call_bytes = 1 << 20).await;
+    let greedy = app.token("agent", "greedy-agent").await;
+    let other = app.token("agent", "order-agent").await;
+    let addr = grpc_addr(&app);
+    let wait = Duration::from_secs(2);
+    let (_task, _sends, statuses) =
+        hold_calls(addr, REPORT, Some(&greedy), 10, (100_000, 200_000), wait).await;
+    let (refused, held) = refused_and_held(&statuses, "one agent token's Ack and Report calls");
+    assert_eq!((held, refused), (2, 8), "{statuses:?}");
+    let answer = crate::grpc::client(&app)
+        .await
+        .report(crate::grpc::authed(
+            &other,
+            budget_proto::v1::ReportRequest {
+                agent_id: "order-1".into(),
+                windows: Vec::new(),
+            },
+        ))
+        .await;
+    assert!(answer.is_ok(), "another token's Report: {answer:?}");
 }
 
 /// A call ends within 40 s however its peer reads: a health check whose answer the peer's
