@@ -120,7 +120,7 @@ impl Charge {
 }
 
 /// Each agent token's share of a budget (`total` bytes of it), made when the token first
-/// calls. The map holds the tokens with calls in flight, and up to [`IDLE_SHARES`] others.
+/// calls. The map holds the tokens with calls in flight, and up to 1,024 others.
 #[derive(Clone)]
 pub struct Shares {
     total: usize,
