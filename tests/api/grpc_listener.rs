@@ -350,6 +350,21 @@ async fn agent_calls_hold_at_most_max_call_bytes() {
     );
 }
 
+/// A Report of no window from `agent` with `token`: what the listener lets through.
+async fn empty_report(
+    client: &mut budget_proto::v1::budget_control_client::BudgetControlClient<
+        tonic::transport::Channel,
+    >,
+    token: &str,
+    agent: &str,
+) -> Result<tonic::Response<budget_proto::v1::ReportResponse>, tonic::Status> {
+    let req = budget_proto::v1::ReportRequest {
+        agent_id: agent.into(),
+        windows: Vec::new(),
+    };
+    client.report(crate::grpc::authed(token, req)).await
+}
+
 /// One agent token has at most 2 × `agents.max_streams_per_token` Ack and Report calls in
 /// flight on a replica: at 4 streams, 8 Reports whose requests never end are held and the
 /// others refused RESOURCE_EXHAUSTED at once, naming the limit, while another token's Report is
@@ -367,30 +382,14 @@ async fn one_token_holds_a_bounded_share_of_agent_calls() {
     let (refused, held) = refused_and_held(&statuses, "2 × agents.max_streams_per_token");
     assert_eq!((held, refused), (8, 32), "{statuses:?}");
     let mut client = crate::grpc::client(&app).await;
-    let answer = client
-        .report(crate::grpc::authed(
-            &other,
-            budget_proto::v1::ReportRequest {
-                agent_id: "order-1".into(),
-                windows: Vec::new(),
-            },
-        ))
-        .await;
+    let answer = empty_report(&mut client, &other, "order-1").await;
     assert!(answer.is_ok(), "another token's Report: {answer:?}");
     // The places come back when the calls end.
     drop(sends);
     task.abort();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let answer = client
-            .report(crate::grpc::authed(
-                &greedy,
-                budget_proto::v1::ReportRequest {
-                    agent_id: "greedy-1".into(),
-                    windows: Vec::new(),
-                },
-            ))
-            .await;
+        let answer = empty_report(&mut client, &greedy, "greedy-1").await;
         match answer {
             Ok(_) => break,
             Err(status) if Instant::now() < deadline => {
@@ -417,17 +416,14 @@ async fn one_token_holds_a_quarter_of_max_call_bytes() {
     let (_task, _sends, statuses) =
         hold_calls(addr, REPORT, Some(&greedy), 10, (100_000, 200_000), wait).await;
     let (refused, held) = refused_and_held(&statuses, "one agent token's Ack and Report calls");
-    assert_eq!((held, refused), (2, 8), "{statuses:?}");
-    let answer = crate::grpc::client(&app)
-        .await
-        .report(crate::grpc::authed(
-            &other,
-            budget_proto::v1::ReportRequest {
-                agent_id: "order-1".into(),
-                windows: Vec::new(),
-            },
-        ))
-        .await;
+    // Two fit in 256 KiB; one only when the calls' data arrived interleaved and a second call
+    // was refused part-way.
+    assert!(
+        (1..=2).contains(&held) && refused == 10 - held,
+        "{held} Reports held, {refused} refused: {statuses:?}"
+    );
+    let mut client = crate::grpc::client(&app).await;
+    let answer = empty_report(&mut client, &other, "order-1").await;
     assert!(answer.is_ok(), "another token's Report: {answer:?}");
 }
 
