@@ -1060,3 +1060,27 @@ async fn bench_report_sends_a_fleets_reports_and_they_are_stored() {
         assert_eq!(s["agents"], 20, "{s}");
     }
 }
+
+/// `bench report` with a `--grpc` where nothing listens says it cannot connect there and names
+/// `--grpc` (before, its hint named `--url`, the HTTP address that had worked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_report_names_grpc_when_it_cannot_connect() {
+    let app = fast_app(Backend::Sqlite).await.unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let grpc = format!("http://127.0.0.1:{port}");
+    let args = ["bench", "report", "--agents", "1", "--grpc", &grpc];
+    let out = crate::releases::budgetctl(&app, ADMIN_TOKEN, &args)
+        .await
+        .expect(7);
+    assert!(
+        out.stderr.contains(&format!("cannot connect to {grpc}")),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("set --grpc"), "{}", out.stderr);
+    assert!(!out.stderr.contains("--url"), "{}", out.stderr);
+}

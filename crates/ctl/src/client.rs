@@ -26,11 +26,13 @@ impl CtlError {
             Self::Unreachable {
                 url: origin,
                 reason,
+                setting: URL_SETTING,
             }
         } else if e.is_timeout() {
             Self::Unreachable {
                 url: origin,
                 reason: format!("no answer within {}s", TIMEOUT.as_secs()),
+                setting: URL_SETTING,
             }
         } else {
             Self::Internal(format!("request to {url} failed: {reason}"))
@@ -40,6 +42,8 @@ impl CtlError {
 
 /// How long one request may take, connection included.
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// Where the server's address comes from, for the hint when it cannot be reached.
+const URL_SETTING: &str = "--url or BUDGETD_URL";
 /// Large load-test files take longer than an API call.
 const UPLOAD_TIMEOUT: Duration = Duration::from_secs(3600);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

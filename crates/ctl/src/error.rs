@@ -59,9 +59,13 @@ pub enum CtlError {
         /// The error body as the server sent it, for `--json`.
         body: Value,
     },
-    /// The server could not be reached.
+    /// The server could not be reached at `url`, which `setting` names.
     #[error("cannot connect to {url}: {reason}")]
-    Unreachable { url: String, reason: String },
+    Unreachable {
+        url: String,
+        reason: String,
+        setting: &'static str,
+    },
     /// A local input is unusable (e.g. a file that cannot be read).
     #[error("{0}")]
     Input(String),

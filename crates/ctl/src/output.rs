@@ -51,11 +51,8 @@ pub(crate) fn report(e: &CtlError, json: bool, has_token: bool) {
                 "hint: trust the CA of budgetd's certificate with --ca-cert FILE or BUDGETD_CA_CERT"
             );
         }
-        CtlError::Unreachable { .. } => {
-            let _ = writeln!(
-                err,
-                "hint: is budgetd running there? set --url or BUDGETD_URL"
-            );
+        CtlError::Unreachable { setting, .. } => {
+            let _ = writeln!(err, "hint: is budgetd running there? set {setting}");
         }
         _ => {}
     }

@@ -181,6 +181,7 @@ async fn connect(grpc: &str, admin: &Client, connections: u32) -> Result<Vec<Cha
                 .map_err(|e| CtlError::Unreachable {
                     url: grpc.to_owned(),
                     reason: e.to_string(),
+                    setting: "--grpc (budgetd's gRPC listener, not its HTTP address)",
                 })?,
         );
     }
