@@ -201,7 +201,8 @@ pub struct TokenPermit {
 
 /// Ack and Report calls one agent token may have in flight on a replica, per Watch stream it
 /// may hold (`agents.max_streams_per_token`): an agent sends one Report at a time and acks
-/// each revision once, so one token cannot hold the whole of `agents.max_call_bytes`.
+/// each revision once. This bounds a token's calls; their bytes are bounded by its share of
+/// `agents.max_call_bytes` (`grpc::serve::TOKEN_SHARE`).
 pub const CALLS_PER_STREAM: usize = 2;
 
 impl Drop for TokenPermit {

@@ -93,19 +93,16 @@ impl Charge {
             .sum();
         // The share first: a caller past its share does not take from the others' budget.
         let budgets: Vec<CallBytes> = share.into_iter().chain([budget]).cloned().collect();
-        let charge = Self {
-            held: Arc::new(Mutex::new(Held::new(Vec::new()))),
+        let held = hold(&budgets, CALL_OVERHEAD + size)?;
+        Ok(Self {
             budgets,
-        };
-        let held = charge.hold(CALL_OVERHEAD + size)?;
-        *charge.held.lock().unwrap_or_else(PoisonError::into_inner) = held;
-        Ok(charge)
+            held: Arc::new(Mutex::new(held)),
+        })
     }
 
     /// Takes `bytes` of every budget the call is charged to, until what it answers is dropped.
     pub fn hold(&self, bytes: usize) -> Result<Held, tonic::Status> {
-        let permits = self.budgets.iter().map(|b| b.charge(bytes));
-        Ok(Held::new(permits.collect::<Result<_, _>>()?))
+        hold(&self.budgets, bytes)
     }
 
     /// Adds `bytes` to the charge.
@@ -117,6 +114,12 @@ impl Charge {
             .merge(more);
         Ok(())
     }
+}
+
+/// `bytes` of each of `budgets`, or none of them.
+fn hold(budgets: &[CallBytes], bytes: usize) -> Result<Held, tonic::Status> {
+    let permits = budgets.iter().map(|b| b.charge(bytes));
+    Ok(Held::new(permits.collect::<Result<_, _>>()?))
 }
 
 /// Each agent token's share of a budget (`total` bytes of it), made when the token first

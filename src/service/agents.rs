@@ -224,7 +224,7 @@ pub fn take_stream(state: &AppState, principal: &Principal) -> ApiResult<TokenPe
 
 /// Takes one of `principal`'s places for an Ack or Report call in flight (an agent token's, at
 /// most `2 × agents.max_streams_per_token` on this replica), before its request is read, held
-/// until the call ends: one token cannot hold all of `agents.max_call_bytes`.
+/// until the call ends.
 pub fn take_call(state: &AppState, principal: &Principal) -> ApiResult<TokenPermit> {
     require_agent(principal)?;
     state.fleet.open_call(&principal.token_id).ok_or_else(|| {

@@ -209,10 +209,6 @@ impl Held {
 
     /// Adds `more`, held of the same budgets in the same order.
     pub fn merge(&mut self, more: Held) {
-        if self.0.is_empty() {
-            *self = more;
-            return;
-        }
         for (held, more) in self.0.iter_mut().zip(more.0) {
             held.merge(more);
         }
