@@ -7,6 +7,8 @@
 //! - [`hdr`]: the agents' HdrHistograms, decoded within fixed bounds;
 //! - [`production`]: a window's rollups added up per segment and compared with the live
 //!   baseline;
+//! - [`turns`]: the few Reports decoding their histograms at once, turns given to agent tokens
+//!   in rotation;
 //! - [`alerts`]: the rules, evaluated on any replica, each alert firing and resolving once;
 //! - [`webhooks`]: the events, their HMAC signature and the delivery worker.
 
@@ -14,6 +16,7 @@ pub mod alerts;
 pub mod hdr;
 pub mod production;
 pub mod rollup;
+pub mod turns;
 pub mod webhooks;
 
 /// What the Report call needs on this server process.
@@ -22,10 +25,10 @@ pub struct Reports {
     pub bindings: crate::service::feedback::Bindings,
     /// Serialises this process's rewrites of its canary health rows.
     pub canary: tokio::sync::Mutex<()>,
-    /// Reports whose histograms are being decoded and merged at once ([`DECODING_PER_CORE`]
-    /// per core): the others wait their turn holding their request only, not its decoded
-    /// histograms (16 bytes per bucket, about 80 KB for a busy window).
-    pub decoding: tokio::sync::Semaphore,
+    /// Turns at decoding and merging a Report's histograms ([`DECODING_PER_CORE`] per core),
+    /// given to agent tokens in rotation: the others wait their turn holding their request
+    /// only, not its decoded histograms (16 bytes per bucket, about 80 KB for a busy window).
+    pub turns: turns::Turns,
 }
 
 /// Reports decoded at once per core: two, so one may wait on the store (a canary's labels)
@@ -39,7 +42,7 @@ impl Reports {
             rollups,
             bindings: Default::default(),
             canary: Default::default(),
-            decoding: tokio::sync::Semaphore::new(cores * DECODING_PER_CORE),
+            turns: turns::Turns::new(cores * DECODING_PER_CORE),
         }
     }
 }

@@ -80,6 +80,18 @@ pub async fn render(State(state): State<AppState>) -> Response {
     }
     out.push_str("# HELP budgetd_watch_streams Open Watch streams on this replica.\n# TYPE budgetd_watch_streams gauge\n");
     let _ = writeln!(out, "budgetd_watch_streams {}", state.fleet.open_streams());
+    let reports = state.reports.turns.load();
+    out.push_str("# HELP budgetd_reports_decoding Agents' Reports on this replica decoding their histograms (running) or waiting for a turn (waiting).\n# TYPE budgetd_reports_decoding gauge\n");
+    let _ = writeln!(
+        out,
+        "budgetd_reports_decoding{{state=\"running\"}} {}",
+        reports.running
+    );
+    let _ = writeln!(
+        out,
+        "budgetd_reports_decoding{{state=\"waiting\"}} {}",
+        reports.waiting
+    );
     crate::observe::render(&mut out);
     let gauges = crate::service::admin::gauges(&state).await;
     let pool = gauges.pool;

@@ -253,13 +253,9 @@ pub async fn report(
         hub = state.hub.current();
     }
     // Decoded histograms are the bulk of what a report holds: decode a few reports at once,
-    // each to the end, rather than all of a burst's together (each holding its decoded part).
-    let decoding = state
-        .reports
-        .decoding
-        .acquire()
-        .await
-        .map_err(|_| ApiError::new(Code::Unavailable, "the server is stopping"))?;
+    // each to the end, rather than all of a burst's together (each holding its decoded part);
+    // turns go to the waiting tokens in rotation, so one token's queue delays no other's.
+    let decoding = state.reports.turns.take(&principal.token_id).await;
     let now_ms = crate::clock::now_ms();
     let total = windows.len() as u64;
     let mut accepted = Vec::with_capacity(windows.len());

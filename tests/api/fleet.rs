@@ -169,7 +169,7 @@ async fn postgres_watch_streams_are_limited_per_token() {
 }
 
 /// A counter or gauge of `/metrics`.
-async fn counter(app: &TestApp, name: &str) -> u64 {
+pub(crate) async fn counter(app: &TestApp, name: &str) -> u64 {
     let answer = app.get("/metrics", ADMIN_TOKEN).await.expect(200);
     String::from_utf8_lossy(&answer.body)
         .lines()
