@@ -1152,4 +1152,18 @@ async fn bench_report_names_grpc_when_it_cannot_connect() {
     );
     assert!(out.stderr.contains("set --grpc"), "{}", out.stderr);
     assert!(!out.stderr.contains("--url"), "{}", out.stderr);
+    // budgetd's HTTP address given as --grpc: named as not the gRPC listener, before any agent
+    // fails on a protocol error.
+    let http = app.url("").trim_end_matches('/').to_owned();
+    let args = ["bench", "report", "--agents", "1", "--grpc", &http];
+    let out = crate::releases::budgetctl(&app, ADMIN_TOKEN, &args)
+        .await
+        .expect(7);
+    assert!(
+        out.stderr.contains("not budgetd's gRPC listener") && out.stderr.contains("set --grpc"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("compression flag"), "{}", out.stderr);
+    app.stop().await;
 }

@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use budget_core::example::CHECKOUT_TOPOLOGY;
-use budget_proto::v1::WatchRequest;
+use budget_proto::v1::budget_control_client::BudgetControlClient;
+use budget_proto::v1::{AckRequest, WatchRequest};
 use serde_json::{json, Value};
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
@@ -172,20 +173,51 @@ async fn connect(grpc: &str, admin: &Client, connections: u32) -> Result<Vec<Cha
         .initial_stream_window_size(Some(256 * 1024))
         .tcp_nodelay(true);
     let endpoint = grpc_tls(endpoint, admin)?;
+    let unreachable = |reason: String| CtlError::Unreachable {
+        url: grpc.to_owned(),
+        reason,
+        setting: "--grpc (budgetd's gRPC listener, not its HTTP address)",
+    };
     let mut channels = Vec::new();
     for _ in 0..connections {
-        channels.push(
-            endpoint
-                .connect()
-                .await
-                .map_err(|e| CtlError::Unreachable {
-                    url: grpc.to_owned(),
-                    reason: e.to_string(),
-                    setting: "--grpc (budgetd's gRPC listener, not its HTTP address)",
-                })?,
-        );
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        if channels.is_empty() {
+            is_budgetd(&channel).await.map_err(unreachable)?;
+        }
+        channels.push(channel);
     }
     Ok(channels)
+}
+
+/// Whether `channel` leads to budgetd's gRPC listener: an Ack without a token is answered
+/// UNAUTHENTICATED there, from its headers. Another server (budgetd's HTTP address, say)
+/// answers something else, which would otherwise fail every agent with a protocol error.
+async fn is_budgetd(channel: &Channel) -> Result<(), String> {
+    let answer = BudgetControlClient::new(channel.clone())
+        .ack(AckRequest::default())
+        .await;
+    match answer {
+        Err(status) if status.code() == tonic::Code::Unauthenticated => Ok(()),
+        Ok(_) => Err("an Ack without a token was accepted: not budgetd's gRPC listener".into()),
+        // tonic's words for an answer that is not gRPC end with the HTTP status.
+        Err(status) => {
+            Err(
+                match status.message().split_once("response with status: ") {
+                    Some((_, http)) => {
+                        format!("not budgetd's gRPC listener: an Ack was answered HTTP {http}, not gRPC")
+                    }
+                    None => format!(
+                        "not budgetd's gRPC listener: an Ack was answered {:?}: {}",
+                        status.code(),
+                        status.message()
+                    ),
+                },
+            )
+        }
+    }
 }
 
 /// The Watch request of bench agent `i` on `chain`.
