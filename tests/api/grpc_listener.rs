@@ -107,6 +107,27 @@ async fn calls_are_refused_from_their_headers_before_their_request_is_read() {
     }
 }
 
+/// A request whose bytes are not a protobuf message is the caller's fault: answered
+/// `INVALID_ARGUMENT` naming it, on every call. Before, Ack and Report answered `INTERNAL`
+/// (tonic's code for a message its codec cannot decode), which reads as a server fault.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_is_not_protobuf_is_invalid_argument() {
+    let app = app_with(|_| {}).await;
+    let agent = app.token("agent", "order-agent").await;
+    let addr = grpc_addr(&app);
+    // Field 1, wire type 7 (none such), then a varint cut short.
+    let garbage = [0u8, 0, 0, 0, 3, 0x0f, 0xff, 0xff];
+    for path in [WATCH, ACK, REPORT] {
+        let (mut send, response) = open_call(addr, path, Some(&agent), &garbage).await;
+        send.send_data(Bytes::new(), true).unwrap();
+        let (got, message) = status_within(response, Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|| panic!("{path}: not answered"));
+        assert_eq!(got, 3, "{path}: {message}");
+        assert!(message.contains("not a valid"), "{path}: {message}");
+    }
+}
+
 /// A Watch takes one of its token's streams before its request is read: a token at its limit
 /// is refused at once, however many of its requests are still arriving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -55,8 +55,8 @@ where
 }
 
 /// prost's decoding of `U`, after [`WireBounds::check_wire`] has passed on the message's
-/// bytes (`INVALID_ARGUMENT` with its reason otherwise; bytes that are not a `U` are
-/// `INTERNAL`, as tonic answers them).
+/// bytes. Either failing is the caller's: `INVALID_ARGUMENT` with the reason (tonic's own
+/// decoder answers bytes that are not a `U` `INTERNAL`, which reads as the server's fault).
 #[derive(Debug)]
 pub struct CheckedDecoder<U>(PhantomData<U>);
 
@@ -68,9 +68,9 @@ impl<U: prost::Message + Default + WireBounds> Decoder for CheckedDecoder<U> {
         // The message is one contiguous buffer: this takes it without copying.
         let bytes = src.copy_to_bytes(src.remaining());
         U::check_wire(&bytes).map_err(Status::invalid_argument)?;
-        U::decode(bytes)
-            .map(Some)
-            .map_err(|e| Status::internal(e.to_string()))
+        U::decode(bytes).map(Some).map_err(|e| {
+            Status::invalid_argument(format!("the request is not a valid protobuf message: {e}"))
+        })
     }
 
     fn buffer_settings(&self) -> BufferSettings {
