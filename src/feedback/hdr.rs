@@ -1,9 +1,10 @@
 //! Agents' latency histograms: HdrHistogram V2 compressed, decoded within fixed bounds.
 //!
-//! A hostile report cannot make the server allocate more than [`MAX_INFLATED`] for one
-//! histogram: the compressed bytes are capped, inflated with an output cap, and the header's
-//! significant figures and highest trackable value checked before the crate's deserializer
-//! sizes anything.
+//! A hostile report cannot make the server inflate more than its histogram's range can hold
+//! (221,184 bytes at 3 significant figures; [`MAX_INFLATED`] in any case): the compressed bytes
+//! are capped, the header is inflated first and its significant figures, highest trackable
+//! value and length of counts checked, and only then are the counts inflated, with an output
+//! cap. The counts are read straight from the payload, never by a deserializer sizing them.
 
 use std::io::Read;
 
@@ -88,6 +89,18 @@ impl Layout {
         })
     }
 
+    /// Counts a histogram of this layout has to reach `highest` (HdrHistogram's sizing): a
+    /// first bucket of `2 × half_count` sub-buckets, then `half_count` more per doubling.
+    fn counts_len(&self, highest: u64) -> u64 {
+        let mut reach = u128::from(2 * self.half_count) << self.unit_magnitude;
+        let mut buckets = 1u64;
+        while reach <= u128::from(highest) {
+            reach <<= 1;
+            buckets += 1;
+        }
+        (buckets + 1) * self.half_count
+    }
+
     fn value_of(&self, index: u64) -> Option<u64> {
         let bucket = (index >> self.half_count_magnitude) as i64 - 1;
         let mut sub = (index & (self.half_count - 1)) + self.half_count;
@@ -161,16 +174,14 @@ pub fn decode_metered(bytes: &[u8], name: &str, total: &mut usize) -> Result<Spa
     let body = bytes
         .get(8..8 + len)
         .ok_or_else(|| format!("{name} is shorter than its header says"))?;
-    // A V2 payload is mostly one-byte counts: about four times its compressed size.
-    let mut inflated = Vec::with_capacity(body.len().saturating_mul(4).min(MAX_INFLATED + 1));
-    let read = flate2::read::ZlibDecoder::new(body)
-        .take(MAX_INFLATED as u64 + 1)
+    // The header is inflated first: it bounds what the counts may take before any is inflated.
+    let mut zlib = flate2::read::ZlibDecoder::new(body);
+    let mut inflated = Vec::with_capacity(V2_HEADER);
+    let read = (&mut zlib)
+        .take(V2_HEADER as u64)
         .read_to_end(&mut inflated);
     *total = total.saturating_add(inflated.len());
     read.map_err(|e| format!("{name} does not inflate: {e}"))?;
-    if inflated.len() > MAX_INFLATED {
-        return Err(format!("{name} inflates beyond {MAX_INFLATED} bytes"));
-    }
     if inflated.len() < V2_HEADER
         || be_u32(&inflated, 0).map(|c| c & !WORD_SIZE_BITS) != Some(V2_COOKIE)
     {
@@ -180,8 +191,7 @@ pub fn decode_metered(bytes: &[u8], name: &str, total: &mut usize) -> Result<Spa
     let figures = be_u32(&inflated, 12).unwrap_or(0);
     let lowest = be_u64(&inflated, 16).unwrap_or(0);
     let highest = be_u64(&inflated, 24).unwrap_or(u64::MAX);
-    if payload != inflated.len() - V2_HEADER
-        || !(1..=MAX_FIGURES).contains(&figures)
+    if !(1..=MAX_FIGURES).contains(&figures)
         || lowest == 0
         || highest > MAX_LATENCY_US.saturating_mul(2)
     {
@@ -198,6 +208,27 @@ pub fn decode_metered(bytes: &[u8], name: &str, total: &mut usize) -> Result<Spa
     let layout = Layout::new(figures, lowest).ok_or_else(|| {
         format!("{name}: its lowest value and significant figures do not fit 64 bits")
     })?;
+    // At most one count or run of zeros per index up to the largest value accepted, each at
+    // most 9 bytes: a longer payload says nothing more and is not inflated.
+    let most = layout
+        .counts_len(MAX_LATENCY_US.saturating_mul(2))
+        .saturating_mul(9)
+        .min((MAX_INFLATED - V2_HEADER) as u64) as usize;
+    if payload > most {
+        return Err(format!(
+            "{name}: its counts take {payload} bytes; a histogram of its range takes at most {most}"
+        ));
+    }
+    // A V2 payload is mostly one-byte counts: about four times its compressed size.
+    inflated.reserve(body.len().saturating_mul(4).min(payload + 1));
+    let read = zlib.take(payload as u64 + 1).read_to_end(&mut inflated);
+    *total = total.saturating_add(inflated.len() - V2_HEADER);
+    read.map_err(|e| format!("{name} does not inflate: {e}"))?;
+    if inflated.len() - V2_HEADER != payload {
+        return Err(format!(
+            "{name}: its header says {payload} bytes of counts, which is not what it holds"
+        ));
+    }
     let mut buckets = Vec::new();
     let (mut at, mut index, mut total) = (V2_HEADER, 0u64, 0u64);
     let beyond = || format!("{name}: a count lies beyond the histogram's range");
@@ -385,6 +416,41 @@ mod tests {
         let fine = raw_v2(5, &[1; 100]);
         let err = decode(&fine).unwrap_err();
         assert!(err.contains("1-3 significant figures"), "{err}");
+    }
+
+    /// A header claiming more counts than its range holds is refused before they are
+    /// inflated. Before, a histogram of a million one-byte runs of zeros (about 1 KiB sent)
+    /// was inflated whole, 1 MiB, and then decoded to nothing.
+    #[test]
+    fn counts_longer_than_the_range_are_refused_before_they_are_inflated() {
+        for (lowest, figures) in [(1, 3), (1000, 2), (1, 1)] {
+            let layout = Layout::new(figures, lowest).unwrap();
+            let sized =
+                Histogram::<u64>::new_with_bounds(lowest, 2 * MAX_LATENCY_US, figures as u8);
+            assert_eq!(
+                layout.counts_len(2 * MAX_LATENCY_US),
+                sized.unwrap().distinct_values() as u64,
+                "sized as HdrHistogram sizes it ({lowest}, {figures})"
+            );
+        }
+        let mut h = empty();
+        h.record(1).unwrap();
+        h.record(MAX_LATENCY_US).unwrap();
+        assert_eq!(decode(&encode(&h)).unwrap().len(), 2);
+        // Runs of one empty bucket, one byte each: 24,576 counts at 9 bytes at most fit.
+        let most = 24_576 * 9;
+        let mut inflated = 0;
+        let long = raw_v2(3, &vec![-1; most + 1]);
+        let err = decode_metered(&long, "latency_hdr", &mut inflated).unwrap_err();
+        assert!(err.contains(&format!("takes at most {most}")), "{err}");
+        assert_eq!(inflated, V2_HEADER, "only the header was inflated");
+        let mut inflated = 0;
+        assert!(
+            decode_metered(&raw_v2(3, &vec![-1; most]), "latency_hdr", &mut inflated)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(inflated, V2_HEADER + most);
     }
 
     /// Found by attacking the server: two reports whose counts met in one rollup bucket past

@@ -461,10 +461,10 @@ async fn one_tokens_queue_of_reports_does_not_hold_up_another_tokens() {
     let other = app.token("agent", "other-agent").await;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let places = cores * budgetd::feedback::DECODING_PER_CORE;
-    // Each heavy Report inflates 8 MiB of histograms (about 8 KiB sent).
+    // Each heavy Report inflates 8.4 MB of histograms (about 8 KB sent).
     let mut w = window(now_ms() - 3_000, 1, 1, "deadline", &[("ok", 1)], &[]);
-    w.latency_hdr = zeros_hdr((1 << 20) - 40);
-    let heavy_report = vec![w; 8];
+    w.latency_hdr = zeros_hdr(MOST_COUNTS);
+    let heavy_report = vec![w; 38];
     // More queued than could ever pass in a few turns, whatever the cores.
     let queued = 6 * places;
     let answered = Arc::new(AtomicUsize::new(0));
@@ -512,11 +512,15 @@ async fn one_tokens_queue_of_reports_does_not_hold_up_another_tokens() {
          ({queued} or more queued before it, {places} decoding at once)"
     );
     for call in calls {
-        assert_eq!(call.await.unwrap().unwrap(), 8);
+        assert_eq!(call.await.unwrap().unwrap(), 38);
     }
     assert_eq!(crate::fleet::counter(&app, waiting).await, 0);
     app.stop().await;
 }
+
+/// The longest counts a histogram of budgetd's range holds: 24,576 counts (3 significant
+/// figures up to 2 h) of at most 9 bytes each.
+const MOST_COUNTS: usize = 24_576 * 9;
 
 /// A V2 compressed histogram whose counts are `n` zeros: a few hundred bytes sent, `40 + n`
 /// inflated, no bucket decoded.
@@ -540,19 +544,30 @@ fn zeros_hdr(n: usize) -> Vec<u8> {
     out
 }
 
-/// A Report's histograms inflate to at most 64 MiB together: of 70 windows whose histograms
-/// inflate to 1 MiB each (about 1 KiB each sent), 64 are decoded and stored, the rest skipped.
-/// Before, every one was inflated in one go on a worker thread: eight such Reports of 3,685
-/// windows stalled the server (`/readyz` over 30 s) and were never answered.
+/// A Report's histograms inflate to at most 64 MiB together: of 320 windows whose histograms
+/// inflate as far as a histogram's range allows ([`MOST_COUNTS`], about 200 bytes each sent),
+/// 304 are decoded and stored (304 × 221,224 bytes is the first past 64 MiB), the rest
+/// skipped. Before, every one was inflated in one go on a worker thread: eight Reports of
+/// 3,685 windows inflating to 1 MiB each stalled the server (`/readyz` over 30 s) and were
+/// never answered. A window whose counts claim more than its range holds is skipped before
+/// they are inflated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reports_histograms_inflate_to_a_bounded_size() {
     let app = fast_app(Backend::Sqlite).await.unwrap();
     let token = published_with_agent(&app, "order-1").await;
     let mut w = window(now_ms() - 3_000, 1, 1, "deadline", &[("ok", 1)], &[]);
-    w.latency_hdr = zeros_hdr((1 << 20) - 40);
-    assert!(w.latency_hdr.len() < 2048, "{}", w.latency_hdr.len());
-    let accepted = report(&app, &token, "order-1", vec![w; 70]).await.unwrap();
-    assert_eq!(accepted, 64);
+    w.latency_hdr = zeros_hdr(MOST_COUNTS);
+    assert!(w.latency_hdr.len() < 1024, "{}", w.latency_hdr.len());
+    let accepted = report(&app, &token, "order-1", vec![w.clone(); 320])
+        .await
+        .unwrap();
+    assert_eq!(accepted, 304);
+    let mut longer = w;
+    longer.latency_hdr = zeros_hdr(MOST_COUNTS + 1);
+    let accepted = report(&app, &token, "order-1", vec![longer; 10])
+        .await
+        .unwrap();
+    assert_eq!(accepted, 0);
     app.stop().await;
 }
 
