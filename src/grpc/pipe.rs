@@ -285,13 +285,13 @@ impl Body for RecvBody {
 /// Calls `service` with `req` and sends its response on `respond`; the request must arrive in
 /// full `within` that time, if given, and the whole call end within `life` (a call still
 /// running then is reset, `CANCEL`, whatever it waits for: its handler, or a peer that does
-/// not take its response). The call holds `charge`, and what its request and response add to
-/// it, until it ends. With `one_message` (a unary call) the request ends once its message is
-/// in.
+/// not take its response); a call its peer resets before it is answered ends there, its
+/// handler dropped. The call holds `charge`, and what its request and response add to it,
+/// until it ends. With `one_message` (a unary call) the request ends once its message is in.
 pub async fn serve_call<S>(
     service: S,
     req: Request<RecvStream>,
-    respond: SendResponse<Bytes>,
+    mut respond: SendResponse<Bytes>,
     (within, life): (Option<Duration>, Duration),
     charge: Charge,
     one_message: bool,
@@ -300,7 +300,21 @@ pub async fn serve_call<S>(
 {
     let req = req.map(|recv| RecvBody::new(recv, within, charge.clone(), one_message));
     let call = async {
-        let Ok(response) = service.oneshot(req).await;
+        // A peer that resets the call (or goes away) before it is answered has given up on
+        // it: the handler is dropped where it is, so a Report waiting for its turn is neither
+        // decoded nor stored while its agent keeps the windows to send them again.
+        let mut handler = std::pin::pin!(service.oneshot(req));
+        let answered = std::future::poll_fn(|cx| {
+            if let Poll::Ready(Ok(response)) = handler.as_mut().poll(cx) {
+                return Poll::Ready(Some(response));
+            }
+            respond.poll_reset(cx).map(|_| None)
+        })
+        .await;
+        let Some(response) = answered else {
+            tracing::debug!("gRPC call reset by its peer before it was answered");
+            return;
+        };
         if let Err(e) = pipe(response, respond, &charge).await {
             tracing::debug!(error = %e, "gRPC response not sent in full");
         }

@@ -449,52 +449,91 @@ async fn a_burst_of_reports_is_decoded_a_few_at_a_time() {
     app.stop().await;
 }
 
+/// Windows of one heavy Report: 38 histograms inflating 8.4 MB together (about 8 KB sent),
+/// one call each.
+const HEAVY_WINDOWS: i64 = 38;
+
+/// Heavy Reports of `agent` (of `token`) queued for their decoding turn: `places` decoding at
+/// once and at least `queued` waiting when this returns. Each call is answered into the
+/// returned counter.
+struct Queue {
+    places: usize,
+    queued: usize,
+    answered: Arc<std::sync::atomic::AtomicUsize>,
+    calls: Vec<tokio::task::JoinHandle<Result<i64, tonic::Status>>>,
+}
+
+const WAITING: &str = "budgetd_reports_decoding{state=\"waiting\"}";
+
+impl Queue {
+    async fn fill(app: &TestApp, token: &str, agent: &str) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let places = cores * budgetd::feedback::DECODING_PER_CORE;
+        let mut w = window(now_ms() - 3_000, 1, 1, "deadline", &[("ok", 1)], &[]);
+        w.latency_hdr = zeros_hdr(MOST_COUNTS);
+        let heavy = vec![w; HEAVY_WINDOWS as usize];
+        // More queued than could ever pass in a few turns, whatever the cores.
+        let queued = 6 * places;
+        let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut clients = Vec::new();
+        for _ in 0..4 {
+            clients.push(client(app).await);
+        }
+        let mut calls = Vec::new();
+        for i in 0..places + queued + 8 {
+            let mut c = clients[i % 4].clone();
+            let req = authed(
+                token,
+                ReportRequest {
+                    agent_id: agent.into(),
+                    windows: heavy.clone(),
+                },
+            );
+            let answered = answered.clone();
+            calls.push(tokio::spawn(async move {
+                let answer = c.report(req).await;
+                answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                answer.map(|r| r.into_inner().accepted_windows)
+            }));
+        }
+        eventually("the heavy Reports queue", async || {
+            (crate::fleet::counter(app, WAITING).await >= queued as u64).then_some(())
+        })
+        .await;
+        Self {
+            places,
+            queued,
+            answered,
+            calls,
+        }
+    }
+
+    fn answered(&self) -> usize {
+        self.answered.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits for every heavy Report, each stored whole; their calls (one per window).
+    async fn drain(self, app: &TestApp) -> i64 {
+        let n = self.calls.len() as i64;
+        for call in self.calls {
+            assert_eq!(call.await.unwrap().unwrap(), HEAVY_WINDOWS);
+        }
+        assert_eq!(crate::fleet::counter(app, WAITING).await, 0);
+        n * HEAVY_WINDOWS
+    }
+}
+
 /// One token's queue of heavy Reports delays another token's Report by a turn, not by the
 /// whole queue: decoding turns go to the waiting tokens in rotation. Before, turns were
 /// first-come, and another token's Report waited for every Report queued before it (an attack
 /// helper measured 19-40 s behind one token's 2,048 calls).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_tokens_queue_of_reports_does_not_hold_up_another_tokens() {
-    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     let app = fast_app(Backend::Sqlite).await.unwrap();
     let heavy = published_with_agent(&app, "order-1").await;
     let other = app.token("agent", "other-agent").await;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let places = cores * budgetd::feedback::DECODING_PER_CORE;
-    // Each heavy Report inflates 8.4 MB of histograms (about 8 KB sent).
-    let mut w = window(now_ms() - 3_000, 1, 1, "deadline", &[("ok", 1)], &[]);
-    w.latency_hdr = zeros_hdr(MOST_COUNTS);
-    let heavy_report = vec![w; 38];
-    // More queued than could ever pass in a few turns, whatever the cores.
-    let queued = 6 * places;
-    let answered = Arc::new(AtomicUsize::new(0));
-    let mut clients = Vec::new();
-    for _ in 0..4 {
-        clients.push(client(&app).await);
-    }
-    let mut calls = Vec::new();
-    for i in 0..places + queued + 8 {
-        let mut c = clients[i % 4].clone();
-        let req = authed(
-            &heavy,
-            ReportRequest {
-                agent_id: "order-1".into(),
-                windows: heavy_report.clone(),
-            },
-        );
-        let answered = answered.clone();
-        calls.push(tokio::spawn(async move {
-            let answer = c.report(req).await;
-            answered.fetch_add(1, SeqCst);
-            answer.map(|r| r.into_inner().accepted_windows)
-        }));
-    }
-    let waiting = "budgetd_reports_decoding{state=\"waiting\"}";
-    eventually("the heavy token's Reports queue", async || {
-        (crate::fleet::counter(&app, waiting).await >= queued as u64).then_some(())
-    })
-    .await;
-    let before = answered.load(SeqCst);
+    let queue = Queue::fill(&app, &heavy, "order-1").await;
+    let before = queue.answered();
     let light = window(
         now_ms() - 3_000,
         10,
@@ -504,17 +543,54 @@ async fn one_tokens_queue_of_reports_does_not_hold_up_another_tokens() {
         &[1000; 10],
     );
     let accepted = report(&app, &other, "other-1", vec![light]).await.unwrap();
-    let passed = answered.load(SeqCst) - before;
+    let passed = queue.answered() - before;
     assert_eq!(accepted, 1);
+    let (places, queued) = (queue.places, queue.queued);
     assert!(
         passed <= 2 * places + 2,
         "{passed} of the heavy token's Reports were answered while the other token's waited \
          ({queued} or more queued before it, {places} decoding at once)"
     );
-    for call in calls {
-        assert_eq!(call.await.unwrap().unwrap(), 38);
-    }
-    assert_eq!(crate::fleet::counter(&app, waiting).await, 0);
+    let calls = queue.drain(&app).await;
+    let view = production(&app, "1h").await;
+    assert_eq!(segment(&view, SEGMENT)["calls"], calls + 10, "{view}");
+    app.stop().await;
+}
+
+/// A Report given up by its caller (the call reset) while it waits for its turn is not
+/// decoded nor stored: the agent keeps the windows of a Report it gave up on and sends them
+/// again, so storing them as well counted them twice. Before, the server went on with a reset
+/// call until it had answered it (an attack helper saw 80 of 80 cancelled Reports stored).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_given_up_while_it_waits_is_not_stored() {
+    let app = fast_app(Backend::Sqlite).await.unwrap();
+    let token = published_with_agent(&app, "order-1").await;
+    let queue = Queue::fill(&app, &token, "order-1").await;
+    // Behind its own token's queue, a Report of 1,000 calls waits; its caller gives up.
+    let given_up = window(
+        now_ms() - 3_000,
+        1000,
+        1000,
+        "deadline",
+        &[("ok", 1000)],
+        &[1000],
+    );
+    let mut c = client(&app).await;
+    let req = authed(
+        &token,
+        ReportRequest {
+            agent_id: "order-1".into(),
+            windows: vec![given_up],
+        },
+    );
+    let waited = tokio::time::timeout(Duration::from_millis(200), c.report(req)).await;
+    assert!(
+        waited.is_err(),
+        "answered before its caller gave up: {waited:?}"
+    );
+    let calls = queue.drain(&app).await;
+    let view = production(&app, "1h").await;
+    assert_eq!(segment(&view, SEGMENT)["calls"], calls, "{view}");
     app.stop().await;
 }
 
