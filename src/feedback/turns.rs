@@ -1,19 +1,27 @@
-//! Turns at decoding Reports, shared among agent tokens in rotation.
+//! Turns at decoding Reports, shared fairly among agent tokens by the time they take.
 //!
 //! A Report holds its turn while its histograms are decoded and merged; a few run at once
 //! ([`super::DECODING_PER_CORE`] per core). When every place is taken, waiting Reports queue
-//! per token, and a place that comes free goes to the next token in rotation, not to the
-//! oldest Report: one token's queue of heavy Reports delays another token's Report by at most
-//! one turn per waiting token, not by the whole queue. No place is ever left idle while a
-//! Report waits, so a fleet whose tokens all report alike goes as fast as first-come turns.
+//! per token, and a place that comes free goes to the waiting token that has used the least
+//! time (start-time fair queueing): each turn adds its length to its token's tally (an
+//! estimate when it starts, the measured length when it ends), and a token that starts
+//! waiting joins at the tally of the last token served, with no credit for its idle time. So
+//! one token's queue of heavy Reports delays another token's Report by about one heavy turn,
+//! not by the whole queue, and a token of light Reports gets as much decoding time as the
+//! heavy one, not merely as many turns. No place is left idle while a Report waits, so a fleet
+//! whose tokens all report alike goes as fast as with first-come turns; equal tallies take
+//! turns in rotation.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use tokio::sync::oneshot;
 
 pub struct Turns {
     places: usize,
+    /// Nanoseconds on a monotonic clock (a fake one in tests).
+    clock: Box<dyn Fn() -> u64 + Send + Sync>,
     state: Mutex<State>,
 }
 
@@ -21,20 +29,42 @@ pub struct Turns {
 struct State {
     running: usize,
     waiting: usize,
-    /// Tokens with Reports waiting, in the order their next turn comes.
-    rotation: VecDeque<Arc<str>>,
-    /// Each such token's waiting Reports, oldest first.
-    queues: HashMap<Arc<str>, VecDeque<oneshot::Sender<()>>>,
+    /// The tally of the token served last: where a token that starts waiting joins.
+    now: u64,
+    /// Orders tokens of equal tallies by when they queued (rotation).
+    seq: u64,
+    /// Tokens with Reports running or waiting (no others: their tallies are forgotten).
+    tokens: HashMap<Arc<str>, Token>,
+    /// Tokens with Reports waiting, by (tally, seq): the first gets the next place.
+    ready: BTreeMap<(u64, u64), Arc<str>>,
+}
+
+#[derive(Default)]
+struct Token {
+    /// Nanoseconds of turns taken (estimated for those still running).
+    tally: u64,
+    /// What its next turn is expected to take: a moving average of its turns.
+    estimate: u64,
+    running: usize,
+    /// Its waiting Reports, oldest first; each told its turn's estimate when given it.
+    queue: VecDeque<oneshot::Sender<u64>>,
+    /// Its key in `ready` while it has Reports waiting.
+    ready: Option<(u64, u64)>,
 }
 
 /// A Report's turn, given to the next waiting Report when dropped.
 pub struct Turn<'a> {
     turns: &'a Turns,
+    token: Arc<str>,
+    started: u64,
+    estimate: u64,
 }
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        self.turns.pass(self.turns.lock());
+        let took = (self.turns.clock)().saturating_sub(self.started);
+        let s = self.turns.lock();
+        self.turns.end(s, &self.token, self.estimate, took);
     }
 }
 
@@ -48,8 +78,17 @@ pub struct Load {
 impl Turns {
     /// `places` Reports at once (at least one).
     pub fn new(places: usize) -> Self {
+        let origin = Instant::now();
+        Self::with_clock(
+            places,
+            Box::new(move || u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)),
+        )
+    }
+
+    fn with_clock(places: usize, clock: Box<dyn Fn() -> u64 + Send + Sync>) -> Self {
         Self {
             places: places.max(1),
+            clock,
             state: Mutex::default(),
         }
     }
@@ -70,74 +109,147 @@ impl Turns {
     /// Waits for a turn of `token` (the caller's token id). Cancel-safe: a Report that stops
     /// waiting leaves the queue, and a turn given to it as it stopped passes on.
     pub async fn take(&self, token: &str) -> Turn<'_> {
-        let receiver = {
+        let (token, receiver) = {
             let mut s = self.lock();
+            let s = &mut *s;
+            let now = s.now;
+            let token: Arc<str> = match s.tokens.get_key_value(token) {
+                Some((key, _)) => key.clone(),
+                None => {
+                    let key: Arc<str> = token.into();
+                    let fresh = Token {
+                        tally: now,
+                        ..Token::default()
+                    };
+                    s.tokens.insert(key.clone(), fresh);
+                    key
+                }
+            };
+            let t = s.tokens.get_mut(&token).expect("inserted above");
+            if t.queue.is_empty() {
+                // No credit for time it did not ask for: it joins where the others are.
+                t.tally = t.tally.max(now);
+            }
             if s.running < self.places {
                 s.running += 1;
-                return Turn { turns: self };
+                let estimate = start(&mut s.now, t);
+                return Turn {
+                    turns: self,
+                    token,
+                    started: (self.clock)(),
+                    estimate,
+                };
             }
             let (sender, receiver) = oneshot::channel();
-            match s.queues.get_mut(token) {
-                Some(queue) => queue.push_back(sender),
-                None => {
-                    let token: Arc<str> = token.into();
-                    s.rotation.push_back(token.clone());
-                    s.queues.insert(token, VecDeque::from([sender]));
-                }
+            t.queue.push_back(sender);
+            if t.ready.is_none() {
+                let key = (t.tally, s.seq);
+                s.seq += 1;
+                t.ready = Some(key);
+                s.ready.insert(key, token.clone());
             }
             s.waiting += 1;
-            receiver
+            (token, receiver)
         };
         let mut waiter = Waiter {
             turns: self,
-            token,
+            token: token.clone(),
             receiver: Some(receiver),
         };
         let given = match waiter.receiver.as_mut() {
-            Some(receiver) => receiver.await.is_ok(),
-            None => false,
+            Some(receiver) => receiver.await.ok(),
+            None => None,
         };
         waiter.receiver = None;
-        if !given {
+        let estimate = given.unwrap_or_else(|| {
             // Unreachable: a sender is only dropped unsent by its waiter's own drop. Should it
             // happen, the Report runs anyway, counted, so the counts stay right.
-            self.lock().running += 1;
+            let mut s = self.lock();
+            s.running += 1;
+            s.tokens.get_mut(&token).map_or(0, |t| {
+                t.running += 1;
+                0
+            })
+        });
+        Turn {
+            turns: self,
+            token,
+            started: (self.clock)(),
+            estimate,
         }
-        Turn { turns: self }
     }
 
-    /// Gives a place that came free to the next token's oldest waiting Report, or frees it.
+    /// A turn of `token` that was expected to take `estimate` took `took`: its tally is
+    /// corrected, and its place goes to the next Report.
+    fn end(&self, mut s: MutexGuard<'_, State>, token: &Arc<str>, estimate: u64, took: u64) {
+        let s_ref = &mut *s;
+        if let Some(t) = s_ref.tokens.get_mut(token) {
+            t.running = t.running.saturating_sub(1);
+            t.tally = t.tally.saturating_sub(estimate).saturating_add(took);
+            t.estimate = (t.estimate.saturating_mul(3).saturating_add(took)) / 4;
+            if let Some(key) = t.ready {
+                // Its place among the waiting tokens follows its tally.
+                s_ref.ready.remove(&key);
+                let key = (t.tally, key.1);
+                t.ready = Some(key);
+                s_ref.ready.insert(key, token.clone());
+            }
+            if t.running == 0 && t.queue.is_empty() {
+                s_ref.tokens.remove(token);
+            }
+        }
+        self.pass(s);
+    }
+
+    /// Gives a place that came free to the oldest waiting Report of the token with the least
+    /// tally, or frees it.
     fn pass(&self, mut s: MutexGuard<'_, State>) {
-        while let Some(token) = s.rotation.pop_front() {
-            let Some(queue) = s.queues.get_mut(&token) else {
+        let s = &mut *s;
+        while let Some((_, token)) = s.ready.pop_first() {
+            let Some(t) = s.tokens.get_mut(&token) else {
                 continue;
             };
-            let next = queue.pop_front();
-            if queue.is_empty() {
-                s.queues.remove(&token);
-            } else {
-                s.rotation.push_back(token);
+            t.ready = None;
+            let Some(next) = t.queue.pop_front() else {
+                continue;
+            };
+            s.waiting -= 1;
+            let estimate = start(&mut s.now, t);
+            if !t.queue.is_empty() {
+                let key = (t.tally, s.seq);
+                s.seq += 1;
+                t.ready = Some(key);
+                s.ready.insert(key, token.clone());
             }
-            if let Some(next) = next {
-                s.waiting -= 1;
-                if next.send(()).is_ok() {
-                    return;
-                }
+            if next.send(estimate).is_ok() {
+                return;
             }
+            // Unreachable (a waiter that leaves takes its sender out first): undo the start.
+            t.running -= 1;
+            t.tally = t.tally.saturating_sub(estimate);
         }
         s.running -= 1;
     }
 }
 
-/// A Report waiting for its turn; dropped before the turn came (the call was cancelled), it
-/// leaves its token's queue, or passes the turn on if it was given meanwhile.
-struct Waiter<'a, 't> {
-    turns: &'a Turns,
-    token: &'t str,
-    receiver: Option<oneshot::Receiver<()>>,
+/// Starts a turn of `t`: its tally is charged the turn's estimate, and the tally it had is
+/// where tokens that start waiting now join. Returns the estimate.
+fn start(now: &mut u64, t: &mut Token) -> u64 {
+    *now = (*now).max(t.tally);
+    t.running += 1;
+    t.tally = t.tally.saturating_add(t.estimate);
+    t.estimate
 }
 
-impl Drop for Waiter<'_, '_> {
+/// A Report waiting for its turn; dropped before the turn came (the call was cancelled), it
+/// leaves its token's queue, or passes the turn on if it was given meanwhile.
+struct Waiter<'a> {
+    turns: &'a Turns,
+    token: Arc<str>,
+    receiver: Option<oneshot::Receiver<u64>>,
+}
+
+impl Drop for Waiter<'_> {
     fn drop(&mut self) {
         let Some(mut receiver) = self.receiver.take() else {
             return;
@@ -145,21 +257,24 @@ impl Drop for Waiter<'_, '_> {
         // Under the lock, the turn was either given already or is still to be.
         let mut s = self.turns.lock();
         receiver.close();
-        if receiver.try_recv().is_ok() {
-            self.turns.pass(s);
+        if let Ok(estimate) = receiver.try_recv() {
+            self.turns.end(s, &self.token, estimate, 0);
             return;
         }
-        let Some(queue) = s.queues.get_mut(self.token) else {
+        let s = &mut *s;
+        let Some(t) = s.tokens.get_mut(&self.token) else {
             return;
         };
-        let before = queue.len();
-        queue.retain(|sender| !sender.is_closed());
-        let gone = before - queue.len();
-        let empty = queue.is_empty();
-        s.waiting -= gone;
-        if empty {
-            s.queues.remove(self.token);
-            s.rotation.retain(|t| &**t != self.token);
+        let before = t.queue.len();
+        t.queue.retain(|sender| !sender.is_closed());
+        s.waiting -= before - t.queue.len();
+        if t.queue.is_empty() {
+            if let Some(key) = t.ready.take() {
+                s.ready.remove(&key);
+            }
+            if t.running == 0 {
+                s.tokens.remove(&self.token);
+            }
         }
     }
 }
@@ -168,17 +283,26 @@ impl Drop for Waiter<'_, '_> {
 mod tests {
     use super::*;
     use std::future::Future as _;
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
     use std::task::{Context, Waker};
     use std::time::Duration;
 
-    type Order = Arc<Mutex<Vec<&'static str>>>;
+    type Order = Arc<Mutex<Vec<String>>>;
+
+    /// Turns on a clock the test moves (milliseconds, as nanoseconds).
+    fn turns(places: usize) -> (Arc<Turns>, Arc<AtomicU64>) {
+        let clock = Arc::new(AtomicU64::new(0));
+        let read = clock.clone();
+        let turns = Turns::with_clock(places, Box::new(move || read.load(SeqCst)));
+        (Arc::new(turns), clock)
+    }
 
     /// A Report of `token` that takes its turn, records `name` once it has it, and holds the
     /// turn until `end` is sent.
     fn report(
         turns: &Arc<Turns>,
         token: &'static str,
-        name: &'static str,
+        name: String,
         order: &Order,
     ) -> (tokio::task::JoinHandle<()>, oneshot::Sender<()>) {
         let (end, ended) = oneshot::channel::<()>();
@@ -198,44 +322,116 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_token_waits_one_turn_behind_another_tokens_queue_not_all_of_it() {
-        let turns = Arc::new(Turns::new(1));
+    /// Queues `reports` (token, name, milliseconds its turn takes) in that order behind a
+    /// single place, then ends each running Report in turn after its time on `clock`; the
+    /// order in which they had their turns.
+    async fn run(reports: &[(&'static str, String, u64)]) -> Vec<String> {
+        let (turns, clock) = turns(1);
         let order = Order::default();
-        let mut reports = HashMap::new();
-        // Token a takes the place and queues five more; then b and c queue one each.
-        for (token, name) in [
-            ("a", "a0"),
-            ("a", "a1"),
-            ("a", "a2"),
-            ("a", "a3"),
-            ("a", "a4"),
-            ("a", "a5"),
-            ("b", "b0"),
-            ("c", "c0"),
-        ] {
-            reports.insert(name, report(&turns, token, name, &order));
+        let mut running = HashMap::new();
+        for (token, name, _) in reports {
+            running.insert(name.clone(), report(&turns, token, name.clone(), &order));
             settle().await;
         }
         assert_eq!(
             turns.load(),
             Load {
                 running: 1,
-                waiting: 7
+                waiting: reports.len() - 1
             }
         );
-        // End the running Report, one at a time.
-        for i in 0..8 {
-            let running = order.lock().unwrap()[i];
-            let (task, end) = reports.remove(running).unwrap();
+        for i in 0..reports.len() {
+            let name = order.lock().unwrap()[i].clone();
+            let ms = reports.iter().find(|r| r.1 == name).unwrap().2;
+            clock.fetch_add(ms * 1_000_000, SeqCst);
+            let (task, end) = running.remove(&name).unwrap();
+            end.send(()).unwrap();
+            task.await.unwrap();
+            settle().await;
+        }
+        assert_eq!(
+            turns.load(),
+            Load {
+                running: 0,
+                waiting: 0
+            }
+        );
+        let order = order.lock().unwrap().clone();
+        order
+    }
+
+    fn named(token: &'static str, n: usize, ms: u64) -> Vec<(&'static str, String, u64)> {
+        (0..n).map(|i| (token, format!("{token}{i}"), ms)).collect()
+    }
+
+    #[tokio::test]
+    async fn a_tokens_queue_does_not_hold_up_another_tokens_report() {
+        // b's and c's Reports come after a's queue: they wait for a's running turn only.
+        let reports = [named("a", 6, 10), named("b", 1, 10), named("c", 1, 10)].concat();
+        assert_eq!(
+            run(&reports).await,
+            ["a0", "b0", "c0", "a1", "a2", "a3", "a4", "a5"]
+        );
+        // Turns of equal tallies go to the waiting tokens in rotation.
+        let reports = [named("a", 3, 0), named("b", 2, 0), named("c", 2, 0)].concat();
+        assert_eq!(
+            run(&reports).await,
+            ["a0", "a1", "b0", "c0", "a2", "b1", "c1"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_token_of_light_reports_gets_as_much_time_as_a_heavy_one_not_as_many_turns() {
+        // a's turns take 100 ms, b's 1 ms: b's twenty all pass before a's second.
+        let reports = [named("a", 4, 100), named("b", 20, 1)].concat();
+        let order = run(&reports).await;
+        let b_last = order.iter().position(|n| n == "b19").unwrap();
+        let a1 = order.iter().position(|n| n == "a1").unwrap();
+        assert!(b_last < a1, "{order:?}");
+        // Then a's queue has the place.
+        assert_eq!(order[21..], ["a1", "a2", "a3"], "{order:?}");
+    }
+
+    #[tokio::test]
+    async fn a_token_that_starts_waiting_gets_no_credit_for_its_idle_time() {
+        // a and b take turns of 1 s; c comes once each has had one. It joins at their tally
+        // and takes its turns in rotation with them, rather than having the place until it
+        // has used as much time as they have.
+        let (turns, clock) = turns(1);
+        let order = Order::default();
+        let mut running = HashMap::new();
+        let queue = |running: &mut HashMap<_, _>, token: &'static str, name: &str| {
+            running.insert(name.to_owned(), report(&turns, token, name.into(), &order));
+        };
+        for (token, name) in [
+            ("a", "a0"),
+            ("b", "b0"),
+            ("a", "a1"),
+            ("b", "b1"),
+            ("a", "a2"),
+            ("b", "b2"),
+        ] {
+            queue(&mut running, token, name);
+            settle().await;
+        }
+        let late = [false, false, true, false, false, false, false, false, false];
+        for (ended, late) in late.into_iter().enumerate() {
+            if late {
+                for name in ["c0", "c1", "c2"] {
+                    queue(&mut running, "c", name);
+                    settle().await;
+                }
+            }
+            let name = order.lock().unwrap()[ended].clone();
+            clock.fetch_add(1_000_000_000, SeqCst);
+            let (task, end) = running.remove(&name).unwrap();
             end.send(()).unwrap();
             task.await.unwrap();
             settle().await;
         }
         assert_eq!(
             *order.lock().unwrap(),
-            ["a0", "a1", "b0", "c0", "a2", "a3", "a4", "a5"],
-            "b's and c's Reports came after a's queue, and wait one turn of a's, not all"
+            ["a0", "b0", "a1", "b1", "c0", "a2", "b2", "c1", "c2"]
         );
         assert_eq!(
             turns.load(),
@@ -248,7 +444,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_cancelled_wait_leaves_the_queue_and_a_given_turn_passes_on() {
-        let turns = Arc::new(Turns::new(1));
+        let (turns, _) = turns(1);
         let first = turns.take("a").await;
         // A waiting Report whose call is cancelled leaves its token's queue.
         let waited = tokio::time::timeout(Duration::from_millis(10), turns.take("b")).await;
@@ -291,6 +487,7 @@ mod tests {
                 waiting: 0
             }
         );
+        assert!(turns.lock().tokens.is_empty(), "no token kept once idle");
     }
 
     #[tokio::test]
