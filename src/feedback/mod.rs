@@ -7,8 +7,8 @@
 //! - [`hdr`]: the agents' HdrHistograms, decoded within fixed bounds;
 //! - [`production`]: a window's rollups added up per segment and compared with the live
 //!   baseline;
-//! - [`turns`]: the few Reports decoding their histograms at once, turns given to agent tokens
-//!   in rotation;
+//! - [`turns`]: the few Reports decoding their histograms at once, turns shared among agent
+//!   tokens by the time they take;
 //! - [`alerts`]: the rules, evaluated on any replica, each alert firing and resolving once;
 //! - [`webhooks`]: the events, their HMAC signature and the delivery worker.
 
@@ -26,8 +26,9 @@ pub struct Reports {
     /// Serialises this process's rewrites of its canary health rows.
     pub canary: tokio::sync::Mutex<()>,
     /// Turns at decoding and merging a Report's histograms ([`DECODING_PER_CORE`] per core),
-    /// given to agent tokens in rotation: the others wait their turn holding their request
-    /// only, not its decoded histograms (16 bytes per bucket, about 80 KB for a busy window).
+    /// shared among agent tokens by the time they take: the others wait their turn holding
+    /// their request only, not its decoded histograms (16 bytes per bucket, about 80 KB for a
+    /// busy window).
     pub turns: turns::Turns,
 }
 

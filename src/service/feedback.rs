@@ -254,7 +254,8 @@ pub async fn report(
     }
     // Decoded histograms are the bulk of what a report holds: decode a few reports at once,
     // each to the end, rather than all of a burst's together (each holding its decoded part);
-    // turns go to the waiting tokens in rotation, so one token's queue delays no other's.
+    // turns are shared among the waiting tokens by the time they take, so one token's queue
+    // delays no other's.
     let decoding = state.reports.turns.take(&principal.token_id).await;
     let now_ms = crate::clock::now_ms();
     let total = windows.len() as u64;
