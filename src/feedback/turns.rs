@@ -5,7 +5,10 @@
 //! per token, and a place that comes free goes to the waiting token that has used the least
 //! time (start-time fair queueing): each turn adds its length to its token's tally (an
 //! estimate when it starts, the measured length when it ends), and a token that starts
-//! waiting joins at the tally of the last token served, with no credit for its idle time. So
+//! waiting joins at the largest tally a turn started at, with no credit for its idle time. A
+//! token that goes idle ahead of that keeps its tally until the others catch up, so a debt is
+//! not wiped by pausing or cancelling between bursts; a new token's first turns are charged a
+//! typical turn's length. So
 //! one token's queue of heavy Reports delays another token's Report by about one heavy turn,
 //! not by the whole queue, and a token of light Reports gets as much decoding time as the
 //! heavy one, not merely as many turns. No place is left idle while a Report waits, so a fleet
@@ -29,12 +32,17 @@ pub struct Turns {
 struct State {
     running: usize,
     waiting: usize,
-    /// The tally of the token served last: where a token that starts waiting joins.
+    /// The largest tally a turn started at: where a token that starts waiting joins.
     now: u64,
     /// Orders tokens of equal tallies by when they queued (rotation).
     seq: u64,
-    /// Tokens with Reports running or waiting (no others: their tallies are forgotten).
+    /// What a turn takes, a moving average over every token: a new token's first estimate.
+    typical: u64,
+    /// Tokens with Reports running or waiting, and idle ones still ahead of `now` (their
+    /// debt is kept until the others catch up, so going idle does not wipe it).
     tokens: HashMap<Arc<str>, Token>,
+    /// Size of `tokens` past which idle tokens no longer ahead are swept out.
+    sweep_at: usize,
     /// Tokens with Reports waiting, by (tally, seq): the first gets the next place.
     ready: BTreeMap<(u64, u64), Arc<str>>,
 }
@@ -64,7 +72,7 @@ impl Drop for Turn<'_> {
     fn drop(&mut self) {
         let took = (self.turns.clock)().saturating_sub(self.started);
         let s = self.turns.lock();
-        self.turns.end(s, &self.token, self.estimate, took);
+        self.turns.end(s, &self.token, self.estimate, Some(took));
     }
 }
 
@@ -89,7 +97,10 @@ impl Turns {
         Self {
             places: places.max(1),
             clock,
-            state: Mutex::default(),
+            state: Mutex::new(State {
+                sweep_at: SWEEP_AT,
+                ..State::default()
+            }),
         }
     }
 
@@ -116,9 +127,14 @@ impl Turns {
             let token: Arc<str> = match s.tokens.get_key_value(token) {
                 Some((key, _)) => key.clone(),
                 None => {
+                    if s.tokens.len() >= s.sweep_at {
+                        s.tokens.retain(|_, t| !t.idle() || t.tally > now);
+                        s.sweep_at = (2 * s.tokens.len()).max(SWEEP_AT);
+                    }
                     let key: Arc<str> = token.into();
                     let fresh = Token {
                         tally: now,
+                        estimate: s.typical,
                         ..Token::default()
                     };
                     s.tokens.insert(key.clone(), fresh);
@@ -179,14 +195,29 @@ impl Turns {
         }
     }
 
-    /// A turn of `token` that was expected to take `estimate` took `took`: its tally is
-    /// corrected, and its place goes to the next Report.
-    fn end(&self, mut s: MutexGuard<'_, State>, token: &Arc<str>, estimate: u64, took: u64) {
+    /// A turn of `token` that was expected to take `estimate` took `took` (`None`: it was
+    /// given to a Report that had stopped waiting, and never ran): its tally is corrected,
+    /// and its place goes to the next Report.
+    fn end(
+        &self,
+        mut s: MutexGuard<'_, State>,
+        token: &Arc<str>,
+        estimate: u64,
+        took: Option<u64>,
+    ) {
         let s_ref = &mut *s;
+        if let Some(took) = took {
+            s_ref.typical = average(s_ref.typical, took);
+        }
         if let Some(t) = s_ref.tokens.get_mut(token) {
             t.running = t.running.saturating_sub(1);
-            t.tally = t.tally.saturating_sub(estimate).saturating_add(took);
-            t.estimate = (t.estimate.saturating_mul(3).saturating_add(took)) / 4;
+            t.tally = t
+                .tally
+                .saturating_sub(estimate)
+                .saturating_add(took.unwrap_or(0));
+            if let Some(took) = took {
+                t.estimate = average(t.estimate, took);
+            }
             if let Some(key) = t.ready {
                 // Its place among the waiting tokens follows its tally.
                 s_ref.ready.remove(&key);
@@ -194,7 +225,7 @@ impl Turns {
                 t.ready = Some(key);
                 s_ref.ready.insert(key, token.clone());
             }
-            if t.running == 0 && t.queue.is_empty() {
+            if t.idle() && t.tally <= s_ref.now {
                 s_ref.tokens.remove(token);
             }
         }
@@ -232,6 +263,20 @@ impl Turns {
     }
 }
 
+/// Idle tokens kept (with a debt) before the first sweep.
+const SWEEP_AT: usize = 1024;
+
+impl Token {
+    fn idle(&self) -> bool {
+        self.running == 0 && self.queue.is_empty()
+    }
+}
+
+/// A moving average of turn lengths: three parts the old, one part the new.
+fn average(old: u64, new: u64) -> u64 {
+    old.saturating_mul(3).saturating_add(new) / 4
+}
+
 /// Starts a turn of `t`: its tally is charged the turn's estimate, and the tally it had is
 /// where tokens that start waiting now join. Returns the estimate.
 fn start(now: &mut u64, t: &mut Token) -> u64 {
@@ -258,7 +303,7 @@ impl Drop for Waiter<'_> {
         let mut s = self.turns.lock();
         receiver.close();
         if let Ok(estimate) = receiver.try_recv() {
-            self.turns.end(s, &self.token, estimate, 0);
+            self.turns.end(s, &self.token, estimate, None);
             return;
         }
         let s = &mut *s;
@@ -272,7 +317,7 @@ impl Drop for Waiter<'_> {
             if let Some(key) = t.ready.take() {
                 s.ready.remove(&key);
             }
-            if t.running == 0 {
+            if t.idle() && t.tally <= s.now {
                 s.tokens.remove(&self.token);
             }
         }
@@ -326,11 +371,28 @@ mod tests {
     /// single place, then ends each running Report in turn after its time on `clock`; the
     /// order in which they had their turns.
     async fn run(reports: &[(&'static str, String, u64)]) -> Vec<String> {
+        run_then(reports, |_| Vec::new()).await
+    }
+
+    type Reports = Vec<(&'static str, String, u64)>;
+
+    /// [`run`], queueing `then(name)` as soon as the Report `name` has ended.
+    async fn run_then(
+        reports: &[(&'static str, String, u64)],
+        then: impl Fn(&str) -> Reports,
+    ) -> Vec<String> {
         let (turns, clock) = turns(1);
         let order = Order::default();
         let mut running = HashMap::new();
-        for (token, name, _) in reports {
+        let mut lengths = HashMap::new();
+        let queue = |running: &mut HashMap<_, _>,
+                     lengths: &mut HashMap<String, u64>,
+                     (token, name, ms): &(&'static str, String, u64)| {
+            lengths.insert(name.clone(), *ms);
             running.insert(name.clone(), report(&turns, token, name.clone(), &order));
+        };
+        for r in reports {
+            queue(&mut running, &mut lengths, r);
             settle().await;
         }
         assert_eq!(
@@ -340,14 +402,19 @@ mod tests {
                 waiting: reports.len() - 1
             }
         );
-        for i in 0..reports.len() {
+        let mut i = 0;
+        while !running.is_empty() {
             let name = order.lock().unwrap()[i].clone();
-            let ms = reports.iter().find(|r| r.1 == name).unwrap().2;
-            clock.fetch_add(ms * 1_000_000, SeqCst);
+            clock.fetch_add(lengths[&name] * 1_000_000, SeqCst);
             let (task, end) = running.remove(&name).unwrap();
             end.send(()).unwrap();
             task.await.unwrap();
+            for r in then(&name) {
+                queue(&mut running, &mut lengths, &r);
+                settle().await;
+            }
             settle().await;
+            i += 1;
         }
         assert_eq!(
             turns.load(),
@@ -358,6 +425,29 @@ mod tests {
         );
         let order = order.lock().unwrap().clone();
         order
+    }
+
+    /// Found by review: a token that went idle between its bursts had its tally forgotten, and
+    /// came back as new at the front, taking nearly all the time from a token always waiting.
+    #[tokio::test]
+    async fn a_token_that_goes_idle_keeps_its_debt() {
+        // a sends one 100 ms Report at a time, the next once the last has ended; b keeps 300
+        // of 1 ms waiting. b has about 100 turns between two of a's.
+        let reports = [named("b", 300, 1), named("a", 1, 100)].concat();
+        let order = run_then(&reports, |ended| match ended {
+            "a0" => vec![("a", "a1".to_owned(), 100)],
+            "a1" => vec![("a", "a2".to_owned(), 100)],
+            _ => Vec::new(),
+        })
+        .await;
+        let at = |name: &str| order.iter().position(|n| n == name).unwrap();
+        for (earlier, later) in [("a0", "a1"), ("a1", "a2")] {
+            let between = at(later) - at(earlier) - 1;
+            assert!(
+                (90..=110).contains(&between),
+                "{between} of b's between {earlier} and {later}: {order:?}"
+            );
+        }
     }
 
     fn named(token: &'static str, n: usize, ms: u64) -> Vec<(&'static str, String, u64)> {

@@ -303,11 +303,22 @@ pub async fn report(
     if let Some(reason) = first_refusal {
         tracing::info!(agent = %agent_id, refused = total - n, %reason, "report windows skipped");
     }
-    super::rollouts::record_reports(state, &hub, agent_id, &accepted)
+    // Once begun, storing goes to its end even if the call is reset meanwhile (its agent
+    // gave up and will send the windows again): never canary health rows without rollups.
+    let store = tokio::spawn({
+        let (state, agent_id) = (state.clone(), agent_id.to_owned());
+        async move {
+            super::rollouts::record_reports(&state, &hub, &agent_id, &accepted).await?;
+            let commit = state.reports.rollups.merge(&agent_id, accepted);
+            drop(checked);
+            Ok::<_, crate::store::StoreError>(commit)
+        }
+    });
+    let commit = store
         .await
+        .map_err(|e| ApiError::new(Code::Unavailable, format!("report not stored: {e}")))?
         .map_err(|e| ApiError::new(Code::Unavailable, format!("report not stored: {e}")))?;
-    let commit = state.reports.rollups.merge(agent_id, accepted);
-    drop((checked, decoding));
+    drop(decoding);
     commit
         .wait()
         .await
