@@ -65,6 +65,14 @@ pub async fn track(req: Request, next: Next) -> Response {
     response
 }
 
+/// A gauge `name` with one line per `state` label value.
+fn gauge_by_state(out: &mut String, name: &str, help: &str, states: &[(&str, usize)]) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+    for (state, value) in states {
+        let _ = writeln!(out, "{name}{{state=\"{state}\"}} {value}");
+    }
+}
+
 pub async fn render(State(state): State<AppState>) -> Response {
     let mut out = String::new();
     out.push_str("# HELP budgetd_http_requests_total HTTP requests by route and status.\n");
@@ -81,30 +89,23 @@ pub async fn render(State(state): State<AppState>) -> Response {
     out.push_str("# HELP budgetd_watch_streams Open Watch streams on this replica.\n# TYPE budgetd_watch_streams gauge\n");
     let _ = writeln!(out, "budgetd_watch_streams {}", state.fleet.open_streams());
     let reports = state.reports.turns.load();
-    out.push_str("# HELP budgetd_reports_decoding Agents' Reports on this replica decoding their histograms (running) or waiting for a turn (waiting).\n# TYPE budgetd_reports_decoding gauge\n");
-    let _ = writeln!(
-        out,
-        "budgetd_reports_decoding{{state=\"running\"}} {}",
-        reports.running
-    );
-    let _ = writeln!(
-        out,
-        "budgetd_reports_decoding{{state=\"waiting\"}} {}",
-        reports.waiting
+    gauge_by_state(
+        &mut out,
+        "budgetd_reports_decoding",
+        "Agents' Reports on this replica decoding their histograms (running) or waiting for a turn (waiting).",
+        &[("running", reports.running), ("waiting", reports.waiting)],
     );
     crate::observe::render(&mut out);
     let gauges = crate::service::admin::gauges(&state).await;
     let pool = gauges.pool;
-    out.push_str("# HELP budgetd_db_pool_connections Database pool connections by state.\n# TYPE budgetd_db_pool_connections gauge\n");
-    let _ = writeln!(
-        out,
-        "budgetd_db_pool_connections{{state=\"idle\"}} {}",
-        pool.idle
-    );
-    let _ = writeln!(
-        out,
-        "budgetd_db_pool_connections{{state=\"in_use\"}} {}",
-        pool.size.saturating_sub(pool.idle)
+    gauge_by_state(
+        &mut out,
+        "budgetd_db_pool_connections",
+        "Database pool connections by state.",
+        &[
+            ("idle", pool.idle as usize),
+            ("in_use", pool.size.saturating_sub(pool.idle) as usize),
+        ],
     );
     if let Some(rss) = resident_memory_bytes() {
         out.push_str("# HELP process_resident_memory_bytes Resident memory of this process.\n# TYPE process_resident_memory_bytes gauge\n");
