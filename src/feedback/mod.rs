@@ -23,8 +23,6 @@ pub mod webhooks;
 pub struct Reports {
     pub rollups: rollup::Rollups,
     pub bindings: crate::service::feedback::Bindings,
-    /// Serialises this process's rewrites of its canary health rows.
-    pub canary: tokio::sync::Mutex<()>,
     /// Turns at decoding and merging a Report's histograms ([`DECODING_PER_CORE`] per core),
     /// shared among agent tokens by the time they take: the others wait their turn holding
     /// their request only, not its decoded histograms (16 bytes per bucket, about 80 KB for a
@@ -42,7 +40,6 @@ impl Reports {
         Self {
             rollups,
             bindings: Default::default(),
-            canary: Default::default(),
             turns: turns::Turns::new(cores * DECODING_PER_CORE),
         }
     }

@@ -7,9 +7,14 @@
 //! this writer's rows for the batch's minutes, adds the batch, and writes them back in one
 //! transaction of multi-row statements, however many agents reported.
 //!
+//! The windows of a canary's agents are also summed per (canary, segment, rollup) and for the
+//! whole bake, and those rows are written in the same transaction as the rollups: a canary's
+//! health never counts a window its rollups do not, nor counts one twice when a batch fails.
+//!
 //! Memory: a batch holds one entry per (chain, segment, rollup) reported since the last commit
-//! (segments of published chains only, rollups at most 11 minutes old), each with one
-//! histogram; the counts of reports are not kept.
+//! (segments of published chains only, rollups at most 11 minutes old), and per (canary,
+//! segment, rollup or whole bake) of canary agents' windows, each with one histogram; the
+//! counts of reports are not kept.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,7 +26,7 @@ use tokio::sync::watch;
 
 use super::hdr;
 use crate::store::feedback::{Rollup, ROLLUP_AGENT_NAMES};
-use crate::store::Store;
+use crate::store::{CanaryHealthRow, Store, WHOLE_BAKE};
 
 /// One window of a report, checked and converted.
 #[derive(Debug, Clone)]
@@ -35,6 +40,29 @@ pub struct Window {
 
 /// (chain, segment, start of the rollup).
 type Key = (String, String, i64);
+
+/// Canary agents' windows summed per (canary baseline id, segment, start of the rollup or
+/// [`WHOLE_BAKE`]).
+pub type CanarySums = HashMap<(String, String, i64), Sum>;
+
+/// Counts and successful attempts' latencies.
+type Sum = (Counts, Histogram<u64>);
+
+/// Adds `from` into `into`.
+pub fn add_sums(into: &mut CanarySums, from: CanarySums) {
+    for (key, (counts, latency)) in from {
+        match into.entry(key) {
+            std::collections::hash_map::Entry::Occupied(mut o) => {
+                let (c, l) = o.get_mut();
+                c.add(&counts);
+                hdr::merge(l, &latency);
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert((counts, latency));
+            }
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 struct Acc {
@@ -114,6 +142,7 @@ impl Commit {
 
 struct Batch {
     deltas: HashMap<Key, Acc>,
+    canary: CanarySums,
     done: watch::Sender<Outcome>,
 }
 
@@ -121,6 +150,7 @@ impl Batch {
     fn new() -> Self {
         Self {
             deltas: HashMap::new(),
+            canary: HashMap::new(),
             done: watch::channel(None).0,
         }
     }
@@ -166,13 +196,15 @@ impl Rollups {
         unix_ms.div_euclid(self.rollup_ms) * self.rollup_ms
     }
 
-    /// Merges `windows` of `agent` into the current batch (they are dropped here); wait on
-    /// the answer until the batch is committed.
-    pub fn merge(&self, agent: &str, windows: Vec<Window>) -> Commit {
+    /// Merges `windows` of `agent`, and `canary`, the sums of those of them that count for
+    /// a canary, into the current batch (they are dropped here); wait on the answer until the
+    /// batch is committed.
+    pub fn merge(&self, agent: &str, windows: Vec<Window>, canary: CanarySums) -> Commit {
         if windows.is_empty() {
             return Commit(None);
         }
         let mut batch = lock(&self.batch);
+        add_sums(&mut batch.canary, canary);
         for w in windows {
             let key = (w.chain, w.segment, self.rollup_of(w.start_ms));
             let acc = batch.deltas.entry(key).or_insert_with(Acc::new);
@@ -183,22 +215,23 @@ impl Rollups {
         Commit(Some(batch.done.subscribe()))
     }
 
-    /// Commits the current batch, if any: reads this writer's rows of its rollups, adds the
-    /// batch, writes them back. Everyone waiting on the batch learns the outcome.
+    /// Commits the current batch, if any: reads this writer's rows of its rollups and canary
+    /// health, adds the batch, writes them back in one transaction. Everyone waiting on the
+    /// batch learns the outcome.
     pub async fn flush(&self) {
         let _one = self.flushing.lock().await;
         let batch = std::mem::replace(&mut *lock(&self.batch), Batch::new());
         if batch.deltas.is_empty() {
             return;
         }
-        let outcome = self.commit(batch.deltas).await;
+        let outcome = self.commit(batch.deltas, batch.canary).await;
         if let Err(e) = &outcome {
             tracing::warn!(error = %e, "report rollups not stored; agents will send again");
         }
         batch.done.send_replace(Some(outcome));
     }
 
-    async fn commit(&self, deltas: HashMap<Key, Acc>) -> Result<(), String> {
+    async fn commit(&self, deltas: HashMap<Key, Acc>, canary: CanarySums) -> Result<(), String> {
         let from = deltas.keys().map(|k| k.2).min().unwrap_or(0);
         let existing = self
             .store
@@ -228,10 +261,67 @@ impl Rollups {
                 }
             })
             .collect();
+        let health = self.health_rows(canary, &at).await?;
         self.store
-            .write_rollups(&rows)
+            .write_rollups(&rows, &health)
             .await
             .map_err(|e| e.to_string())
+    }
+
+    /// This writer's canary health rows with `canary` added: its running totals per canary,
+    /// segment, rollup and for the whole bake.
+    async fn health_rows(
+        &self,
+        canary: CanarySums,
+        at: &str,
+    ) -> Result<Vec<CanaryHealthRow>, String> {
+        let mut by_canary: HashMap<String, HashMap<(String, i64), Sum>> = HashMap::new();
+        for ((baseline_id, segment, minute), sum) in canary {
+            by_canary
+                .entry(baseline_id)
+                .or_default()
+                .insert((segment, minute), sum);
+        }
+        let mut rows = Vec::new();
+        for (baseline_id, mut sums) in by_canary {
+            let from = sums
+                .keys()
+                .map(|(_, m)| *m)
+                .filter(|m| *m != WHOLE_BAKE)
+                .min()
+                .unwrap_or(0);
+            let mine = self
+                .store
+                .writer_canary_health(&baseline_id, &self.writer, from)
+                .await
+                .map_err(|e| e.to_string())?;
+            for old in mine {
+                let Some((counts, latency)) = sums.get_mut(&(old.segment.clone(), old.minute))
+                else {
+                    continue;
+                };
+                counts.add(&old.counts);
+                match hdr::decode(&old.latency_hdr) {
+                    Ok(h) => hdr::add(latency, &h),
+                    Err(e) => {
+                        tracing::warn!(%baseline_id, segment = %old.segment, error = %e, "a canary histogram of this process does not decode; starting it again")
+                    }
+                }
+            }
+            rows.extend(
+                sums.into_iter()
+                    .map(|((segment, minute), (counts, latency))| CanaryHealthRow {
+                        baseline_id: baseline_id.clone(),
+                        segment,
+                        writer: self.writer.clone(),
+                        minute,
+                        counts,
+                        latency_hdr: hdr::encode(&latency),
+                        updated_at: at.to_owned(),
+                    }),
+            );
+        }
+        Ok(rows)
     }
 
     /// Flushes every `every` until the process stops.

@@ -303,21 +303,13 @@ pub async fn report(
     if let Some(reason) = first_refusal {
         tracing::info!(agent = %agent_id, refused = total - n, %reason, "report windows skipped");
     }
-    // Once begun, storing goes to its end even if the call is reset meanwhile (its agent
-    // gave up and will send the windows again): never canary health rows without rollups.
-    let store = tokio::spawn({
-        let (state, agent_id) = (state.clone(), agent_id.to_owned());
-        async move {
-            super::rollouts::record_reports(&state, &hub, &agent_id, &accepted).await?;
-            let commit = state.reports.rollups.merge(&agent_id, accepted);
-            drop(checked);
-            Ok::<_, crate::store::StoreError>(commit)
-        }
-    });
-    let commit = store
+    // The windows and their canary sums join the batch at once (no await between): a call
+    // reset before then stores nothing, one reset after is stored and sent again.
+    let canary = super::rollouts::canary_sums(state, &hub, agent_id, &accepted)
         .await
-        .map_err(|e| ApiError::new(Code::Unavailable, format!("report not stored: {e}")))?
         .map_err(|e| ApiError::new(Code::Unavailable, format!("report not stored: {e}")))?;
+    let commit = state.reports.rollups.merge(agent_id, accepted, canary);
+    drop(checked);
     drop(decoding);
     commit
         .wait()

@@ -1,7 +1,7 @@
 //! Canary rollouts (SPEC §9): approve for a few agents first, then promote to all or abort —
 //! by a person, or by the evaluator any replica runs ([`spawn`]) on what the canary agents
-//! did: their ACKs and NACKs (fleet status) and their reports' counts (kept per canary by
-//! [`record_reports`]). The state machine is `budget_core::canary`'s; the state is the
+//! did: their ACKs and NACKs (fleet status) and their reports' counts (summed per canary by
+//! [`canary_sums`], stored with the rollups). The state machine is `budget_core::canary`'s; the state is the
 //! store's, so it survives restarts and every replica sees the same.
 
 use std::collections::BTreeMap;
@@ -17,13 +17,12 @@ use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::feedback::hdr;
 use crate::feedback::production::Span;
-use crate::feedback::rollup::Window;
+use crate::feedback::rollup::{CanarySums, Window};
 use crate::publish::HubState;
 use crate::state::AppState;
 pub use crate::store::CanaryEnd;
 use crate::store::{
-    AgentStatus, Audit, CanaryHealthRow, Published, StoreError, StoredBaseline, StoredRollout,
-    WHOLE_BAKE,
+    AgentStatus, Audit, Published, StoreError, StoredBaseline, StoredRollout, WHOLE_BAKE,
 };
 
 /// How often the evaluator looks at baking canaries.
@@ -389,19 +388,20 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// Adds the windows of a canary agent's report to its canaries' totals: windows of a chain
-/// whose canary selects `agent_id`, begun after the canary was published. This process keeps
-/// rows of its own (its running totals, rewritten one at a time), so replicas never contend.
-/// Labels are those the agent declared on its Watch stream to this replica or, when it watches
-/// another, as the fleet last stored them; percent selection needs none.
-pub async fn record_reports(
+/// The windows of a canary agent's report summed for its canaries' totals: windows of a chain
+/// whose canary selects `agent_id`, begun after the canary was published, per rollup and for
+/// the whole bake. They are stored with the report's rollups, in the same transaction
+/// ([`crate::feedback::rollup`]); this process keeps rows of its own (its running totals), so
+/// replicas never contend. Labels are those the agent declared on its Watch stream to this
+/// replica or, when it watches another, as the fleet last stored them; percent selection needs
+/// none.
+pub async fn canary_sums(
     state: &AppState,
     hub: &HubState,
     agent_id: &str,
     windows: &[Window],
-) -> Result<(), StoreError> {
-    type Sums = BTreeMap<(String, i64), (Counts, hdrhistogram::Histogram<u64>)>;
-    let mut by_canary: BTreeMap<String, Sums> = BTreeMap::new();
+) -> Result<CanarySums, StoreError> {
+    let mut sums = CanarySums::new();
     let mut labels = None;
     let empty = BTreeMap::new();
     for w in windows {
@@ -431,57 +431,13 @@ pub async fn record_reports(
             continue;
         }
         // The window's rollup, and the whole bake.
-        let sums = by_canary.entry(entry.live.baseline_id.clone()).or_default();
         for minute in [state.reports.rollups.rollup_of(w.start_ms), WHOLE_BAKE] {
             let (counts, latency) = sums
-                .entry((w.segment.clone(), minute))
+                .entry((entry.live.baseline_id.clone(), w.segment.clone(), minute))
                 .or_insert_with(|| (Counts::default(), hdr::empty()));
             counts.add(&w.counts);
             hdr::add(latency, &w.latency);
         }
     }
-    if by_canary.is_empty() {
-        return Ok(());
-    }
-    let _mine = state.reports.canary.lock().await;
-    let writer = state.reports.rollups.writer();
-    let at = crate::clock::now();
-    for (baseline_id, mut sums) in by_canary {
-        let from = sums
-            .keys()
-            .map(|(_, m)| *m)
-            .filter(|m| *m != WHOLE_BAKE)
-            .min()
-            .unwrap_or(0);
-        let mine = state
-            .store
-            .writer_canary_health(&baseline_id, writer, from)
-            .await?;
-        for old in mine {
-            let Some((counts, latency)) = sums.get_mut(&(old.segment.clone(), old.minute)) else {
-                continue;
-            };
-            counts.add(&old.counts);
-            match hdr::decode(&old.latency_hdr) {
-                Ok(h) => hdr::add(latency, &h),
-                Err(e) => {
-                    tracing::warn!(%baseline_id, segment = %old.segment, error = %e, "a canary histogram of this process does not decode; starting it again")
-                }
-            }
-        }
-        let rows: Vec<CanaryHealthRow> = sums
-            .into_iter()
-            .map(|((segment, minute), (counts, latency))| CanaryHealthRow {
-                baseline_id: baseline_id.clone(),
-                segment,
-                writer: writer.to_owned(),
-                minute,
-                counts,
-                latency_hdr: hdr::encode(&latency),
-                updated_at: at.clone(),
-            })
-            .collect();
-        state.store.put_canary_health(&rows).await?;
-    }
-    Ok(())
+    Ok(sums)
 }

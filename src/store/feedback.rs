@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 use budget_core::feedback::Counts;
 
+use super::rollouts::CanaryHealthRow;
 use super::StoreResult;
 
 /// One writer's running total of one chain segment's minute.
@@ -116,9 +117,10 @@ pub type EventsOf = dyn for<'a> Fn(&'a Alert) -> Vec<WebhookEvent> + Send + Sync
 
 #[async_trait]
 pub trait Feedback: Send + Sync {
-    /// Writes rollup rows (each replacing the same key's row), in one transaction of
-    /// multi-row statements: never a statement per agent.
-    async fn write_rollups(&self, rows: &[Rollup]) -> StoreResult<()>;
+    /// Writes rollup rows and canary health rows (each replacing the same key's row), in one
+    /// transaction of multi-row statements: never a statement per agent, and neither kind
+    /// without the other.
+    async fn write_rollups(&self, rows: &[Rollup], health: &[CanaryHealthRow]) -> StoreResult<()>;
     /// The rows `writer` wrote for minutes at or after `from`.
     async fn writer_rollups(&self, writer: &str, from: i64) -> StoreResult<Vec<Rollup>>;
     /// The rollups of `chain` (every segment, every writer) with `from <= minute < to`.

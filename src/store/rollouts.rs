@@ -118,8 +118,7 @@ pub trait Rollouts: Send + Sync {
         from: i64,
     ) -> StoreResult<Vec<CanaryHealthRow>>;
 
-    /// Writes rows (each replacing the same key's row): a writer's new running totals.
-    async fn put_canary_health(&self, rows: &[CanaryHealthRow]) -> StoreResult<()>;
+    // Rows are written with the rollups of the same reports: `Feedback::write_rollups`.
 
     /// Every writer's rows of the canary of `baseline_id`: the whole-bake rows and those of
     /// rollups starting at or after `from`, by segment.

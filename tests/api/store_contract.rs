@@ -1244,22 +1244,31 @@ async fn rollouts_contract(backend: Backend) {
     };
     // Each writer rewrites its own rows (per rollup and for the whole bake); a reader gets
     // every writer's whole-bake rows and the rollups from a minute on.
-    a.put_canary_health(&[
-        row("order->inventory", "one", 60_000, counts(4, 4)),
-        row("order->inventory", "one", WHOLE_BAKE, counts(10, 12)),
-    ])
+    a.write_rollups(
+        &[],
+        &[
+            row("order->inventory", "one", 60_000, counts(4, 4)),
+            row("order->inventory", "one", WHOLE_BAKE, counts(10, 12)),
+        ],
+    )
     .await
     .unwrap();
-    b.put_canary_health(&[
-        row("order->inventory", "two", 120_000, counts(5, 9)),
-        row("order->inventory", "two", WHOLE_BAKE, counts(5, 9)),
-        row("order->user", "two", WHOLE_BAKE, counts(1, 1)),
-    ])
+    b.write_rollups(
+        &[],
+        &[
+            row("order->inventory", "two", 120_000, counts(5, 9)),
+            row("order->inventory", "two", WHOLE_BAKE, counts(5, 9)),
+            row("order->user", "two", WHOLE_BAKE, counts(1, 1)),
+        ],
+    )
     .await
     .unwrap();
-    a.put_canary_health(&[row("order->inventory", "one", WHOLE_BAKE, counts(11, 14))])
-        .await
-        .unwrap();
+    a.write_rollups(
+        &[],
+        &[row("order->inventory", "one", WHOLE_BAKE, counts(11, 14))],
+    )
+    .await
+    .unwrap();
     let mut mine: Vec<(i64, Counts, Vec<u8>)> = b
         .writer_canary_health(&second, "one", 0)
         .await
@@ -1304,6 +1313,14 @@ async fn rollouts_contract(backend: Backend) {
     // Rollups expire; the whole-bake rows stay.
     assert_eq!(a.expire_canary_health(120_000).await.unwrap(), 1);
     assert_eq!(seen(0).await.len(), 4);
+    // A batch's rows are written however many they are (more than one statement can bind),
+    // with rollups in the same transaction.
+    let many: Vec<CanaryHealthRow> = (0..2_500)
+        .map(|i| row("order->user", "three", 600_000 + i * 60_000, counts(1, 1)))
+        .collect();
+    a.write_rollups(&[], &many).await.unwrap();
+    let three = b.writer_canary_health(&second, "three", 0).await.unwrap();
+    assert_eq!(three.len(), 2_500);
 
     // Abort: the previous baseline is approved again and live for everyone; once only.
     let (ended, published) = a

@@ -14,6 +14,7 @@ use crate::store::feedback::{
     Alert, Delivery, DeliveryJob, EventsOf, Feedback, Nacking, NewAlert, Rollup, Webhook,
     WebhookEvent,
 };
+use crate::store::rollouts::CanaryHealthRow;
 use crate::store::{Audit, StoreError, StoreResult};
 
 const ROLLUP_COLUMNS: &str = "chain, segment, minute, writer, calls, attempts, retries_deadline, \
@@ -205,8 +206,8 @@ async fn change_alert<'q>(
 
 #[async_trait]
 impl Feedback for SqlStore {
-    async fn write_rollups(&self, rows: &[Rollup]) -> StoreResult<()> {
-        if rows.is_empty() {
+    async fn write_rollups(&self, rows: &[Rollup], health: &[CanaryHealthRow]) -> StoreResult<()> {
+        if rows.is_empty() && health.is_empty() {
             return Ok(());
         }
         let mut tx = self.begin().await?;
@@ -249,6 +250,7 @@ impl Feedback for SqlStore {
             }
             q.execute(&mut *tx).await?;
         }
+        super::rollouts::put_health_in(&mut tx, self.backend, health).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -358,36 +358,6 @@ impl Rollouts for SqlStore {
         rows.iter().map(health_from_row).collect()
     }
 
-    async fn put_canary_health(&self, rows: &[CanaryHealthRow]) -> StoreResult<()> {
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let replace = |c: &str| format!("{c} = excluded.{c}");
-        let sql = format!(
-            "INSERT INTO canary_health ({HEALTH_COLUMNS}) VALUES {} \
-             ON CONFLICT (baseline_id, segment, writer, minute) DO UPDATE SET {}, {}",
-            placeholders(self.backend, rows.len(), HEALTH_WIDTH),
-            COUNT_COLUMNS.map(replace).join(", "),
-            ["latency_hdr", "updated_at"].map(replace).join(", ")
-        );
-        let mut q = sqlx::query(&sql);
-        for r in rows {
-            q = q
-                .bind(r.baseline_id.clone())
-                .bind(r.segment.clone())
-                .bind(r.writer.clone())
-                .bind(r.minute);
-            for v in counts_values(&r.counts) {
-                q = q.bind(v);
-            }
-            q = q
-                .bind(base64::engine::general_purpose::STANDARD.encode(&r.latency_hdr))
-                .bind(r.updated_at.clone());
-        }
-        q.execute(&self.pool).await?;
-        Ok(())
-    }
-
     async fn canary_health(
         &self,
         baseline_id: &str,
@@ -431,4 +401,42 @@ impl Rollouts for SqlStore {
             .map(publication_with_baseline_from_row)
             .transpose()
     }
+}
+
+/// Rows per statement: 1,000 × 16 binds stays below both backends' limits.
+const HEALTH_CHUNK: usize = 1_000;
+
+/// Writes canary health rows in `tx` (each replacing the same key's row), a multi-row
+/// statement per [`HEALTH_CHUNK`] rows.
+pub(super) async fn put_health_in(
+    tx: &mut Tx,
+    backend: crate::store::Backend,
+    rows: &[CanaryHealthRow],
+) -> StoreResult<()> {
+    let replace = |c: &str| format!("{c} = excluded.{c}");
+    for chunk in rows.chunks(HEALTH_CHUNK) {
+        let sql = format!(
+            "INSERT INTO canary_health ({HEALTH_COLUMNS}) VALUES {} \
+             ON CONFLICT (baseline_id, segment, writer, minute) DO UPDATE SET {}, {}",
+            placeholders(backend, chunk.len(), HEALTH_WIDTH),
+            COUNT_COLUMNS.map(replace).join(", "),
+            ["latency_hdr", "updated_at"].map(replace).join(", ")
+        );
+        let mut q = sqlx::query(&sql);
+        for r in chunk {
+            q = q
+                .bind(r.baseline_id.clone())
+                .bind(r.segment.clone())
+                .bind(r.writer.clone())
+                .bind(r.minute);
+            for v in counts_values(&r.counts) {
+                q = q.bind(v);
+            }
+            q = q
+                .bind(base64::engine::general_purpose::STANDARD.encode(&r.latency_hdr))
+                .bind(r.updated_at.clone());
+        }
+        q.execute(&mut **tx).await?;
+    }
+    Ok(())
 }
