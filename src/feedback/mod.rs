@@ -15,6 +15,7 @@
 pub mod alerts;
 pub mod hdr;
 pub mod production;
+pub mod resent;
 pub mod rollup;
 pub mod turns;
 pub mod webhooks;
@@ -28,6 +29,8 @@ pub struct Reports {
     /// their request only, not its decoded histograms (16 bytes per bucket, about 80 KB for a
     /// busy window).
     pub turns: turns::Turns,
+    /// Windows stored for Reports reset before they were answered, for their resend.
+    pub resent: resent::Resent,
 }
 
 /// Reports decoded at once per core: two, so one may wait on the store (a canary's labels)
@@ -41,6 +44,7 @@ impl Reports {
             rollups,
             bindings: Default::default(),
             turns: turns::Turns::new(cores * DECODING_PER_CORE),
+            resent: Default::default(),
         }
     }
 }

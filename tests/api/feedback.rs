@@ -607,6 +607,70 @@ async fn a_report_given_up_while_it_waits_is_not_stored() {
     app.stop().await;
 }
 
+/// A Report given up by its caller after its windows joined a batch (the call reset while it
+/// waits for the commit) is stored with the batch; its agent, never answered, sends the
+/// windows again, and the resend is answered without counting them a second time (before,
+/// they were counted twice). When that batch fails instead, the resend stores them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_given_up_while_it_commits_counts_once_resent() {
+    for batch_fails in [false, true] {
+        let app = fast_app(Backend::Sqlite).await.unwrap();
+        let token = published_with_agent(&app, "order-1").await;
+        let w = window(
+            now_ms() - 3_000,
+            1000,
+            1000,
+            "deadline",
+            &[("ok", 1000)],
+            &[1000],
+        );
+        // Another writer holds the database: the batch waits for it.
+        sqlx::any::install_default_drivers();
+        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&app.db_url)
+            .await
+            .unwrap();
+        let sql = |q: &'static str| sqlx::query(q);
+        sql("BEGIN IMMEDIATE").execute(&mut conn).await.unwrap();
+        if batch_fails {
+            sql("ALTER TABLE report_rollups RENAME TO report_rollups_away")
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        let req = authed(
+            &token,
+            ReportRequest {
+                agent_id: "order-1".into(),
+                windows: vec![w.clone()],
+            },
+        );
+        let mut c = client(&app).await;
+        let waited = tokio::time::timeout(Duration::from_millis(500), c.report(req)).await;
+        assert!(
+            waited.is_err(),
+            "answered before its caller gave up: {waited:?}"
+        );
+        sql("COMMIT").execute(&mut conn).await.unwrap();
+        if batch_fails {
+            // The batch fails once the lock is released; then the table is back.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            sql("ALTER TABLE report_rollups_away RENAME TO report_rollups")
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        // The agent's resend.
+        assert_eq!(report(&app, &token, "order-1", vec![w]).await.unwrap(), 1);
+        let view = production(&app, "1h").await;
+        assert_eq!(
+            segment(&view, SEGMENT)["calls"],
+            1000,
+            "batch fails: {batch_fails}: {view}"
+        );
+        app.stop().await;
+    }
+}
+
 /// The longest counts a histogram of budgetd's range holds: 24,576 counts (3 significant
 /// figures up to 2 h) of at most 9 bytes each.
 const MOST_COUNTS: usize = 24_576 * 9;
