@@ -15,7 +15,6 @@
 pub mod alerts;
 pub mod hdr;
 pub mod production;
-pub mod resent;
 pub mod rollup;
 pub mod turns;
 pub mod webhooks;
@@ -29,8 +28,6 @@ pub struct Reports {
     /// their request only, not its decoded histograms (16 bytes per bucket, about 80 KB for a
     /// busy window).
     pub turns: turns::Turns,
-    /// Windows stored for Reports reset before they were answered, for their resend.
-    pub resent: resent::Resent,
 }
 
 /// Reports decoded at once per core: two, so one may wait on the store (a canary's labels)
@@ -44,7 +41,6 @@ impl Reports {
             rollups,
             bindings: Default::default(),
             turns: turns::Turns::new(cores * DECODING_PER_CORE),
-            resent: Default::default(),
         }
     }
 }

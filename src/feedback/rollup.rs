@@ -123,16 +123,9 @@ impl Acc {
 type Outcome = Option<Result<(), String>>;
 
 /// The commit of the batch some windows were merged into ([`Rollups::merge`]).
-#[derive(Clone)]
 pub struct Commit(Option<watch::Receiver<Outcome>>);
 
 impl Commit {
-    /// A commit of nothing: waiting for it succeeds at once.
-    #[cfg(test)]
-    pub(crate) fn nothing() -> Self {
-        Self(None)
-    }
-
     /// Waits until the batch is committed (at most 10 s).
     pub async fn wait(self) -> Result<(), String> {
         let Some(mut rx) = self.0 else {

@@ -20,7 +20,6 @@ use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, Code};
 use crate::feedback::hdr;
 use crate::feedback::production::{self, Span};
-use crate::feedback::resent::{Unanswered, WindowKey};
 use crate::feedback::rollup::Window;
 use crate::state::AppState;
 use crate::store::feedback::Webhook;
@@ -229,7 +228,7 @@ pub async fn report(
     state: &AppState,
     principal: &Principal,
     agent_id: &str,
-    mut windows: Vec<ReportWindow>,
+    windows: Vec<ReportWindow>,
     hold: &(dyn Fn(usize) -> ApiResult<Held> + Sync),
 ) -> ApiResult<u64> {
     let decoded = hold(held_bytes(&windows))?;
@@ -247,9 +246,6 @@ pub async fn report(
             )));
         }
     }
-    // Windows stored for a Report of this agent that was reset before its answer: skipped,
-    // once their batch is known to have committed.
-    let resent = already_stored(state, agent_id, &mut windows).await;
     let mut hub = state.hub.current();
     if !all_known(&hub, &windows) && state.reports.bindings.may_catch_up() {
         // A publication made on another replica may not have reached this one yet.
@@ -308,62 +304,19 @@ pub async fn report(
         tracing::info!(agent = %agent_id, refused = total - n, %reason, "report windows skipped");
     }
     // The windows and their canary sums join the batch at once (no await between): a call
-    // reset before then stores nothing; one reset after is stored, and its windows are
-    // remembered so that their resend does not count them again.
+    // reset before then stores nothing, one reset after is stored and sent again.
     let canary = super::rollouts::canary_sums(state, &hub, agent_id, &accepted)
         .await
         .map_err(|e| ApiError::new(Code::Unavailable, format!("report not stored: {e}")))?;
-    let keys = accepted.iter().map(WindowKey::of).collect();
     let commit = state.reports.rollups.merge(agent_id, accepted, canary);
-    let unanswered = Unanswered::new(&state.reports.resent, agent_id, keys, &commit);
     drop(checked);
     drop(decoding);
-    let outcome = commit.wait().await;
-    unanswered.answered();
-    outcome.map_err(|e| ApiError::new(Code::Unavailable, format!("report not stored: {e}")))?;
-    for w in &resent {
-        state
-            .reports
-            .resent
-            .forget(agent_id, &w.chain, &w.segment, w.start_ms);
-    }
-    let resent = resent.len() as u64;
-    crate::observe::report_windows(n + resent, total - n);
-    Ok(n + resent)
-}
-
-/// Takes out of `windows` those a Report of `agent_id` reset before its answer has stored
-/// (their batch committed); they are forgotten once this Report is answered. A window whose
-/// batch failed is kept, to be stored now.
-async fn already_stored(
-    state: &AppState,
-    agent_id: &str,
-    windows: &mut Vec<ReportWindow>,
-) -> Vec<WindowKey> {
-    let resent = &state.reports.resent;
-    let mut stored = Vec::new();
-    if resent.is_empty() {
-        return stored;
-    }
-    let mut kept = Vec::with_capacity(windows.len());
-    for w in windows.drain(..) {
-        let Some(commit) = resent.pending(agent_id, &w.chain, &w.segment, w.start_unix_ms) else {
-            kept.push(w);
-            continue;
-        };
-        if commit.wait().await.is_ok() {
-            stored.push(WindowKey {
-                chain: w.chain,
-                segment: w.segment,
-                start_ms: w.start_unix_ms,
-            });
-        } else {
-            resent.forget(agent_id, &w.chain, &w.segment, w.start_unix_ms);
-            kept.push(w);
-        }
-    }
-    *windows = kept;
-    stored
+    commit
+        .wait()
+        .await
+        .map_err(|e| ApiError::new(Code::Unavailable, format!("report not stored: {e}")))?;
+    crate::observe::report_windows(n, total - n);
+    Ok(n)
 }
 
 /// `GET /chains/{chain}/production?window=…`.
