@@ -302,58 +302,71 @@ async fn canary_agents_drift_aborts_it() {
     app.stop().await;
 }
 
-/// A Report whose batch fails to commit stores nothing, its canary health included: the
-/// agent sends the windows again and the canary counts them once. (The health rows used to
-/// be written before the batch, on their own: the resend counted them a second time.)
+/// A Report whose batch fails to commit stores nothing, rollups nor canary health, whichever
+/// of the two writes fails: the agent sends the windows again and both count them once. (The
+/// health rows used to be written before the batch, on their own: when the rollups failed,
+/// the resend counted the canary's health a second time.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_whose_batch_fails_counts_for_the_canary_once_resent() {
-    let (app, token, _, c, streams) = canary_with_two_watchers().await;
-    let start = chrono::Utc::now().timestamp_millis() + 1000;
-    let mut healthy = amplified_window(start);
-    (healthy.calls, healthy.attempts) = (10, 10);
-    healthy.retries = Default::default();
-    let send = || {
-        let healthy = healthy.clone();
-        let app = &app;
-        let token = &token;
-        async move {
-            client(app)
-                .await
-                .report(authed(
-                    token,
-                    ReportRequest {
-                        agent_id: "in".into(),
-                        windows: vec![healthy],
-                    },
-                ))
-                .await
-        }
-    };
-    // With the rollups' table away, the batch cannot commit.
-    sqlx::any::install_default_drivers();
-    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&app.db_url)
-        .await
-        .unwrap();
-    let rename = |from: &str, to: &str| format!("ALTER TABLE {from} RENAME TO {to}");
-    sqlx::query(&rename("report_rollups", "report_rollups_away"))
+    for failing in ["report_rollups", "canary_health"] {
+        let (app, token, _, c, streams) = canary_with_two_watchers().await;
+        let start = chrono::Utc::now().timestamp_millis() + 1000;
+        let mut healthy = amplified_window(start);
+        (healthy.calls, healthy.attempts) = (10, 10);
+        healthy.retries = Default::default();
+        let send = || {
+            let healthy = healthy.clone();
+            let app = &app;
+            let token = &token;
+            async move {
+                client(app)
+                    .await
+                    .report(authed(
+                        token,
+                        ReportRequest {
+                            agent_id: "in".into(),
+                            windows: vec![healthy],
+                        },
+                    ))
+                    .await
+            }
+        };
+        // Writes to one of the two tables are refused: the batch cannot commit.
+        sqlx::any::install_default_drivers();
+        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&app.db_url)
+            .await
+            .unwrap();
+        sqlx::query(&format!(
+            "CREATE TRIGGER refused BEFORE INSERT ON {failing} \
+             BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+        ))
         .execute(&mut conn)
         .await
         .unwrap();
-    let refused = send().await.unwrap_err();
-    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
-    sqlx::query(&rename("report_rollups_away", "report_rollups"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    // The agent's resend.
-    assert_eq!(send().await.unwrap().into_inner().accepted_windows, 1);
-    let r = rollout(&app, &c).await["canary"].clone();
-    let h = &r["health"][0];
-    assert_eq!(
-        (&h["segment"], &h["calls"], &h["attempts"]),
-        (&json!("order->inventory"), &json!(10), &json!(10)),
-        "{r:#}"
-    );
-    drop(streams);
-    app.stop().await;
+        let refused = send().await.unwrap_err();
+        assert_eq!(
+            refused.code(),
+            tonic::Code::Unavailable,
+            "{failing}: {refused:?}"
+        );
+        sqlx::query("DROP TRIGGER refused")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        // The agent's resend.
+        assert_eq!(send().await.unwrap().into_inner().accepted_windows, 1);
+        let r = rollout(&app, &c).await["canary"].clone();
+        let h = &r["health"][0];
+        assert_eq!(
+            (&h["segment"], &h["calls"], &h["attempts"]),
+            (&json!("order->inventory"), &json!(10), &json!(10)),
+            "{failing}: {r:#}"
+        );
+        let store = budgetd::store::connect(&app.db_url).await.unwrap();
+        let rollups = store.read_rollups("checkout", 0, i64::MAX).await.unwrap();
+        let calls: u64 = rollups.iter().map(|r| r.counts.calls).sum();
+        assert_eq!(calls, 10, "{failing}: {rollups:?}");
+        drop(streams);
+        app.stop().await;
+    }
 }
