@@ -10,6 +10,13 @@ use budgetd::config::{LogFormat, Secret, Settings, EXAMPLE};
 use budgetd::service::admin;
 use clap::{Args, Parser, Subcommand};
 
+/// jemalloc on Linux with glibc: it gives freed memory back to the system within seconds (glibc
+/// kept a burst of Reports' 180 MiB resident) and a burst of a fleet's Reports is answered in
+/// about half the time (docs/benchmarks.md, "2026-12-06: the server's allocator").
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "budgetd",
@@ -184,6 +191,20 @@ async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
+/// Starts jemalloc's background thread (one): freed memory goes back to the system within
+/// about 10 s even while the server idles (without it, only as later allocations make jemalloc
+/// look).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn give_back_freed_memory() {
+    let one = tikv_jemalloc_ctl::max_background_threads::write(1);
+    if let Err(e) = one.and_then(|()| tikv_jemalloc_ctl::background_thread::write(true)) {
+        tracing::warn!(error = %e, "jemalloc's background thread did not start; freed memory goes back to the system more slowly");
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn give_back_freed_memory() {}
+
 async fn serve(common: Common, listen: Listen, demo: bool) -> anyhow::Result<()> {
     let mut settings = common.settings()?;
     if let Some(http) = listen.http {
@@ -200,6 +221,7 @@ async fn serve(common: Common, listen: Listen, demo: bool) -> anyhow::Result<()>
         settings.tls.key_file = Some(key);
     }
     init_logging(settings.log_format);
+    give_back_freed_memory();
     let app = budgetd::App::build(settings).await?;
     if let Some(file) = app.admin_token_file() {
         // Only where it is: stdout ends up in logs, the token must not.
