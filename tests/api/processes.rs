@@ -319,3 +319,20 @@ fn a_closed_stdout_does_not_stop_the_server() {
     assert_eq!(status, None, "budgetd exited with its stdout closed");
     assert!(serving, "budgetd never answered /healthz");
 }
+
+/// The server gives memory it has freed back to the system while it idles: it runs jemalloc
+/// with one background thread that does so (glibc's allocator kept a burst's memory resident,
+/// 166–204 MiB after 10,000 agents' Reports; docs/benchmarks.md).
+#[test]
+fn the_server_runs_one_thread_that_gives_freed_memory_back() {
+    let mut server = crate::helpers::ServerProcess::start(&[]);
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", server.pid())).unwrap();
+    let names: Vec<String> = tasks
+        .map(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).unwrap_or_default())
+        .map(|name| name.trim().to_owned())
+        .collect();
+    let purgers = names.iter().filter(|n| *n == "jemalloc_bg_thd").count();
+    let _ = server.child.kill();
+    let _ = server.child.wait();
+    assert_eq!(purgers, 1, "threads: {names:?}");
+}
