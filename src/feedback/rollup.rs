@@ -49,7 +49,7 @@ pub type CanarySums = HashMap<(String, String, i64), Sum>;
 type Sum = (Counts, Histogram<u64>);
 
 /// Adds `from` into `into`.
-pub fn add_sums(into: &mut CanarySums, from: CanarySums) {
+fn add_sums(into: &mut CanarySums, from: CanarySums) {
     for (key, (counts, latency)) in from {
         match into.entry(key) {
             std::collections::hash_map::Entry::Occupied(mut o) => {
