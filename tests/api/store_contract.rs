@@ -2013,3 +2013,63 @@ async fn sqlite_claims_of_changed_baselines_release_their_key() {
 async fn postgres_claims_of_changed_baselines_release_their_key() {
     claims_of_changed_baselines_release_their_key(Backend::Postgres).await;
 }
+
+/// Agents are claimed and written in multi-row statements whose text depends on the row
+/// count; a connection keeps only a full chunk's prepared. Batches of every size (agents open
+/// and flush in whatever groups arrive) kept one prepared statement per size on each
+/// connection, with its compiled program: unbounded in practice. PostgreSQL lists a session's
+/// prepared statements.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_agent_batches_of_every_size_leave_no_statement_prepared_per_size() {
+    use budgetd::store::{Access as _, Fleet as _};
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let store = budgetd::store::postgres::open(&db.url).await.unwrap();
+    for (name, hash) in [("bot-a", "hash-a")] {
+        let t = NewToken {
+            name: name.into(),
+            role: Role::Agent,
+            owner: name.into(),
+            hash: hash.into(),
+        };
+        store.create_token(&t, audit("admin")).await.unwrap();
+    }
+    let t = "2026-01-01T00:00:00.000Z";
+    let fleet: Vec<AgentStatus> = (0..60)
+        .map(|n| agent(&format!("agent-{n:03}"), "sizes", "hash-a", t))
+        .collect();
+    let sizes = [2, 3, 5, 8, 13, 21];
+    let mut from = 0;
+    for n in sizes {
+        let batch = &fleet[from..from + n];
+        from += n;
+        let claims = store.claim_agents(batch).await.unwrap();
+        assert!(claims.iter().all(|c| matches!(c, AgentClaim::Bound(_))));
+        store.upsert_agents(batch).await.unwrap();
+    }
+    // Every connection of the pool, held at once: each lists its own prepared statements.
+    // (One being given back as this starts is waited for, or the pool opens another.)
+    let pool = store.pool();
+    let mut connections = Vec::new();
+    while connections.len() < pool.size() as usize {
+        connections.push(pool.acquire().await.unwrap());
+    }
+    let open = connections.len();
+    let mut prepared: Vec<String> = Vec::new();
+    for c in &mut connections {
+        let mine: Vec<String> = sqlx::query_scalar(
+            "SELECT statement FROM pg_prepared_statements WHERE statement LIKE 'INSERT INTO agents%'",
+        )
+        .fetch_all(&mut **c)
+        .await
+        .unwrap();
+        prepared.extend(mine);
+    }
+    assert!(
+        prepared.is_empty(),
+        "{} agent writes for {} batch sizes stayed prepared on {open} connections",
+        prepared.len(),
+        sizes.len()
+    );
+}

@@ -9,7 +9,7 @@ use sqlx::query::Query;
 use sqlx::{Any, Row};
 
 use super::tx::{commit, replayed, write_audit};
-use super::{internal, placeholders, SqlStore, Tx};
+use super::{internal, placeholders, rows_query, SqlStore, Tx};
 use crate::store::feedback::{
     Alert, Delivery, DeliveryJob, EventsOf, Feedback, Nacking, NewAlert, Rollup, Webhook,
     WebhookEvent,
@@ -225,7 +225,7 @@ impl Feedback for SqlStore {
                  retry_refused_no_key = excluded.retry_refused_no_key, latency_hdr = excluded.latency_hdr, \
                  agent_count = excluded.agent_count, agents = excluded.agents, updated_at = excluded.updated_at",
             );
-            let mut q = sqlx::query(&sql);
+            let mut q = rows_query(&sql, chunk.len(), ROLLUP_CHUNK);
             for r in chunk {
                 let c = &r.counts;
                 q = q

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 
 use super::rows::{agent_from_row, AGENT_SELECT};
-use super::{internal, placeholders, Backend, SqlStore};
+use super::{internal, placeholders, rows_query, Backend, SqlStore};
 
 /// Agents written by one statement (15 columns each: 15 000 binds).
 const AGENT_CHUNK: usize = 1000;
@@ -57,7 +57,7 @@ impl Fleet for SqlStore {
                  RETURNING agent_id",
                 placeholders(self.backend, chunk.len(), 15)
             );
-            let mut q = sqlx::query(&sql);
+            let mut q = rows_query(&sql, chunk.len(), AGENT_CHUNK);
             for &i in chunk {
                 let a = &agents[i];
                 q = q
@@ -147,7 +147,7 @@ impl Fleet for SqlStore {
                    AND (agents.process = excluded.process OR agents.process IS NULL OR agents.process = '')",
                 placeholders(self.backend, chunk.len(), 15)
             );
-            let mut q = sqlx::query(&sql);
+            let mut q = rows_query(&sql, chunk.len(), AGENT_CHUNK);
             for a in chunk {
                 q = q
                     .bind(a.agent_id.clone())

@@ -422,7 +422,7 @@ pub(super) async fn put_health_in(
             COUNT_COLUMNS.map(replace).join(", "),
             ["latency_hdr", "updated_at"].map(replace).join(", ")
         );
-        let mut q = sqlx::query(&sql);
+        let mut q = super::rows_query(&sql, chunk.len(), HEALTH_CHUNK);
         for r in chunk {
             q = q
                 .bind(r.baseline_id.clone())
