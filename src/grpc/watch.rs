@@ -17,7 +17,7 @@
 //! when it fires, the stream's key is queued and the connection's task looks at that stream
 //! alone. Nothing polls the streams on a timer, and a task's wake costs no pass over them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
@@ -161,8 +161,9 @@ async fn read_request(body: &mut RecvStream) -> Result<Vec<u8>, tonic::Status> {
 struct Stream {
     send: SendStream<Bytes>,
     selection: Selection,
-    /// Revision of each chain sent so far (a few chains: compared, not hashed).
-    sent: BTreeMap<String, i64>,
+    /// Revision of each chain sent so far, sorted by chain: usually one or a few, and a
+    /// `BTreeMap` took a 368-byte node per stream.
+    sent: Vec<(String, i64)>,
     known: i64,
     /// The last update did not fit the peer's window: the newest is sent when it opens.
     blocked: bool,
@@ -243,10 +244,32 @@ impl Stream {
         // left and not stored before it moved; it does not send that ACK again.
         let accepted = adopted.iter().map(|e| e.revision()).max().unwrap_or(0);
         for e in adopted {
-            self.sent.insert(e.live.chain.clone(), e.revision());
+            self.set_sent(&e.live.chain, e.revision());
         }
         self.slot.delivered(self.known, &chains);
         self.slot.resumed_with(accepted);
+    }
+
+    /// The revision of `chain` sent so far.
+    fn sent(&self, chain: &str) -> Option<i64> {
+        self.sent
+            .binary_search_by(|(c, _)| c.as_str().cmp(chain))
+            .ok()
+            .map(|at| self.sent[at].1)
+    }
+
+    /// Records `revision` of `chain` as sent; whether the chain had been sent before.
+    fn set_sent(&mut self, chain: &str, revision: i64) -> bool {
+        match self.sent.binary_search_by(|(c, _)| c.as_str().cmp(chain)) {
+            Ok(at) => {
+                self.sent[at].1 = revision;
+                true
+            }
+            Err(at) => {
+                self.sent.insert(at, (chain.to_owned(), revision));
+                false
+            }
+        }
     }
 
     fn pending<'s>(&self, state: &'s HubState) -> Option<Pending<'s>> {
@@ -256,10 +279,7 @@ impl Stream {
             let rev = entry.revision();
             revision = revision.max(rev);
             // A chain not sent yet was not held at open (`adopt_held`).
-            let newer = self
-                .sent
-                .get(&entry.live.chain)
-                .is_none_or(|have| rev > *have);
+            let newer = self.sent(&entry.live.chain).is_none_or(|have| rev > have);
             if newer {
                 entries.push(entry);
             }
@@ -317,15 +337,10 @@ impl Stream {
         let mut new_chains = Vec::new();
         for entry in p.entries {
             let chain = &entry.live.chain;
-            match self.sent.get_mut(chain) {
-                Some(have) => {
-                    *have = entry.revision();
-                    crate::observe::delivered(entry.published);
-                }
-                None => {
-                    self.sent.insert(chain.clone(), entry.revision());
-                    new_chains.push(chain.clone());
-                }
+            if self.set_sent(chain, entry.revision()) {
+                crate::observe::delivered(entry.published);
+            } else {
+                new_chains.push(chain.clone());
             }
         }
         self.known = p.revision;
@@ -429,7 +444,7 @@ impl Watches {
                 Err(_) => return self.fleet.disconnected(&slot),
             },
             selection,
-            sent: BTreeMap::new(),
+            sent: Vec::new(),
             known,
             blocked: false,
             waker,

@@ -172,7 +172,9 @@ fn agent_taken(agent_id: &str) -> ApiError {
 /// Which chains a stream receives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Selection {
-    Chains(BTreeSet<String>),
+    /// Sorted, each once: held by every open stream, so a slice (a `BTreeSet` of one chain
+    /// took a 280-byte node per stream).
+    Chains(Box<[String]>),
     /// Every chain whose topology involves the service.
     Service(String),
 }
@@ -267,7 +269,10 @@ pub async fn watch(
         for c in &req.chains {
             check_watched_chain("chains", c)?;
         }
-        Selection::Chains(req.chains.iter().cloned().collect())
+        let mut chains = req.chains.clone();
+        chains.sort_unstable();
+        chains.dedup();
+        Selection::Chains(chains.into_boxed_slice())
     };
     let held = held_chains(&req.known_chains)?;
     check_labels(&req.labels)?;
