@@ -84,8 +84,9 @@ fn placeholders(backend: Backend, rows: usize, width: usize) -> String {
 /// on its connection only when the chunk is full. The text changes with the row count, and a
 /// connection keeps up to 100 prepared statements with their compiled programs (on SQLite
 /// about 35 KiB for 50 rows of 15 values, 1.5 MiB for 1,000), so agents claimed and flushed in
-/// batches of every size filled the caches with statements rarely run again: 7.7 MiB after
-/// 10,000 streams opened, up to hundreds of MiB over time.
+/// batches of every size could fill each connection's cache with statements rarely run again,
+/// up to hundreds of MiB. Now a connection holds, besides its full chunks', the last statement
+/// it did not keep (sqlx finalizes it when the next one comes).
 fn rows_query(
     sql: &str,
     rows: usize,
