@@ -513,6 +513,11 @@ pub struct WatchArgs {
     /// Publications to time
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub rounds: u32,
+    /// Also read the server's memory per idle stream this many seconds later, before the
+    /// rounds, once the allocator has given back what opening the streams freed [default: 0,
+    /// not read]
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=120))]
+    pub settle: u32,
     /// The server's gRPC address; https://… is verified against --ca-cert (only it), or the
     /// system's roots without one
     #[arg(long, default_value = "http://127.0.0.1:50051")]

@@ -128,8 +128,9 @@ round after round, uploads a run that drifts, approves the new draft, and measur
 just before the approve request (its durable commit included) until every stream has received
 the new revision, and from the approve response. Prints p50, p99 and max over the rounds, the
 approve call's own time, the server's CPU per delivery (uploads and approvals included) and its
-resident memory per idle stream (from /metrics; it includes code first paged in by the streams,
-so it reads high for small N).
+resident memory per idle stream (from /metrics, 1.5 s after the streams are open; it includes
+code first paged in by the streams, so it reads high for small N, and what opening them freed
+and the allocator has not yet given back: --settle S reads it again S seconds later).
 
 Needs an admin token (--token): it creates its own uploader, approver and agent tokens and a
 chain named bench-<random>. Point it at a server on this machine only.";

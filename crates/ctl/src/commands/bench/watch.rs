@@ -104,10 +104,19 @@ pub(in crate::commands) async fn watch(
     let open_time = opened.elapsed();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let rss_after = rss(admin).await;
-    let per_stream = match (rss_before, rss_after) {
+    let per_stream_at = |rss: Option<u64>| match (rss_before, rss) {
         (Some(b), Some(a)) => Some(a.saturating_sub(b) as f64 / n as f64),
         _ => None,
     };
+    let per_stream = per_stream_at(rss_after);
+    // What the opening storm freed stays resident until the allocator gives it back (seconds).
+    let rss_settled = if args.settle > 0 {
+        tokio::time::sleep(Duration::from_secs(args.settle.into())).await;
+        rss(admin).await
+    } else {
+        None
+    };
+    let per_stream_settled = per_stream_at(rss_settled);
     eprintln!(
         "all {n} streams hold the snapshot after {open_time:?}; timing {} publications …",
         args.rounds
@@ -165,8 +174,10 @@ pub(in crate::commands) async fn watch(
         "time_to_all_ms": {"p50": ms(p50), "p99": ms(p99), "max": ms(max)},
         "after_response_ms": {"p50": r50, "p99": r99},
         "server_cpu_per_delivery_us": cpu_per_delivery_us,
-        "server_rss_bytes": {"before": rss_before, "after": rss_after},
+        "server_rss_bytes": {"before": rss_before, "after": rss_after, "settled": rss_settled},
         "server_rss_per_stream_bytes": per_stream,
+        "settle_s": args.settle,
+        "server_rss_per_stream_settled_bytes": per_stream_settled,
         "chain": chain,
     });
     if json_out {
@@ -194,6 +205,16 @@ pub(in crate::commands) async fn watch(
                 |b| format!("{:.1} KiB", b / 1024.0)
             ),
         ));
+        if args.settle > 0 {
+            print(&format!(
+                "server memory per idle stream {} s later: {}",
+                args.settle,
+                per_stream_settled.map_or(
+                    "unknown (no process_resident_memory_bytes in /metrics)".into(),
+                    |b| format!("{:.1} KiB", b / 1024.0)
+                ),
+            ));
+        }
     }
     Ok(())
 }
