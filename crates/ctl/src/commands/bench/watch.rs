@@ -109,6 +109,10 @@ pub(in crate::commands) async fn watch(
         _ => None,
     };
     let per_stream = per_stream_at(rss_after);
+    eprintln!(
+        "all {n} streams hold the snapshot after {open_time:?}; timing {} publications …",
+        args.rounds
+    );
     // What the opening storm freed stays resident until the allocator gives it back (seconds).
     let rss_settled = if args.settle > 0 {
         tokio::time::sleep(Duration::from_secs(args.settle.into())).await;
@@ -117,10 +121,6 @@ pub(in crate::commands) async fn watch(
         None
     };
     let per_stream_settled = per_stream_at(rss_settled);
-    eprintln!(
-        "all {n} streams hold the snapshot after {open_time:?}; timing {} publications …",
-        args.rounds
-    );
 
     // From before the approve request (commit and first deliveries included), and from its
     // response (what the server does after answering).
