@@ -20,7 +20,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt as _};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
 use super::pipe::{serve_call, CallBytes, Charge, Shares};
 use super::watch::{open, Opened, Watches};
@@ -196,7 +196,8 @@ async fn connection<IO>(
         Ok(Err(e)) => return tracing::debug!(error = %e, "HTTP/2 handshake failed"),
         Err(_) => return tracing::debug!("HTTP/2 handshake timed out"),
     };
-    let (dead_tx, mut dead) = mpsc::channel::<()>(1);
+    // A oneshot: an mpsc channel took about 0.5 KiB of every connection for this one message.
+    let (dead_tx, mut dead) = oneshot::channel::<()>();
     let pinger = conn
         .ping_pong()
         .map(|pp| tokio::spawn(keepalive(pp, dead_tx)));
@@ -257,7 +258,7 @@ async fn connection<IO>(
                 watches.deliver(&state);
             }
             _ = std::future::poll_fn(|cx| watches.poll_woken(cx, &state)) => {}
-            _ = dead.recv() => {
+            _ = &mut dead => {
                 tracing::debug!("gRPC peer did not answer a keepalive ping; closing");
                 break false;
             }
@@ -356,7 +357,7 @@ async fn call(
 
 /// Pings the peer every [`KEEPALIVE_INTERVAL`]; tells `dead` when a ping cannot be sent or is
 /// not answered within [`KEEPALIVE_TIMEOUT`].
-async fn keepalive(mut pp: h2::PingPong, dead: mpsc::Sender<()>) {
+async fn keepalive(mut pp: h2::PingPong, dead: oneshot::Sender<()>) {
     let mut tick = tokio::time::interval(KEEPALIVE_INTERVAL);
     tick.tick().await;
     loop {
@@ -366,7 +367,7 @@ async fn keepalive(mut pp: h2::PingPong, dead: mpsc::Sender<()>) {
             // A ping that cannot be sent (the connection is closing or broken) or is not
             // answered in time: the connection is of no more use.
             Ok(Err(_)) | Err(_) => {
-                let _ = dead.send(()).await;
+                let _ = dead.send(());
                 return;
             }
         }

@@ -405,7 +405,8 @@ pub struct Watches {
 impl Watches {
     pub fn new(fleet: Fleet) -> Self {
         Self {
-            streams: slab::Slab::new(),
+            // Most connections carry one agent's stream: a slab grown from empty holds four.
+            streams: slab::Slab::with_capacity(1),
             woken: Arc::default(),
             fleet,
         }
@@ -444,7 +445,8 @@ impl Watches {
                 Err(_) => return self.fleet.disconnected(&slot),
             },
             selection,
-            sent: Vec::new(),
+            // Exact for the usual single chain (a vector grown from empty holds four).
+            sent: Vec::with_capacity(1),
             known,
             blocked: false,
             waker,
