@@ -21,8 +21,11 @@ use std::time::{Duration, Instant};
 pub mod claims;
 mod cohorts;
 mod liveness;
+mod permits;
 
 use cohorts::Cohorts;
+use permits::TokenCounts;
+pub use permits::{TokenPermit, CALLS_PER_STREAM};
 
 use crate::clock::now;
 use crate::config::AgentSettings;
@@ -166,62 +169,6 @@ pub enum AckOutcome {
     NotSent(i64),
 }
 
-/// Places taken per token on this replica (open Watch streams, or Ack and Report calls in
-/// flight), and in all.
-#[derive(Debug, Default)]
-struct TokenCounts {
-    /// Keyed by the token id its permits share (one copy per token, not per stream).
-    per_token: Mutex<HashMap<Arc<str>, usize>>,
-    total: AtomicUsize,
-}
-
-impl TokenCounts {
-    /// One more place for `token_id`, or `None` when it holds `limit` already.
-    fn take(self: &Arc<Self>, token_id: &str, limit: usize) -> Option<TokenPermit> {
-        let mut counts = lock(&self.per_token);
-        let (key, n) = match counts.get_key_value(token_id) {
-            Some((key, &n)) => (key.clone(), n),
-            None => (Arc::from(token_id), 0),
-        };
-        if n >= limit {
-            return None;
-        }
-        counts.insert(key.clone(), n + 1);
-        self.total.fetch_add(1, Ordering::AcqRel);
-        Some(TokenPermit {
-            counts: self.clone(),
-            token_id: key,
-        })
-    }
-}
-
-/// One place in a token's quota (a Watch stream, or an Ack or Report call), given back when
-/// dropped.
-#[derive(Debug)]
-pub struct TokenPermit {
-    counts: Arc<TokenCounts>,
-    token_id: Arc<str>,
-}
-
-/// Ack and Report calls one agent token may have in flight on a replica, per Watch stream it
-/// may hold (`agents.max_streams_per_token`): an agent sends one Report at a time and acks
-/// each revision once. This bounds a token's calls; their bytes are bounded by its share of
-/// `agents.max_call_bytes` (`grpc::serve::TOKEN_SHARE`).
-pub const CALLS_PER_STREAM: usize = 2;
-
-impl Drop for TokenPermit {
-    fn drop(&mut self) {
-        let mut counts = lock(&self.counts.per_token);
-        if let Some(n) = counts.get_mut(&*self.token_id) {
-            *n -= 1;
-            if *n == 0 {
-                counts.remove(&*self.token_id);
-            }
-        }
-        self.counts.total.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// The longest reconnect spread a replica asks of its agents.
 pub const MAX_RECONNECT_SPREAD: Duration = Duration::from_secs(60);
 
@@ -310,7 +257,7 @@ impl Fleet {
 
     /// Watch streams open on this replica (accepted, not yet ended).
     pub fn open_streams(&self) -> usize {
-        self.streams.total.load(Ordering::Acquire)
+        self.streams.total()
     }
 
     /// How long the agents of this replica should spread their reconnects over when their

@@ -521,7 +521,7 @@ fn agent(id: &str, service: &str, token_id: &str, last_seen: &str) -> AgentStatu
 }
 
 /// The agent tokens `bot-a` and `bot-b` (hashes `hash-a` and `hash-b`).
-async fn agent_tokens(store: &Arc<dyn Store>) {
+async fn agent_tokens(store: &(impl budgetd::store::Access + ?Sized)) {
     for (name, hash) in [("bot-a", "hash-a"), ("bot-b", "hash-b")] {
         let t = NewToken {
             name: name.into(),
@@ -539,7 +539,7 @@ async fn agents_contract(backend: Backend) {
     let Some((_db, a, b)) = two_stores(backend).await else {
         return;
     };
-    agent_tokens(&a).await;
+    agent_tokens(&*a).await;
     let t0 = "2026-01-01T00:00:00.000Z";
     let t1 = "2026-01-02T00:00:00.000Z";
     let bound = |c: AgentClaim| match c {
@@ -736,7 +736,7 @@ async fn cohorts_contract(backend: Backend) {
     let Some((_db, a, b)) = two_stores(backend).await else {
         return;
     };
-    agent_tokens(&a).await;
+    agent_tokens(&*a).await;
     let t0 = "2026-01-01T00:00:00.000Z";
     let t1 = "2026-01-02T00:00:00.000Z";
     let mut fleet: Vec<AgentStatus> = (0..4)
@@ -945,7 +945,7 @@ async fn replica_beats_contract(backend: Backend) {
     assert_eq!(live(&b, t0).await, ["r1#0002"]);
     assert_eq!(live(&b, t2).await, ["r1#0002"]);
 
-    agent_tokens(&a).await;
+    agent_tokens(&*a).await;
     let mut written = agent("order-1", "order", "hash-a", t0);
     written.process = "r1#0002".into();
     a.claim_agent(&written).await.unwrap();
@@ -1017,7 +1017,7 @@ async fn replicas_write_the_same_agents_in_any_order(backend: Backend) {
     let Some((_db, a, b)) = two_stores(backend).await else {
         return;
     };
-    agent_tokens(&a).await;
+    agent_tokens(&*a).await;
     let t = "2026-01-01T00:00:00.000Z";
     let fleet: Vec<AgentStatus> = (0..400)
         .map(|n| agent(&format!("agent-{n:03}"), "order", "hash-a", t))
@@ -2021,20 +2021,12 @@ async fn postgres_claims_of_changed_baselines_release_their_key() {
 /// prepared statements.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_agent_batches_of_every_size_leave_no_statement_prepared_per_size() {
-    use budgetd::store::{Access as _, Fleet as _};
+    use budgetd::store::Fleet as _;
     let Some(db) = TestDb::new(Backend::Postgres).await else {
         return;
     };
     let store = budgetd::store::postgres::open(&db.url).await.unwrap();
-    for (name, hash) in [("bot-a", "hash-a")] {
-        let t = NewToken {
-            name: name.into(),
-            role: Role::Agent,
-            owner: name.into(),
-            hash: hash.into(),
-        };
-        store.create_token(&t, audit("admin")).await.unwrap();
-    }
+    agent_tokens(&store).await;
     let t = "2026-01-01T00:00:00.000Z";
     let fleet: Vec<AgentStatus> = (0..1052)
         .map(|n| agent(&format!("agent-{n:04}"), "sizes", "hash-a", t))
