@@ -325,14 +325,13 @@ fn a_closed_stdout_does_not_stop_the_server() {
 /// 166–204 MiB after 10,000 agents' Reports; docs/benchmarks.md).
 #[test]
 fn the_server_runs_one_thread_that_gives_freed_memory_back() {
-    let mut server = crate::helpers::ServerProcess::start(&[]);
+    let server = crate::helpers::ServerProcess::start(&[]);
     let tasks = std::fs::read_dir(format!("/proc/{}/task", server.pid())).unwrap();
     let names: Vec<String> = tasks
         .map(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).unwrap_or_default())
         .map(|name| name.trim().to_owned())
         .collect();
     let purgers = names.iter().filter(|n| *n == "jemalloc_bg_thd").count();
-    let _ = server.child.kill();
-    let _ = server.child.wait();
+    drop(server);
     assert_eq!(purgers, 1, "threads: {names:?}");
 }
