@@ -43,6 +43,9 @@ struct State {
     tokens: HashMap<Arc<str>, Token>,
     /// Size of `tokens` past which idle tokens no longer ahead are swept out.
     sweep_at: usize,
+    /// Queued senders looked at, to show that a cancelled wait costs no scan of its queue.
+    #[cfg(test)]
+    looked_at: u64,
     /// Tokens with Reports waiting, by (tally, seq): the first gets the next place.
     ready: BTreeMap<(u64, u64), Arc<str>>,
 }
@@ -54,8 +57,12 @@ struct Token {
     /// What its next turn is expected to take: a moving average of its turns.
     estimate: u64,
     running: usize,
+    /// Its Reports still waiting.
+    waiting: usize,
     /// Its waiting Reports, oldest first; each told, when given its turn, the turn's estimate
     /// and the time it was given (the turn is charged from then, not from when it wakes).
+    /// Reports that stopped waiting leave their closed sender behind, skipped when reached
+    /// (or swept once they are half the queue), so stopping costs no scan of the queue.
     queue: VecDeque<oneshot::Sender<(u64, u64)>>,
     /// Its key in `ready` while it has Reports waiting.
     ready: Option<(u64, u64)>,
@@ -143,7 +150,7 @@ impl Turns {
                 }
             };
             let t = s.tokens.get_mut(&token).expect("inserted above");
-            if t.queue.is_empty() {
+            if t.waiting == 0 {
                 // No credit for time it did not ask for: it joins where the others are.
                 t.tally = t.tally.max(now);
             }
@@ -159,6 +166,7 @@ impl Turns {
             }
             let (sender, receiver) = oneshot::channel();
             t.queue.push_back(sender);
+            t.waiting += 1;
             if t.ready.is_none() {
                 let key = (t.tally, s.seq);
                 s.seq += 1;
@@ -242,12 +250,23 @@ impl Turns {
                 continue;
             };
             t.ready = None;
-            let Some(next) = t.queue.pop_front() else {
+            // The oldest Report still waiting; those before it stopped waiting.
+            let Some(next) = std::iter::from_fn(|| t.queue.pop_front()).find(|sender| {
+                #[cfg(test)]
+                {
+                    s.looked_at += 1;
+                }
+                !sender.is_closed()
+            }) else {
                 continue;
             };
+            t.waiting -= 1;
             s.waiting -= 1;
+            if t.waiting == 0 {
+                t.queue.clear();
+            }
             let estimate = start(&mut s.now, t);
-            if !t.queue.is_empty() {
+            if t.waiting > 0 {
                 let key = (t.tally, s.seq);
                 s.seq += 1;
                 t.ready = Some(key);
@@ -269,7 +288,7 @@ const SWEEP_AT: usize = 1024;
 
 impl Token {
     fn idle(&self) -> bool {
-        self.running == 0 && self.queue.is_empty()
+        self.running == 0 && self.waiting == 0
     }
 }
 
@@ -311,10 +330,18 @@ impl Drop for Waiter<'_> {
         let Some(t) = s.tokens.get_mut(&self.token) else {
             return;
         };
-        let before = t.queue.len();
-        t.queue.retain(|sender| !sender.is_closed());
-        s.waiting -= before - t.queue.len();
-        if t.queue.is_empty() {
+        // Its closed sender stays queued until reached or swept.
+        t.waiting -= 1;
+        s.waiting -= 1;
+        if t.queue.len() > 2 * t.waiting + 16 {
+            #[cfg(test)]
+            {
+                s.looked_at += t.queue.len() as u64;
+            }
+            t.queue.retain(|sender| !sender.is_closed());
+        }
+        if t.waiting == 0 {
+            t.queue.clear();
             if let Some(key) = t.ready.take() {
                 s.ready.remove(&key);
             }

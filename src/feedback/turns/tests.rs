@@ -278,3 +278,62 @@ async fn every_place_is_used_before_a_report_waits() {
         }
     );
 }
+
+#[tokio::test]
+async fn cancelled_waits_cost_no_scan_of_their_queue() {
+    // Thousands of one token's Reports wait, then their calls are cancelled (their agents
+    // gave up): each leaves in constant time, not by scanning the rest of the queue.
+    const N: usize = 5_000;
+    let (turns, _) = turns(1);
+    let first = turns.take("a").await;
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut waits: Vec<_> = (0..N).map(|_| Box::pin(turns.take("a"))).collect();
+    for wait in &mut waits {
+        assert!(wait.as_mut().poll(&mut cx).is_pending());
+    }
+    let last = tokio::spawn({
+        let turns = turns.clone();
+        async move {
+            let _turn = turns.take("a").await;
+        }
+    });
+    settle().await;
+    assert_eq!(
+        turns.load(),
+        Load {
+            running: 1,
+            waiting: N + 1
+        }
+    );
+    // Oldest first, then the rest from the newest: both ends of the queue.
+    let rest = waits.split_off(N / 2);
+    drop(waits);
+    for wait in rest.into_iter().rev() {
+        drop(wait);
+    }
+    assert_eq!(
+        turns.load(),
+        Load {
+            running: 1,
+            waiting: 1
+        }
+    );
+    let looked_at = turns.lock().looked_at;
+    assert!(
+        looked_at <= 3 * N as u64,
+        "{N} cancelled waits looked at {looked_at} queued senders"
+    );
+    drop(first);
+    tokio::time::timeout(Duration::from_secs(5), last)
+        .await
+        .expect("the Report still waiting gets the turn")
+        .unwrap();
+    assert_eq!(
+        turns.load(),
+        Load {
+            running: 0,
+            waiting: 0
+        }
+    );
+    assert!(turns.lock().tokens.is_empty(), "no token kept once idle");
+}
