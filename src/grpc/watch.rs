@@ -30,7 +30,6 @@ use futures_util::task::AtomicWaker;
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
 use http::{HeaderMap, Request, Response};
-use tokio::sync::mpsc;
 
 use super::pipe::Charge;
 use super::Control;
@@ -65,32 +64,29 @@ pub struct Opened {
     member: Member,
 }
 
-/// Reads, authenticates and validates a Watch request; on success hands it to the
-/// connection's task through `opened`, otherwise answers the error (trailers only). The
-/// `opening` charge is held until the caller is known and has taken one of its token's
-/// streams.
+/// Reads, authenticates and validates a Watch request; on success returns it for the
+/// connection's task to serve, otherwise answers the error (trailers only). The `opening`
+/// charge is held until the caller is known and has taken one of its token's streams.
 pub async fn open(
     control: Control,
     req: Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
-    opened: mpsc::UnboundedSender<Box<Opened>>,
     opening: Charge,
-) {
+) -> Option<Box<Opened>> {
     match accept(&control, req, opening).await {
-        Ok(watch) => {
-            let _ = opened.send(Box::new(Opened {
-                respond,
-                selection: watch.selection,
-                known: watch.known_revision,
-                held: watch.held,
-                slot: watch.slot,
-                permit: watch.permit,
-                member: watch.member,
-            }));
-        }
+        Ok(watch) => Some(Box::new(Opened {
+            respond,
+            selection: watch.selection,
+            known: watch.known_revision,
+            held: watch.held,
+            slot: watch.slot,
+            permit: watch.permit,
+            member: watch.member,
+        })),
         Err(status) => {
             let response: Response<()> = status.into_http();
             let _ = respond.send_response(response, true);
+            None
         }
     }
 }
