@@ -318,10 +318,18 @@ async fn cancelled_waits_cost_no_scan_of_their_queue() {
             waiting: 1
         }
     );
-    let looked_at = turns.lock().looked_at;
+    let (looked_at, queued) = {
+        let s = turns.lock();
+        (s.looked_at, s.tokens["a"].queue.len())
+    };
     assert!(
         looked_at <= 3 * N as u64,
         "{N} cancelled waits looked at {looked_at} queued senders"
+    );
+    // ... and the closed senders they leave are swept: the queue stays near what waits.
+    assert!(
+        queued <= 2 + 16,
+        "{queued} senders queued for one waiting Report"
     );
     drop(first);
     tokio::time::timeout(Duration::from_secs(5), last)
