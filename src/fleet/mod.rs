@@ -55,6 +55,33 @@ pub struct Slot {
     cohort_key: Mutex<Option<Arc<str>>>,
 }
 
+/// A Watch stream's hold on its agent's slot: the agent reads as connected while one is held.
+/// Dropped, with its stream or before the stream was served (its connection ended while it
+/// was being opened), it counts the stream gone.
+pub struct Attached(Arc<Slot>);
+
+impl std::ops::Deref for Attached {
+    type Target = Slot;
+
+    fn deref(&self) -> &Slot {
+        &self.0
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        let slot = &self.0;
+        let mut s = lock(&slot.status);
+        let left = slot
+            .streams
+            .fetch_sub(1, Ordering::AcqRel)
+            .saturating_sub(1);
+        s.connected = left > 0;
+        drop(s);
+        slot.touch();
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -291,7 +318,7 @@ impl Fleet {
         client: &str,
         labels: BTreeMap<String, String>,
         known_revision: i64,
-    ) -> Result<Arc<Slot>, ConnectError> {
+    ) -> Result<Attached, ConnectError> {
         let at = now();
         let peer = Peer {
             service,
@@ -304,7 +331,7 @@ impl Fleet {
             if let Some(slot) = agents.get(agent_id).filter(|s| s.token_id == token_id) {
                 slot.attach(&peer, &self.replica, &self.process, &at);
                 slot.delivered.fetch_max(known_revision, Ordering::AcqRel);
-                return Ok(slot.clone());
+                return Ok(Attached(slot.clone()));
             }
         }
         let fresh = AgentStatus {
@@ -364,19 +391,7 @@ impl Fleet {
         };
         slot.attach(&peer, &self.replica, &self.process, &at);
         slot.delivered.fetch_max(known_revision, Ordering::AcqRel);
-        Ok(slot)
-    }
-
-    /// A stream of `slot` ended.
-    pub fn disconnected(&self, slot: &Slot) {
-        let mut s = lock(&slot.status);
-        let left = slot
-            .streams
-            .fetch_sub(1, Ordering::AcqRel)
-            .saturating_sub(1);
-        s.connected = left > 0;
-        drop(s);
-        slot.touch();
+        Ok(Attached(slot))
     }
 
     /// Records an ACK or NACK of `agent_id` sent with the token `token_id`.

@@ -33,7 +33,7 @@ use http::{HeaderMap, Request, Response};
 
 use super::pipe::Charge;
 use super::Control;
-use crate::fleet::{Fleet, Slot, TokenPermit};
+use crate::fleet::{Attached, Fleet, TokenPermit};
 use crate::publish::{ChainEntry, HubState, Member};
 use crate::service::agents::{self, Selection};
 
@@ -59,7 +59,7 @@ pub struct Opened {
     selection: Selection,
     known: i64,
     held: Option<BTreeSet<String>>,
-    slot: Arc<Slot>,
+    slot: Attached,
     permit: TokenPermit,
     member: Member,
 }
@@ -167,17 +167,12 @@ struct Stream {
     waker: Waker,
     /// The same waker, to mute it.
     hook: Arc<StreamWaker>,
-    slot: Arc<Slot>,
-    fleet: Fleet,
+    /// Its agent reads as connected while it is held (and no longer once the stream is
+    /// dropped).
+    slot: Attached,
     _permit: TokenPermit,
     /// Which canaries select the agent.
     member: Member,
-}
-
-impl Drop for Stream {
-    fn drop(&mut self) {
-        self.fleet.disconnected(&self.slot);
-    }
 }
 
 /// What a stream lacks of the hub's `state`.
@@ -438,7 +433,7 @@ impl Watches {
             send: match respond.send_response(head, false) {
                 Ok(send) => send,
                 // The peer reset the stream meanwhile: nothing to serve.
-                Err(_) => return self.fleet.disconnected(&slot),
+                Err(_) => return,
             },
             selection,
             // Exact for the usual single chain (a vector grown from empty holds four).
@@ -448,7 +443,6 @@ impl Watches {
             waker,
             hook,
             slot,
-            fleet: self.fleet.clone(),
             _permit: permit,
             member,
         };

@@ -4,12 +4,11 @@
 //! streams per token.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
 
 use super::check_chain_name;
 use crate::auth::{Principal, Role};
 use crate::error::{ApiError, ApiResult, Code};
-use crate::fleet::{AckOutcome, ConnectError, Fleet, Slot, TokenPermit};
+use crate::fleet::{AckOutcome, Attached, ConnectError, Fleet, TokenPermit};
 use crate::publish::Member;
 use crate::state::AppState;
 use crate::store::{AgentCursor, AgentStatus};
@@ -200,7 +199,7 @@ pub struct Watch {
     pub known_revision: i64,
     /// The chains the agent holds, when it said: any other chain selected is sent at once.
     pub held: Option<BTreeSet<String>>,
-    pub slot: Arc<Slot>,
+    pub slot: Attached,
     pub permit: TokenPermit,
     /// What canary selection looks at (SPEC §9).
     pub member: Member,

@@ -530,6 +530,87 @@ async fn agent_ids_are_bound_to_their_token(backend: Backend) {
     app.stop().await;
 }
 
+/// A Watch whose connection ends while the server is still opening it (the agent gave up, or
+/// the network dropped it) leaves its agent disconnected. Before, the opened stream was
+/// dropped unserved and the agent read as connected for good.
+async fn a_watch_whose_connection_ends_while_it_opens_leaves_its_agent_disconnected(
+    backend: Backend,
+) {
+    let Some(app) = app_with(backend, |_| {}).await else {
+        return;
+    };
+    let agent = app.token("agent", "order-agent").await;
+    let p = app.people().await;
+    let first = draft_a(&app, &p).await;
+    app.approve(&p.approver, &first).await.expect(200);
+    const AGENTS: usize = 20;
+    for i in 0..AGENTS {
+        let tcp = tokio::net::TcpStream::connect(app.grpc_addr).await.unwrap();
+        let (sender, mut connection) = h2::client::handshake(tcp).await.unwrap();
+        let mut ping = connection.ping_pong().unwrap();
+        let driver = tokio::spawn(connection);
+        let mut sender = sender.ready().await.unwrap();
+        let request = http::Request::post(format!(
+            "http://{}/budget.v1.BudgetControl/Watch",
+            app.grpc_addr
+        ))
+        .header("content-type", "application/grpc")
+        .header("authorization", format!("Bearer {agent}"))
+        .body(())
+        .unwrap();
+        let (_answer, mut body) = sender.send_request(request, false).unwrap();
+        let watch = watch_req(&format!("gone-{i}"), &["checkout"], "order", 0);
+        body.send_data(budget_proto::codec::frame(&watch), true)
+            .unwrap();
+        // The server has read the whole request once it answers a ping sent after it; the
+        // connection closes then, while the server looks the agent up and claims its id.
+        ping.ping(h2::Ping::opaque()).await.unwrap();
+        driver.abort();
+        let _ = driver.await;
+    }
+    let gone = |agents: Vec<Value>| {
+        agents
+            .into_iter()
+            .filter(|a| {
+                a["agent_id"]
+                    .as_str()
+                    .is_some_and(|id| id.starts_with("gone-"))
+            })
+            .collect::<Vec<_>>()
+    };
+    // Every opener has ended by then (a request the server had not read in full when its
+    // connection closed is dropped unanswered, its agent never listed).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let all_disconnected = eventually(5, || async {
+        let gone = gone(all_agents(&app, ADMIN_TOKEN, 100).await);
+        !gone.is_empty() && gone.iter().all(|a| a["connected"] == false)
+    })
+    .await;
+    let listed = gone(all_agents(&app, ADMIN_TOKEN, 100).await);
+    let connected: Vec<&Value> = listed
+        .iter()
+        .filter(|a| a["connected"] != false)
+        .map(|a| &a["agent_id"])
+        .collect();
+    assert!(
+        all_disconnected,
+        "of {} agents whose connection closed, these still read as connected: {connected:?}",
+        listed.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_watch_whose_connection_ends_while_it_opens_leaves_its_agent_disconnected() {
+    a_watch_whose_connection_ends_while_it_opens_leaves_its_agent_disconnected(Backend::Sqlite)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_watch_whose_connection_ends_while_it_opens_leaves_its_agent_disconnected() {
+    a_watch_whose_connection_ends_while_it_opens_leaves_its_agent_disconnected(Backend::Postgres)
+        .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_agent_ids_are_bound_to_their_token() {
     agent_ids_are_bound_to_their_token(Backend::Sqlite).await;
