@@ -23,6 +23,17 @@ struct Arrivals {
     count: AtomicU32,
     last: Mutex<Option<Instant>>,
     notify: Notify,
+    /// Watch calls that failed or whose stream ended, and the first one's status.
+    ended: AtomicU32,
+    first_end: std::sync::Mutex<Option<String>>,
+}
+
+impl Arrivals {
+    fn ended(&self, why: String) {
+        self.ended.fetch_add(1, Ordering::AcqRel);
+        let mut first = self.first_end.lock().unwrap_or_else(|e| e.into_inner());
+        first.get_or_insert(why);
+    }
 }
 
 pub(in crate::commands) async fn watch(
@@ -60,12 +71,20 @@ pub(in crate::commands) async fn watch(
             .insert("authorization", bench.agent_auth(i));
         let arrivals = arrivals.clone();
         tokio::spawn(async move {
-            let Ok(resp) = client.watch(req).await else {
-                return;
+            let resp = match client.watch(req).await {
+                Ok(resp) => resp,
+                Err(status) => return arrivals.ended(format!("a Watch call failed: {status}")),
             };
             let mut stream = resp.into_inner();
             let mut counted = 0;
-            while let Ok(Some(update)) = stream.message().await {
+            loop {
+                let update = match stream.message().await {
+                    Ok(Some(update)) => update,
+                    Ok(None) => return arrivals.ended("a Watch stream ended".into()),
+                    Err(status) => {
+                        return arrivals.ended(format!("a Watch stream failed: {status}"))
+                    }
+                };
                 let target = arrivals.target.load(Ordering::Acquire);
                 if update.revision >= target && counted < target {
                     counted = target;
@@ -90,10 +109,22 @@ pub(in crate::commands) async fn watch(
                     .unwrap_or_else(Instant::now)),
                 Err(_) => {
                     let got = arrivals.count.load(Ordering::Acquire);
+                    let ended = arrivals.ended.load(Ordering::Acquire);
+                    let why = match arrivals
+                        .first_end
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .as_deref()
+                    {
+                        Some(first) => {
+                            format!(" ({ended} calls failed or ended; the first: {first})")
+                        }
+                        None => String::new(),
+                    };
                     Err(internal(
                         "timeout",
                         format!(
-                            "only {got} of {n} streams got revision {revision} within {limit:?}"
+                            "only {got} of {n} streams got revision {revision} within {limit:?}{why}"
                         ),
                     ))
                 }
