@@ -66,6 +66,42 @@ async fn ack(
         .map(|_| ())
 }
 
+/// A call opened by hand on a raw HTTP/2 connection to the gRPC listener, its request not
+/// yet ended: for tests that choose which frames the server sees, and when.
+struct RawCall {
+    /// Drives the connection; aborting it closes the connection.
+    driver: tokio::task::JoinHandle<Result<(), h2::Error>>,
+    /// Answered once the server has read every frame sent before the ping.
+    ping: h2::PingPong,
+    answer: h2::client::ResponseFuture,
+    request: h2::SendStream<bytes::Bytes>,
+}
+
+/// Opens `budget.v1.BudgetControl/{method}` with the agent token `token` on a connection of
+/// its own.
+async fn raw_call(app: &TestApp, token: &str, method: &str) -> RawCall {
+    let tcp = tokio::net::TcpStream::connect(app.grpc_addr).await.unwrap();
+    let (sender, mut connection) = h2::client::handshake(tcp).await.unwrap();
+    let ping = connection.ping_pong().unwrap();
+    let driver = tokio::spawn(connection);
+    let mut sender = sender.ready().await.unwrap();
+    let request = http::Request::post(format!(
+        "http://{}/budget.v1.BudgetControl/{method}",
+        app.grpc_addr
+    ))
+    .header("content-type", "application/grpc")
+    .header("authorization", format!("Bearer {token}"))
+    .body(())
+    .unwrap();
+    let (answer, request) = sender.send_request(request, false).unwrap();
+    RawCall {
+        driver,
+        ping,
+        answer,
+        request,
+    }
+}
+
 /// Every agent of `GET /agents`, following `next_cursor`.
 async fn all_agents(app: &TestApp, token: &str, limit: usize) -> Vec<Value> {
     let mut all = Vec::new();
@@ -545,22 +581,15 @@ async fn a_watch_whose_connection_ends_while_it_opens_leaves_its_agent_disconnec
     app.approve(&p.approver, &first).await.expect(200);
     const AGENTS: usize = 20;
     for i in 0..AGENTS {
-        let tcp = tokio::net::TcpStream::connect(app.grpc_addr).await.unwrap();
-        let (sender, mut connection) = h2::client::handshake(tcp).await.unwrap();
-        let mut ping = connection.ping_pong().unwrap();
-        let driver = tokio::spawn(connection);
-        let mut sender = sender.ready().await.unwrap();
-        let request = http::Request::post(format!(
-            "http://{}/budget.v1.BudgetControl/Watch",
-            app.grpc_addr
-        ))
-        .header("content-type", "application/grpc")
-        .header("authorization", format!("Bearer {agent}"))
-        .body(())
-        .unwrap();
-        let (_answer, mut body) = sender.send_request(request, false).unwrap();
+        let RawCall {
+            driver,
+            mut ping,
+            mut request,
+            ..
+        } = raw_call(&app, &agent, "Watch").await;
         let watch = watch_req(&format!("gone-{i}"), &["checkout"], "order", 0);
-        body.send_data(budget_proto::codec::frame(&watch), true)
+        request
+            .send_data(budget_proto::codec::frame(&watch), true)
             .unwrap();
         // The server has read the whole request once it answers a ping sent after it; the
         // connection closes then, while the server looks the agent up and claims its id.
@@ -953,20 +982,12 @@ async fn a_stopping_server_refuses_new_connections_while_it_drains(backend: Back
     // A call in flight that never finishes its request keeps its connection draining (an
     // agent's: a call without one is refused from its headers).
     let agent = app.token("agent", "order-agent").await;
-    let tcp = tokio::net::TcpStream::connect(app.grpc_addr).await.unwrap();
-    let (sender, mut connection) = h2::client::handshake(tcp).await.unwrap();
-    let mut ping = connection.ping_pong().unwrap();
-    let driver = tokio::spawn(connection);
-    let mut sender = sender.ready().await.unwrap();
-    let request = http::Request::post(format!(
-        "http://{}/budget.v1.BudgetControl/Report",
-        app.grpc_addr
-    ))
-    .header("content-type", "application/grpc")
-    .header("authorization", format!("Bearer {agent}"))
-    .body(())
-    .unwrap();
-    let (_answer, _unfinished) = sender.send_request(request, false).unwrap();
+    let RawCall {
+        driver,
+        mut ping,
+        answer: _answer,
+        request: _unfinished,
+    } = raw_call(&app, &agent, "Report").await;
     // The server has read the request once it answers a ping sent after it; a moment later its
     // connection task has taken the call (a stream still unread when the stop begins is
     // refused, and the connection would end at once).

@@ -41,6 +41,18 @@ async fn settle() {
     }
 }
 
+/// Nothing runs or waits, and no token is kept.
+fn assert_idle(turns: &Turns) {
+    assert_eq!(
+        turns.load(),
+        Load {
+            running: 0,
+            waiting: 0
+        }
+    );
+    assert!(turns.lock().tokens.is_empty(), "no token kept once idle");
+}
+
 /// Queues `reports` (token, name, milliseconds its turn takes) in that order behind a
 /// single place, then ends each running Report in turn after its time on `clock`; the
 /// order in which they had their turns.
@@ -244,14 +256,7 @@ async fn a_cancelled_wait_leaves_the_queue_and_a_given_turn_passes_on() {
         .await
         .expect("d gets the turn c was given")
         .unwrap();
-    assert_eq!(
-        turns.load(),
-        Load {
-            running: 0,
-            waiting: 0
-        }
-    );
-    assert!(turns.lock().tokens.is_empty(), "no token kept once idle");
+    assert_idle(&turns);
 }
 
 #[tokio::test]
@@ -336,12 +341,5 @@ async fn cancelled_waits_cost_no_scan_of_their_queue() {
         .await
         .expect("the Report still waiting gets the turn")
         .unwrap();
-    assert_eq!(
-        turns.load(),
-        Load {
-            running: 0,
-            waiting: 0
-        }
-    );
-    assert!(turns.lock().tokens.is_empty(), "no token kept once idle");
+    assert_idle(&turns);
 }
