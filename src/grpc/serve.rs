@@ -115,7 +115,7 @@ impl Http2 {
 }
 
 /// What every connection is served with, shared: each connection's task held clones of it
-/// (about 0.7 KiB, twice over).
+/// (368 bytes, held twice: by the spawned block and by the connection's future).
 struct Served {
     routes: tonic::service::Routes,
     control: Control,

@@ -41,6 +41,14 @@ async fn settle() {
     }
 }
 
+/// A Report of `token` that waits for its turn and ends as soon as it has it.
+fn take_then_end(turns: &Arc<Turns>, token: &'static str) -> tokio::task::JoinHandle<()> {
+    let turns = turns.clone();
+    tokio::spawn(async move {
+        let _turn = turns.take(token).await;
+    })
+}
+
 /// Nothing runs or waits, and no token is kept.
 fn assert_idle(turns: &Turns) {
     assert_eq!(
@@ -236,12 +244,7 @@ async fn a_cancelled_wait_leaves_the_queue_and_a_given_turn_passes_on() {
     let mut given = Box::pin(turns.take("c"));
     let mut cx = Context::from_waker(Waker::noop());
     assert!(given.as_mut().poll(&mut cx).is_pending());
-    let next = tokio::spawn({
-        let turns = turns.clone();
-        async move {
-            let _turn = turns.take("d").await;
-        }
-    });
+    let next = take_then_end(&turns, "d");
     settle().await;
     assert_eq!(
         turns.load(),
@@ -296,12 +299,7 @@ async fn cancelled_waits_cost_no_scan_of_their_queue() {
     for wait in &mut waits {
         assert!(wait.as_mut().poll(&mut cx).is_pending());
     }
-    let last = tokio::spawn({
-        let turns = turns.clone();
-        async move {
-            let _turn = turns.take("a").await;
-        }
-    });
+    let last = take_then_end(&turns, "a");
     settle().await;
     assert_eq!(
         turns.load(),
