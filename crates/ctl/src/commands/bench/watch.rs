@@ -26,6 +26,9 @@ struct Arrivals {
     /// Watch calls that failed or whose stream ended, and the first one's status.
     ended: AtomicU32,
     first_end: std::sync::Mutex<Option<String>>,
+    /// Watch calls refused `RESOURCE_EXHAUSTED` (the server's budget of calls not yet
+    /// authenticated was full) and sent again.
+    retried: AtomicU32,
 }
 
 impl Arrivals {
@@ -34,6 +37,13 @@ impl Arrivals {
         let mut first = self.first_end.lock().unwrap_or_else(|e| e.into_inner());
         first.get_or_insert(why);
     }
+}
+
+/// How long to wait before sending a refused Watch call again, after `refusals` refusals:
+/// uniform in `0..=min(10 s, 100 ms × 2^refusals)` (full jitter), the agents' reconnect backoff.
+fn reopen_after(refusals: u32) -> Duration {
+    let ceiling_ms = 100u64.saturating_mul(1u64 << refusals.min(7)).min(10_000);
+    Duration::from_millis(rand::random::<u64>() % (ceiling_ms + 1))
 }
 
 pub(in crate::commands) async fn watch(
@@ -66,14 +76,24 @@ pub(in crate::commands) async fn watch(
     let opened = Instant::now();
     for i in 0..n {
         let mut client = BudgetControlClient::new(channels[(i % connections) as usize].clone());
-        let mut req = tonic::Request::new(watch_request(tag, i, chain));
-        req.metadata_mut()
-            .insert("authorization", bench.agent_auth(i));
+        let (request, auth) = (watch_request(tag, i, chain), bench.agent_auth(i));
         let arrivals = arrivals.clone();
         tokio::spawn(async move {
-            let resp = match client.watch(req).await {
-                Ok(resp) => resp,
-                Err(status) => return arrivals.ended(format!("a Watch call failed: {status}")),
+            // A call refused because the server holds too many calls not yet authenticated (an
+            // opening storm) is sent again after a jittered backoff, as agents do.
+            let mut refusals = 0u32;
+            let resp = loop {
+                let mut req = tonic::Request::new(request.clone());
+                req.metadata_mut().insert("authorization", auth.clone());
+                match client.watch(req).await {
+                    Ok(resp) => break resp,
+                    Err(status) if status.code() == tonic::Code::ResourceExhausted => {
+                        arrivals.retried.fetch_add(1, Ordering::AcqRel);
+                        tokio::time::sleep(reopen_after(refusals)).await;
+                        refusals += 1;
+                    }
+                    Err(status) => return arrivals.ended(format!("a Watch call failed: {status}")),
+                }
             };
             let mut stream = resp.into_inner();
             let mut counted = 0;
@@ -133,6 +153,7 @@ pub(in crate::commands) async fn watch(
     };
     wait_all(Duration::from_secs(120)).await?;
     let open_time = opened.elapsed();
+    let retried = arrivals.retried.load(Ordering::Acquire);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let rss_after = rss(admin).await;
     let per_stream_at = |rss: Option<u64>| match (rss_before, rss) {
@@ -201,6 +222,7 @@ pub(in crate::commands) async fn watch(
         "connections": connections,
         "rounds": args.rounds,
         "open_all_ms": open_time.as_secs_f64() * 1000.0,
+        "watch_calls_retried": retried,
         "approve_ms": {"p50": approve_ms(50.0), "p99": approve_ms(99.0)},
         "time_to_all_ms": {"p50": ms(p50), "p99": ms(p99), "max": ms(max)},
         "after_response_ms": {"p50": r50, "p99": r99},
@@ -215,12 +237,14 @@ pub(in crate::commands) async fn watch(
         print(&serde_json::to_string_pretty(&result).unwrap_or_default());
     } else {
         print(&format!(
-            "streams: {n} over {connections} connection(s); rounds: {}\n\
+            "streams: {n} over {connections} connection(s), opened in {:.1} s \
+             ({retried} Watch calls refused RESOURCE_EXHAUSTED and sent again); rounds: {}\n\
              approve call (request sent to response, durable commit included): p50 {:.1} ms, p99 {:.1} ms\n\
              time from approve request sent to all streams: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms\n\
              time from approve response to all streams: p50 {r50:.1} ms, p99 {r99:.1} ms\n\
              server CPU per delivery (uploads and approvals included): {}\n\
              server memory per idle stream: {}",
+            open_time.as_secs_f64(),
             args.rounds,
             approve_ms(50.0),
             approve_ms(99.0),
