@@ -43,6 +43,7 @@ impl Fleet for SqlStore {
         unclaimed.sort_by(|&x, &y| agents[x].agent_id.cmp(&agents[y].agent_id));
         let mut won = std::collections::HashSet::new();
         for chunk in unclaimed.chunks(AGENT_CHUNK) {
+            self.after_transactions().await;
             let sql = format!(
                 "INSERT INTO agents (agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen, token_hash, client, process) \
                  VALUES {} \
@@ -128,10 +129,15 @@ impl Fleet for SqlStore {
         // whole fleet costs a few statements, not one per agent.
         // In agent-id order: the rows are locked in one order on every replica (see
         // `claim_agents`).
+        // One transaction per statement: a write that waits for SQLite's lock (an approval, an
+        // upload) waits for one chunk, not for the whole fleet after an opening storm. Each row
+        // stands alone, so a failure part-way leaves rows that are right, and the next flush
+        // writes them all again.
         let mut agents: Vec<&AgentStatus> = agents.iter().collect();
         agents.sort_by(|x, y| x.agent_id.cmp(&y.agent_id));
-        let mut tx = self.begin().await?;
         for chunk in agents.chunks(AGENT_CHUNK) {
+            self.after_transactions().await;
+            let mut tx = self.begin().await?;
             // An entry bound to another token is never overwritten (nor one that was expired
             // and claimed by another token since). The entry's own revisions are written: it
             // follows no cohort any more.
@@ -167,8 +173,8 @@ impl Fleet for SqlStore {
                     .bind(a.process.clone());
             }
             q.execute(&mut *tx).await?;
+            tx.commit().await?;
         }
-        tx.commit().await?;
         Ok(())
     }
 
@@ -207,6 +213,7 @@ impl Fleet for SqlStore {
              AND (process = $5 OR process IS NULL OR process = '')"
         );
         let updated_at = crate::clock::now();
+        self.after_transactions().await;
         let mut tx = self.begin().await?;
         if self.backend == Backend::Postgres {
             // The statements below lock the agents' rows group by group, in an order of their
@@ -419,6 +426,7 @@ impl SqlStore {
         for ((token, replica, process), mut ids) in by_owner {
             ids.sort_unstable();
             for chunk in ids.chunks(AGENT_CHUNK) {
+                self.after_transactions().await;
                 sqlx::query(&sql)
                     .bind(serde_json::to_string(chunk).map_err(internal)?)
                     .bind(replica)
