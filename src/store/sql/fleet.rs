@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 
 use super::rows::{agent_from_row, AGENT_SELECT};
-use super::{internal, placeholders, rows_query, Backend, SqlStore};
+use super::{internal, placeholders, rows_query, Backend, SqlStore, YIELD_AT_MOST};
 
 /// Agents written by one statement (15 columns each: 15 000 binds).
 const AGENT_CHUNK: usize = 1000;
@@ -18,6 +18,7 @@ impl Fleet for SqlStore {
         if agents.is_empty() {
             return Ok(Vec::new());
         }
+        let until = tokio::time::Instant::now() + YIELD_AT_MOST;
         let mut claims: Vec<Option<AgentClaim>> = vec![None; agents.len()];
         // Most Watch streams are reconnects of agents bound to the same token: one read.
         let ids: Vec<&str> = agents.iter().map(|a| a.agent_id.as_str()).collect();
@@ -34,7 +35,7 @@ impl Fleet for SqlStore {
         // The agent's newest stream is this one: its process owns the entry from now on, and
         // a later write of a replica the agent left (its stream's end, a late flush) changes
         // nothing (`upsert_agents`, `record_progress`).
-        self.own_agents(agents, &claims).await?;
+        self.own_agents(agents, &claims, until).await?;
         // New, unbound, or bound to a token that no longer exists: taken in one statement per
         // chunk, so two tokens racing for an id cannot both win (on any replica). A taken-over
         // entry keeps the revisions it showed and follows the old token's cohort no more.
@@ -43,7 +44,7 @@ impl Fleet for SqlStore {
         unclaimed.sort_by(|&x, &y| agents[x].agent_id.cmp(&agents[y].agent_id));
         let mut won = std::collections::HashSet::new();
         for chunk in unclaimed.chunks(AGENT_CHUNK) {
-            self.after_transactions().await;
+            self.after_transactions(until).await;
             let sql = format!(
                 "INSERT INTO agents (agent_id, service, labels, chains, replica, connected, delivered, acked, nack_revision, nack_error, first_seen, last_seen, token_hash, client, process) \
                  VALUES {} \
@@ -135,8 +136,9 @@ impl Fleet for SqlStore {
         // writes them all again.
         let mut agents: Vec<&AgentStatus> = agents.iter().collect();
         agents.sort_by(|x, y| x.agent_id.cmp(&y.agent_id));
+        let until = tokio::time::Instant::now() + YIELD_AT_MOST;
         for chunk in agents.chunks(AGENT_CHUNK) {
-            self.after_transactions().await;
+            self.after_transactions(until).await;
             let mut tx = self.begin().await?;
             // An entry bound to another token is never overwritten (nor one that was expired
             // and claimed by another token since). The entry's own revisions are written: it
@@ -213,7 +215,8 @@ impl Fleet for SqlStore {
              AND (process = $5 OR process IS NULL OR process = '')"
         );
         let updated_at = crate::clock::now();
-        self.after_transactions().await;
+        self.after_transactions(tokio::time::Instant::now() + YIELD_AT_MOST)
+            .await;
         let mut tx = self.begin().await?;
         if self.backend == Backend::Postgres {
             // The statements below lock the agents' rows group by group, in an order of their
@@ -401,6 +404,7 @@ impl SqlStore {
         &self,
         agents: &[AgentStatus],
         claims: &[Option<AgentClaim>],
+        until: tokio::time::Instant,
     ) -> StoreResult<()> {
         let mut by_owner: std::collections::BTreeMap<(&str, &str, &str), Vec<&str>> =
             std::collections::BTreeMap::new();
@@ -426,7 +430,7 @@ impl SqlStore {
         for ((token, replica, process), mut ids) in by_owner {
             ids.sort_unstable();
             for chunk in ids.chunks(AGENT_CHUNK) {
-                self.after_transactions().await;
+                self.after_transactions(until).await;
                 sqlx::query(&sql)
                     .bind(serde_json::to_string(chunk).map_err(internal)?)
                     .bind(replica)

@@ -46,13 +46,13 @@ pub struct SqlStore {
     archive_prefix: String,
     /// Where to LISTEN for other processes' publications (PostgreSQL only).
     listen_url: Option<String>,
-    /// Transactions waiting for SQLite's write lock, which the fleet's bulk writes let go
-    /// first ([`Self::after_transactions`]).
+    /// Transactions waiting to begin (for a pooled connection, then SQLite's write lock), which
+    /// the fleet's bulk writes let go first ([`Self::after_transactions`]).
     beginning: Arc<Beginning>,
 }
 
-/// How many transactions are waiting for SQLite's write lock (in their `BEGIN IMMEDIATE`), and
-/// a wake-up when none is.
+/// How many transactions are waiting to begin (for one of the pool's connections, then for
+/// SQLite's write lock in their `BEGIN IMMEDIATE`), and a wake-up when none is.
 #[derive(Debug, Default)]
 struct Beginning {
     waiting: AtomicUsize,
@@ -70,9 +70,9 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// Longest the fleet's bulk writes let transactions go first, each time: under a steady
-/// stream of transactions they still go on.
-const YIELD_AT_MOST: Duration = Duration::from_secs(2);
+/// Longest one bulk write of the fleet (all its statements together) lets transactions go
+/// first: under a steady stream of transactions it still goes on.
+pub(super) const YIELD_AT_MOST: Duration = Duration::from_secs(2);
 
 fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
@@ -167,8 +167,8 @@ impl SqlStore {
     /// dropped left the connection in a transaction, and every later write on it failed). The
     /// task finishes the BEGIN; the transaction it returns, dropped unused, rolls back.
     ///
-    /// While it waits for SQLite's write lock, the fleet's bulk writes wait for it
-    /// ([`Self::after_transactions`]).
+    /// While it waits for a connection and SQLite's write lock, the fleet's bulk writes wait
+    /// for it ([`Self::after_transactions`]).
     async fn begin(&self) -> StoreResult<Tx> {
         let (pool, backend) = (self.pool.clone(), self.backend);
         let _waiting = (backend == Backend::Sqlite).then(|| {
@@ -184,17 +184,16 @@ impl SqlStore {
         .await
     }
 
-    /// Waits (on SQLite, at most [`YIELD_AT_MOST`]) until no transaction waits for the write
-    /// lock. The fleet's bulk writes (thousands of agents after an opening storm, in a few
-    /// statements) call it before each statement: SQLite's busy handler is no queue (a waiting
-    /// connection sleeps 1, 2, 5 … 100 ms between tries, and a writer that comes along
-    /// meanwhile takes the lock), so without it an approval waited behind statement after
-    /// statement, up to 1.4 s.
-    async fn after_transactions(&self) {
+    /// Waits (on SQLite; never past `until`) until no transaction waits to begin. The fleet's
+    /// bulk writes (thousands of agents after an opening storm, in a few statements) call it
+    /// before each statement, with one `until` ([`YIELD_AT_MOST`] from their start) for all
+    /// of them: SQLite's busy handler is no queue (a waiting connection sleeps 1, 2, 5 … 100
+    /// ms between tries, and a writer that comes along meanwhile takes the lock), so without
+    /// it an approval waited behind statement after statement, up to 1.4 s.
+    async fn after_transactions(&self, until: tokio::time::Instant) {
         if self.backend != Backend::Sqlite {
             return;
         }
-        let until = tokio::time::Instant::now() + YIELD_AT_MOST;
         loop {
             let none = self.beginning.none.notified();
             tokio::pin!(none);
@@ -299,17 +298,25 @@ mod tests {
         let bulk = tokio::spawn({
             let store = store.clone();
             async move {
-                store.after_transactions().await;
+                let until = tokio::time::Instant::now() + YIELD_AT_MOST;
+                store.after_transactions(until).await;
+                let gone_on = tokio::time::Instant::now();
                 sqlx::query("INSERT INTO turns (who) VALUES ('bulk')")
                     .execute(&store.pool)
                     .await
                     .unwrap();
+                (gone_on, until)
             }
         });
         tokio::time::sleep(Duration::from_millis(1)).await;
         held.rollback().await.unwrap();
         waiting.await.unwrap();
-        bulk.await.unwrap();
+        let (gone_on, until) = bulk.await.unwrap();
+        // Woken when the transaction began, not by the end of its wait.
+        assert!(
+            gone_on < until,
+            "the bulk write waited its whole {YIELD_AT_MOST:?}"
+        );
         let order: Vec<String> = sqlx::query_scalar("SELECT who FROM turns ORDER BY rowid")
             .fetch_all(&store.pool)
             .await
