@@ -462,8 +462,15 @@ impl Fleet {
     /// follow a cohort, whose revisions are those most of them are at (`src/fleet/cohorts.rs`),
     /// so a publication to a whole fleet updates one cohort row, and writes only the agents
     /// not at its revisions.
+    ///
+    /// The flush runs in a task of its own, so a caller that goes away (an HTTP request whose
+    /// client left) cannot stop it between two of its statements, with slots already taken
+    /// as written.
     pub async fn flush(&self) {
-        self.flush_now(false).await;
+        let fleet = self.clone();
+        if let Err(e) = tokio::spawn(async move { fleet.flush_now(false).await }).await {
+            tracing::warn!(error = %e, "the fleet flush failed");
+        }
     }
 
     /// [`Self::flush`]; with `may_wait` (the periodic flush), the revisions of a cohort whose
