@@ -39,6 +39,10 @@ impl Arrivals {
     }
 }
 
+/// How many times a Watch call refused by the server's budget of calls not yet authenticated
+/// is sent again (the backoff's ceilings add up to about 35 s).
+const REOPENS: u32 = 8;
+
 /// How long to wait before sending a refused Watch call again, after `refusals` refusals:
 /// uniform in `0..=min(10 s, 100 ms × 2^refusals)` (full jitter), the agents' reconnect backoff.
 fn reopen_after(refusals: u32) -> Duration {
@@ -80,14 +84,19 @@ pub(in crate::commands) async fn watch(
         let arrivals = arrivals.clone();
         tokio::spawn(async move {
             // A call refused because the server holds too many calls not yet authenticated (an
-            // opening storm) is sent again after a jittered backoff, as agents do.
+            // opening storm) is sent again after a jittered backoff, as agents do, up to
+            // REOPENS times; other refusals (a token's stream limit) are reported.
             let mut refusals = 0u32;
             let resp = loop {
                 let mut req = tonic::Request::new(request.clone());
                 req.metadata_mut().insert("authorization", auth.clone());
                 match client.watch(req).await {
                     Ok(resp) => break resp,
-                    Err(status) if status.code() == tonic::Code::ResourceExhausted => {
+                    Err(status)
+                        if status.code() == tonic::Code::ResourceExhausted
+                            && status.message().contains("not yet authenticated")
+                            && refusals < REOPENS =>
+                    {
                         arrivals.retried.fetch_add(1, Ordering::AcqRel);
                         tokio::time::sleep(reopen_after(refusals)).await;
                         refusals += 1;
