@@ -293,7 +293,8 @@ impl Drill {
         // healthy, so only the calls answered before that must have been refused; every
         // refusal, answered before or after, is counted by both sides. The dropping proxy
         // resets each connection at once (UNAVAILABLE); on a host too busy to run it within
-        // the attempt's 195 ms timeout the attempt times out instead: not retried either.
+        // the attempt's 195 ms timeout the attempt times out instead: not retried either (a
+        // quarter of them at most: a proxy that stopped resetting would time them all out).
         let keyless: Vec<&Entry> = entries.iter().filter(|e| !e.keyed).collect();
         let refused = |e: &&&Entry| {
             let f = &e.body["order"]["failed"];
@@ -327,7 +328,7 @@ impl Drill {
         println!("\n== step 4: calls without an idempotency key (every {}th entry request during the storm)", self.plan.keyless_every);
         self.check(
             "step 4: a call without a key fails after 1 attempt (no retry)",
-            !settled.is_empty() && not_refused.is_empty(),
+            !settled.is_empty() && not_refused.is_empty() && timed_out * 4 <= keyless.len(),
             format!(
                 "{} of {} keyless requests answered before inventory recovered failed after 1 attempt ({} more in flight then; {timed_out} of all timed out rather than UNAVAILABLE: the proxy ran late){}",
                 settled.len() - not_refused.len(),
