@@ -59,7 +59,7 @@ struct Beginning {
     none: Notify,
 }
 
-/// One transaction waiting for the write lock, until dropped.
+/// One transaction waiting to begin, until dropped.
 struct Waiting<'a>(&'a Beginning);
 
 impl Drop for Waiting<'_> {
@@ -71,9 +71,9 @@ impl Drop for Waiting<'_> {
 }
 
 /// Longest one bulk write of the fleet (all its statements together) lets transactions go
-/// first: under a steady stream of transactions it still goes on. With 2 s, a flush of the
-/// agents of a 100,000-stream opening storm, made while uploads and approvals went on, used
-/// it up and stopped letting them go first (an approval of 896 ms).
+/// first: long enough for a flush made while uploads and approvals go on (16 of each take
+/// about a second during an opening storm), bounded so that a steady stream of transactions
+/// cannot hold the fleet's writes back for good.
 pub(super) const YIELD_AT_MOST: Duration = Duration::from_secs(10);
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -189,9 +189,9 @@ impl SqlStore {
     /// Waits (on SQLite; never past `until`) until no transaction waits to begin. The fleet's
     /// bulk writes (thousands of agents after an opening storm, in a few statements) call it
     /// before each statement, with one `until` ([`YIELD_AT_MOST`] from their start) for all
-    /// of them: SQLite's busy handler is no queue (a waiting connection sleeps 1, 2, 5 … 100
-    /// ms between tries, and a writer that comes along meanwhile takes the lock), so without
-    /// it an approval waited behind statement after statement, up to 1.4 s.
+    /// of them. SQLite's busy handler is no queue: a waiting connection sleeps 1, 2, 5 … 100
+    /// ms between tries, and a statement that comes along meanwhile takes the lock first, so
+    /// without it a transaction (an approval) could wait behind statement after statement.
     async fn after_transactions(&self, until: tokio::time::Instant) {
         if self.backend != Backend::Sqlite {
             return;
