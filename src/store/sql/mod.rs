@@ -269,6 +269,15 @@ mod tests {
         assert_eq!(placeholders(Backend::Postgres, 2, 2), "($1, $2), ($3, $4)");
     }
 
+    /// A SQLite store in `dir`, and its file.
+    async fn sqlite_in(dir: &tempfile::TempDir) -> (std::path::PathBuf, SqlStore) {
+        let file = dir.path().join("budgetd.db");
+        let store = crate::store::sqlite::open(&format!("sqlite:{}", file.display()))
+            .await
+            .unwrap();
+        (file, store)
+    }
+
     /// A bulk write of the fleet lets a transaction that waits for SQLite's write lock go
     /// first, though SQLite's busy handler would have given the lock to the bulk write: the
     /// transaction has waited long enough to sleep 100 ms between tries, the bulk write
@@ -276,10 +285,7 @@ mod tests {
     #[tokio::test]
     async fn sqlite_bulk_writes_let_a_waiting_transaction_go_first() {
         let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("budgetd.db");
-        let store = crate::store::sqlite::open(&format!("sqlite:{}", file.display()))
-            .await
-            .unwrap();
+        let (_, store) = sqlite_in(&dir).await;
         sqlx::query("CREATE TABLE turns (who TEXT NOT NULL)")
             .execute(&store.pool)
             .await
@@ -332,10 +338,7 @@ mod tests {
     #[tokio::test]
     async fn sqlite_commits_leave_checkpoints_to_the_background() {
         let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("budgetd.db");
-        let store = crate::store::sqlite::open(&format!("sqlite:{}", file.display()))
-            .await
-            .unwrap();
+        let (file, store) = sqlite_in(&dir).await;
         let pages: i64 = sqlx::query_scalar("PRAGMA wal_autocheckpoint")
             .fetch_one(&store.pool)
             .await

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use budget_agent::backoff::ReconnectBackoff;
 use budget_core::example::CHECKOUT_RUN_A;
 use budget_proto::v1::budget_control_client::BudgetControlClient;
 use serde_json::{json, Value};
@@ -43,13 +44,6 @@ impl Arrivals {
 /// is sent again (the backoff's ceilings add up to about 35 s).
 const REOPENS: u32 = 8;
 
-/// How long to wait before sending a refused Watch call again, after `refusals` refusals:
-/// uniform in `0..=min(10 s, 100 ms × 2^refusals)` (full jitter), the agents' reconnect backoff.
-fn reopen_after(refusals: u32) -> Duration {
-    let ceiling_ms = 100u64.saturating_mul(1u64 << refusals.min(7)).min(10_000);
-    Duration::from_millis(rand::random::<u64>() % (ceiling_ms + 1))
-}
-
 pub(in crate::commands) async fn watch(
     args: WatchArgs,
     admin: &Client,
@@ -86,7 +80,7 @@ pub(in crate::commands) async fn watch(
             // A call refused because the server holds too many calls not yet authenticated (an
             // opening storm) is sent again after a jittered backoff, as agents do, up to
             // REOPENS times; other refusals (a token's stream limit) are reported.
-            let mut refusals = 0u32;
+            let (mut refusals, mut backoff) = (0u32, ReconnectBackoff::default());
             let resp = loop {
                 let mut req = tonic::Request::new(request.clone());
                 req.metadata_mut().insert("authorization", auth.clone());
@@ -98,7 +92,8 @@ pub(in crate::commands) async fn watch(
                             && refusals < REOPENS =>
                     {
                         arrivals.retried.fetch_add(1, Ordering::AcqRel);
-                        tokio::time::sleep(reopen_after(refusals)).await;
+                        let wait = backoff.next_delay(|max| rand::random::<u64>() % (max + 1));
+                        tokio::time::sleep(wait).await;
                         refusals += 1;
                     }
                     Err(status) => return arrivals.ended(format!("a Watch call failed: {status}")),
