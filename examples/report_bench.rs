@@ -217,6 +217,7 @@ async fn main() {
                 let mut req = tonic::Request::new(ReportRequest {
                     agent_id: agent_id.clone(),
                     windows: windows(&hdr),
+                    ..Default::default()
                 });
                 req.metadata_mut().insert("authorization", auth.clone());
                 let t = Instant::now();

@@ -105,6 +105,8 @@ static TRANSITIONS: LazyLock<Mutex<BTreeMap<(String, &'static str), u64>>> =
     LazyLock::new(Default::default);
 static REPORT_WINDOWS: AtomicU64 = AtomicU64::new(0);
 static REPORT_WINDOWS_REFUSED: AtomicU64 = AtomicU64::new(0);
+static REPORT_RESENDS_STORED_BEFORE: AtomicU64 = AtomicU64::new(0);
+static REPORT_RESENDS_COUNTED: AtomicU64 = AtomicU64::new(0);
 
 /// The alerts firing now, by rule.
 pub fn alerts_firing(by_rule: BTreeMap<String, u64>) {
@@ -125,6 +127,13 @@ pub fn alert_transition(rule: &str, firing: bool) {
 pub fn report_windows(accepted: u64, refused: u64) {
     REPORT_WINDOWS.fetch_add(accepted, Relaxed);
     REPORT_WINDOWS_REFUSED.fetch_add(refused, Relaxed);
+}
+
+/// Reports sent again by their agents at a commit: stored before (not counted again), or
+/// counted now.
+pub fn report_resends(stored_before: u64, counted: u64) {
+    REPORT_RESENDS_STORED_BEFORE.fetch_add(stored_before, Relaxed);
+    REPORT_RESENDS_COUNTED.fetch_add(counted, Relaxed);
 }
 
 /// An HTTP request on `route` (the route template) took `d`.
@@ -197,6 +206,17 @@ pub fn render(out: &mut String) {
         out,
         "budgetd_report_windows_total{{result=\"refused\"}} {}",
         REPORT_WINDOWS_REFUSED.load(Relaxed)
+    );
+    out.push_str("# HELP budgetd_report_resends_total Reports their agents sent again after a lost answer: stored before (not counted again) or counted at this commit.\n# TYPE budgetd_report_resends_total counter\n");
+    let _ = writeln!(
+        out,
+        "budgetd_report_resends_total{{result=\"stored_before\"}} {}",
+        REPORT_RESENDS_STORED_BEFORE.load(Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "budgetd_report_resends_total{{result=\"counted\"}} {}",
+        REPORT_RESENDS_COUNTED.load(Relaxed)
     );
     out.push_str("# HELP budgetd_http_request_duration_seconds HTTP request duration by route.\n# TYPE budgetd_http_request_duration_seconds histogram\n");
     let routes: Vec<_> = HTTP

@@ -11,10 +11,16 @@
 //! whole bake, and those rows are written in the same transaction as the rollups: a canary's
 //! health never counts a window its rollups do not, nor counts one twice when a batch fails.
 //!
+//! A report its agent sends again (`resend`: its answer was lost, so it may be stored) is kept
+//! apart from the batch's sums until the commit, which reads its agent's last stored report id
+//! and counts it only if the id differs; each agent's last counted id is written in the
+//! commit's transaction. A resend whose report is in the same batch already is not kept.
+//!
 //! Memory: a batch holds one entry per (chain, segment, rollup) reported since the last commit
 //! (segments of published chains only, rollups at most 11 minutes old), and per (canary,
-//! segment, rollup or whole bake) of canary agents' windows, each with one histogram; the
-//! counts of reports are not kept.
+//! segment, rollup or whole bake) of canary agents' windows, each with one histogram, and
+//! the id of each agent's last report; the counts of reports are not kept. Resends are held
+//! whole until the commit, charged to their calls' budgets until then.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,7 +31,7 @@ use hdrhistogram::Histogram;
 use tokio::sync::watch;
 
 use super::hdr;
-use crate::store::feedback::{Rollup, ROLLUP_AGENT_NAMES};
+use crate::store::feedback::{LastReport, Rollup, ROLLUP_AGENT_NAMES};
 use crate::store::{CanaryHealthRow, Store, WHOLE_BAKE};
 
 /// One window of a report, checked and converted.
@@ -140,9 +146,28 @@ impl Commit {
     }
 }
 
+/// A report's id (`ReportRequest.report_id`), and whether its agent sends it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    pub id: [u8; 16],
+    pub resend: bool,
+}
+
+/// A report sent again, kept apart until the commit: counted only if its id is not the last
+/// its agent has stored.
+struct Resend {
+    agent: String,
+    id: [u8; 16],
+    windows: Vec<Window>,
+    canary: CanarySums,
+}
+
 struct Batch {
     deltas: HashMap<Key, Acc>,
     canary: CanarySums,
+    /// The id of each agent's last report counted in this batch.
+    last: HashMap<String, [u8; 16]>,
+    resends: Vec<Resend>,
     done: watch::Sender<Outcome>,
 }
 
@@ -151,7 +176,35 @@ impl Batch {
         Self {
             deltas: HashMap::new(),
             canary: HashMap::new(),
+            last: HashMap::new(),
+            resends: Vec::new(),
             done: watch::channel(None).0,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.deltas.is_empty() && self.resends.is_empty()
+    }
+
+    /// Whether `agent`'s report `id` is already in this batch.
+    fn holds(&self, agent: &str, id: &[u8; 16]) -> bool {
+        self.last.get(agent) == Some(id)
+            || self.resends.iter().any(|r| r.agent == agent && r.id == *id)
+    }
+
+    /// Counts `agent`'s `windows` and their `canary` sums in this batch.
+    fn add(&mut self, rollup_ms: i64, agent: &str, windows: Vec<Window>, canary: CanarySums) {
+        add_sums(&mut self.canary, canary);
+        for w in windows {
+            let key = (
+                w.chain,
+                w.segment,
+                w.start_ms.div_euclid(rollup_ms) * rollup_ms,
+            );
+            let acc = self.deltas.entry(key).or_insert_with(Acc::new);
+            acc.counts.add(&w.counts);
+            hdr::add(&mut acc.latency, &w.latency);
+            acc.add_agent(agent);
         }
     }
 }
@@ -197,20 +250,44 @@ impl Rollups {
     }
 
     /// Merges `windows` of `agent`, and `canary`, the sums of those of them that count for
-    /// a canary, into the current batch (they are dropped here); wait on the answer until the
-    /// batch is committed.
-    pub fn merge(&self, agent: &str, windows: Vec<Window>, canary: CanarySums) -> Commit {
+    /// a canary, into the current batch; wait on the answer until the batch is committed.
+    ///
+    /// A report sent again (`sent.resend`) is not counted if the same report is in this batch
+    /// already; otherwise it is kept apart, and the commit counts it only if it is not the
+    /// last report its agent has stored (a batch committed before this one, on any replica).
+    pub fn merge(
+        &self,
+        agent: &str,
+        sent: Option<Sent>,
+        windows: Vec<Window>,
+        canary: CanarySums,
+    ) -> Commit {
         if windows.is_empty() {
             return Commit(None);
         }
         let mut batch = lock(&self.batch);
-        add_sums(&mut batch.canary, canary);
-        for w in windows {
-            let key = (w.chain, w.segment, self.rollup_of(w.start_ms));
-            let acc = batch.deltas.entry(key).or_insert_with(Acc::new);
-            acc.counts.add(&w.counts);
-            hdr::add(&mut acc.latency, &w.latency);
-            acc.add_agent(agent);
+        match sent {
+            Some(Sent { id, resend: true }) => {
+                if batch.holds(agent, &id) {
+                    crate::observe::report_resends(1, 0);
+                } else {
+                    batch.resends.push(Resend {
+                        agent: agent.to_owned(),
+                        id,
+                        windows,
+                        canary,
+                    });
+                }
+            }
+            // Its resend came first (it overtook the report on another connection).
+            Some(Sent { id, resend: false }) if batch.holds(agent, &id) => {
+                crate::observe::report_resends(1, 0);
+            }
+            Some(Sent { id, resend: false }) => {
+                batch.add(self.rollup_ms, agent, windows, canary);
+                batch.last.insert(agent.to_owned(), id);
+            }
+            None => batch.add(self.rollup_ms, agent, windows, canary),
         }
         Commit(Some(batch.done.subscribe()))
     }
@@ -220,18 +297,52 @@ impl Rollups {
     /// batch learns the outcome.
     pub async fn flush(&self) {
         let _one = self.flushing.lock().await;
-        let batch = std::mem::replace(&mut *lock(&self.batch), Batch::new());
-        if batch.deltas.is_empty() {
+        let mut batch = std::mem::replace(&mut *lock(&self.batch), Batch::new());
+        if batch.is_empty() {
             return;
         }
-        let outcome = self.commit(batch.deltas, batch.canary).await;
+        let outcome = self.commit(&mut batch).await;
         if let Err(e) = &outcome {
             tracing::warn!(error = %e, "report rollups not stored; agents will send again");
         }
         batch.done.send_replace(Some(outcome));
     }
 
-    async fn commit(&self, deltas: HashMap<Key, Acc>, canary: CanarySums) -> Result<(), String> {
+    /// Counts the resends of `batch` that its agents have not stored already. Returns how
+    /// many were stored before, and how many are counted now.
+    async fn count_resends(&self, batch: &mut Batch) -> Result<(u64, u64), String> {
+        if batch.resends.is_empty() {
+            return Ok((0, 0));
+        }
+        let agents: BTreeSet<String> = batch.resends.iter().map(|r| r.agent.clone()).collect();
+        let stored = self
+            .store
+            .last_reports(&agents.into_iter().collect::<Vec<_>>())
+            .await
+            .map_err(|e| e.to_string())?;
+        let (mut again, mut counted) = (0, 0);
+        for r in std::mem::take(&mut batch.resends) {
+            if stored.get(&r.agent) == Some(&hex::encode(r.id))
+                || batch.last.get(&r.agent) == Some(&r.id)
+            {
+                again += 1;
+                continue;
+            }
+            counted += 1;
+            batch.add(self.rollup_ms, &r.agent, r.windows, r.canary);
+            batch.last.insert(r.agent, r.id);
+        }
+        Ok((again, counted))
+    }
+
+    async fn commit(&self, batch: &mut Batch) -> Result<(), String> {
+        let (again, counted) = self.count_resends(batch).await?;
+        let deltas = std::mem::take(&mut batch.deltas);
+        let canary = std::mem::take(&mut batch.canary);
+        if deltas.is_empty() {
+            crate::observe::report_resends(again, counted);
+            return Ok(());
+        }
         let from = deltas.keys().map(|k| k.2).min().unwrap_or(0);
         let existing = self
             .store
@@ -262,10 +373,21 @@ impl Rollups {
             })
             .collect();
         let health = self.health_rows(canary, &at).await?;
+        let stored_ms = crate::clock::now_ms();
+        let reports: Vec<LastReport> = std::mem::take(&mut batch.last)
+            .into_iter()
+            .map(|(agent_id, id)| LastReport {
+                agent_id,
+                report_id: hex::encode(id),
+                stored_ms,
+            })
+            .collect();
         self.store
-            .write_rollups(&rows, &health)
+            .write_rollups(&rows, &health, &reports)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        crate::observe::report_resends(again, counted);
+        Ok(())
     }
 
     /// This writer's canary health rows with `canary` added: its running totals per canary,

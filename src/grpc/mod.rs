@@ -148,8 +148,15 @@ impl BudgetControl for Control {
                 .hold(bytes)
                 .map_err(|s| ApiError::new(Code::TooManyRequests, s.message()))
         };
-        let accepted =
-            feedback::report(&self.state, &principal, &req.agent_id, windows, &hold).await?;
+        let accepted = feedback::report(
+            &self.state,
+            &principal,
+            &req.agent_id,
+            (&req.report_id, req.resend),
+            windows,
+            &hold,
+        )
+        .await?;
         Ok(Response::new(ReportResponse {
             accepted_windows: i64::try_from(accepted).unwrap_or(i64::MAX),
         }))

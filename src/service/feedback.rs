@@ -20,7 +20,7 @@ use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, Code};
 use crate::feedback::hdr;
 use crate::feedback::production::{self, Span};
-use crate::feedback::rollup::Window;
+use crate::feedback::rollup::{Sent, Window};
 use crate::state::AppState;
 use crate::store::feedback::Webhook;
 use crate::store::StoredBaseline;
@@ -198,6 +198,21 @@ fn check_window(
     })
 }
 
+/// `ReportRequest.report_id` and `resend`: 16 bytes or none, and a resend only with an id.
+fn sent_of(report_id: &[u8], resend: bool) -> ApiResult<Option<Sent>> {
+    match (<[u8; 16]>::try_from(report_id), resend) {
+        (Ok(id), _) => Ok(Some(Sent { id, resend })),
+        (Err(_), false) if report_id.is_empty() => Ok(None),
+        (Err(_), true) if report_id.is_empty() => Err(ApiError::bad_request(
+            "resend is set without a report_id: a resend names the report it repeats",
+        )),
+        (Err(_), _) => Err(ApiError::bad_request(format!(
+            "report_id holds {} bytes; it is 16 random bytes, or empty",
+            report_id.len()
+        ))),
+    }
+}
+
 /// What a report holds of its call's budgets (the listener's, and its token's share): one
 /// permit per budget, given back when dropped.
 pub struct Held(Vec<OwnedSemaphorePermit>);
@@ -228,12 +243,14 @@ pub async fn report(
     state: &AppState,
     principal: &Principal,
     agent_id: &str,
+    (report_id, resend): (&[u8], bool),
     windows: Vec<ReportWindow>,
     hold: &(dyn Fn(usize) -> ApiResult<Held> + Sync),
 ) -> ApiResult<u64> {
     let decoded = hold(held_bytes(&windows))?;
     require_agent(principal)?;
     check_id("agent_id", agent_id)?;
+    let sent = sent_of(report_id, resend)?;
     if windows.len() > MAX_REPORT_WINDOWS {
         return Err(ApiError::bad_request(format!(
             "a report holds at most {MAX_REPORT_WINDOWS} windows; send the rest in another"
@@ -308,13 +325,18 @@ pub async fn report(
     let canary = super::rollouts::canary_sums(state, &hub, agent_id, &accepted)
         .await
         .map_err(|e| ApiError::new(Code::Unavailable, format!("report not stored: {e}")))?;
-    let commit = state.reports.rollups.merge(agent_id, accepted, canary);
-    drop(checked);
+    let commit = state
+        .reports
+        .rollups
+        .merge(agent_id, sent, accepted, canary);
+    // A resend's windows stay apart until the commit: charged to the caller until then.
+    let kept = sent.is_some_and(|s| s.resend).then_some(checked);
     drop(decoding);
     commit
         .wait()
         .await
         .map_err(|e| ApiError::new(Code::Unavailable, format!("report not stored: {e}")))?;
+    drop(kept);
     crate::observe::report_windows(n, total - n);
     Ok(n)
 }

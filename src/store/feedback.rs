@@ -1,6 +1,8 @@
 //! Runtime feedback (SPEC §8): per-minute rollups of agents' reports, alerts, webhooks and
 //! their delivery outbox.
 
+use std::collections::HashMap;
+
 use async_trait::async_trait;
 use budget_core::feedback::Counts;
 
@@ -112,22 +114,41 @@ impl WebhookEvent {
     }
 }
 
+/// The last report stored of an agent, written with the rollups that counted it, so that the
+/// same report sent again is not counted twice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastReport {
+    pub agent_id: String,
+    /// The report's id, in lowercase hex.
+    pub report_id: String,
+    /// When it was stored (Unix ms).
+    pub stored_ms: i64,
+}
+
 /// The webhook events of an alert transition, made from the alert as stored.
 pub type EventsOf = dyn for<'a> Fn(&'a Alert) -> Vec<WebhookEvent> + Send + Sync;
 
 #[async_trait]
 pub trait Feedback: Send + Sync {
-    /// Writes rollup rows and canary health rows (each replacing the same key's row), in one
-    /// transaction of multi-row statements: never a statement per agent, and neither kind
-    /// without the other.
-    async fn write_rollups(&self, rows: &[Rollup], health: &[CanaryHealthRow]) -> StoreResult<()>;
+    /// Writes rollup rows and canary health rows (each replacing the same key's row), and the
+    /// last report of each agent they counted, in one transaction of multi-row statements:
+    /// never a statement per agent, and no kind without the others.
+    async fn write_rollups(
+        &self,
+        rows: &[Rollup],
+        health: &[CanaryHealthRow],
+        reports: &[LastReport],
+    ) -> StoreResult<()>;
+    /// The id of the last report stored of each of `agents` that has one (by agent id).
+    async fn last_reports(&self, agents: &[String]) -> StoreResult<HashMap<String, String>>;
     /// The rows `writer` wrote for minutes at or after `from`.
     async fn writer_rollups(&self, writer: &str, from: i64) -> StoreResult<Vec<Rollup>>;
     /// The rollups of `chain` (every segment, every writer) with `from <= minute < to`.
     async fn read_rollups(&self, chain: &str, from: i64, to: i64) -> StoreResult<Vec<Rollup>>;
     /// Chains with rollups at or after `from`.
     async fn reporting_chains(&self, from: i64) -> StoreResult<Vec<String>>;
-    /// Deletes rollups of minutes before `before`; returns how many rows.
+    /// Deletes rollups of minutes before `before`, and the last reports of agents stored
+    /// before it; returns how many rollup rows.
     async fn expire_rollups(&self, before: i64) -> StoreResult<u64>;
 
     /// Records `alert` as firing since `at`, with its events for webhooks, unless

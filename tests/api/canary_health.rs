@@ -96,6 +96,7 @@ async fn report(app: &TestApp, token: &str, agent: &str, window: SegmentWindow) 
             ReportRequest {
                 agent_id: agent.into(),
                 windows: vec![window],
+                ..Default::default()
             },
         ))
         .await
@@ -326,6 +327,7 @@ async fn a_report_whose_batch_fails_counts_for_the_canary_once_resent() {
                         ReportRequest {
                             agent_id: "in".into(),
                             windows: vec![healthy],
+                            ..Default::default()
                         },
                     ))
                     .await

@@ -21,14 +21,14 @@ use crate::helpers::{
     draft_a, settings_for, spawn_app_on, spawn_replica_with, Backend, TestApp, TestDb, ADMIN_TOKEN,
 };
 
-const SEGMENT: &str = "order->inventory";
+pub(crate) const SEGMENT: &str = "order->inventory";
 
-fn fast(s: &mut Settings) {
+pub(crate) fn fast(s: &mut Settings) {
     s.feedback.rollup_ms = 1000;
     s.feedback.evaluate_every_ms = 200;
 }
 
-async fn fast_app(backend: Backend) -> Option<TestApp> {
+pub(crate) async fn fast_app(backend: Backend) -> Option<TestApp> {
     let db = TestDb::new(backend).await?;
     Some(
         spawn_app_on(db, |url| {
@@ -40,7 +40,7 @@ async fn fast_app(backend: Backend) -> Option<TestApp> {
     )
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
@@ -57,7 +57,7 @@ pub fn hdr(values_us: &[u64]) -> Vec<u8> {
 
 /// A window of `calls` calls starting at `start`: `attempts` attempts, the extra ones retries
 /// on `cause`, every call `ok` with `latencies` as its successful attempts' latencies.
-fn window(
+pub(crate) fn window(
     start: i64,
     calls: u64,
     attempts: u64,
@@ -91,6 +91,7 @@ async fn report(
             ReportRequest {
                 agent_id: agent.into(),
                 windows,
+                ..Default::default()
             },
         ))
         .await
@@ -98,7 +99,7 @@ async fn report(
 }
 
 /// Publishes run A on `checkout` and returns an agent token whose agent `agent` has watched.
-async fn published_with_agent(app: &TestApp, agent: &str) -> String {
+pub(crate) async fn published_with_agent(app: &TestApp, agent: &str) -> String {
     let p = app.people().await;
     let id = draft_a(app, &p).await;
     app.approve(&p.approver, &id).await.expect(200);
@@ -113,7 +114,7 @@ async fn published_with_agent(app: &TestApp, agent: &str) -> String {
     token
 }
 
-async fn production(app: &TestApp, window: &str) -> Value {
+pub(crate) async fn production(app: &TestApp, window: &str) -> Value {
     app.get(
         &format!("/api/v1/chains/checkout/production?window={window}"),
         ADMIN_TOKEN,
@@ -123,7 +124,7 @@ async fn production(app: &TestApp, window: &str) -> Value {
     .json()
 }
 
-fn segment<'a>(view: &'a Value, id: &str) -> &'a Value {
+pub(crate) fn segment<'a>(view: &'a Value, id: &str) -> &'a Value {
     view["segments"]
         .as_array()
         .unwrap()
@@ -348,6 +349,7 @@ async fn a_reports_decoded_size_is_charged() {
     let wire = budget_proto::codec::frame(&ReportRequest {
         agent_id: "order-1".into(),
         windows: windows.clone(),
+        ..Default::default()
     })
     .len();
     assert!(wire < (1 << 20) - 9 * 1024, "{wire} bytes on the wire");
@@ -425,6 +427,7 @@ async fn a_burst_of_reports_is_decoded_a_few_at_a_time() {
                 ReportRequest {
                     agent_id: "order-1".into(),
                     windows: vec![busy; 2],
+                    ..Default::default()
                 },
             );
             start.wait().await;
@@ -487,6 +490,7 @@ impl Queue {
                 ReportRequest {
                     agent_id: agent.into(),
                     windows: heavy.clone(),
+                    ..Default::default()
                 },
             );
             let answered = answered.clone();
@@ -594,6 +598,7 @@ async fn a_report_given_up_while_it_waits_is_not_stored() {
         ReportRequest {
             agent_id: "order-1".into(),
             windows: vec![given_up],
+            ..Default::default()
         },
     );
     let waited = tokio::time::timeout(Duration::from_millis(200), c.report(req)).await;

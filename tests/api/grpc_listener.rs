@@ -197,6 +197,7 @@ async fn a_unary_call_is_answered_once_its_message_is_in() {
     let report = budget_proto::codec::frame(&budget_proto::v1::ReportRequest {
         agent_id: "order-1".into(),
         windows: Vec::new(),
+        ..Default::default()
     });
     // The message arrives in two parts, the prefix split, and the request is never ended.
     let (mut send, response) = open_call(addr, REPORT, Some(&agent), &report[..3]).await;
@@ -382,6 +383,7 @@ async fn empty_report(
     let req = budget_proto::v1::ReportRequest {
         agent_id: agent.into(),
         windows: Vec::new(),
+        ..Default::default()
     };
     client.report(crate::grpc::authed(token, req)).await
 }

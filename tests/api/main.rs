@@ -34,6 +34,7 @@ mod processes;
 mod readme;
 mod releases;
 mod replicas;
+mod report_resends;
 mod review;
 mod s3;
 mod store_contract;

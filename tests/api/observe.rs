@@ -9,13 +9,13 @@ use crate::grpc::{authed, client, next, watch_req};
 use crate::helpers::draft_a;
 use crate::helpers::{example, TestApp};
 
-async fn metrics(app: &TestApp) -> String {
+pub(crate) async fn metrics(app: &TestApp) -> String {
     let a = app.raw(app.http.get(app.url("/metrics"))).await.expect(200);
     String::from_utf8(a.body.to_vec()).unwrap()
 }
 
 /// The value of the sample line starting with `series ` (name and labels, exactly).
-fn sample(text: &str, series: &str) -> Option<f64> {
+pub(crate) fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }

@@ -1250,6 +1250,7 @@ async fn rollouts_contract(backend: Backend) {
             row("order->inventory", "one", 60_000, counts(4, 4)),
             row("order->inventory", "one", WHOLE_BAKE, counts(10, 12)),
         ],
+        &[],
     )
     .await
     .unwrap();
@@ -1260,12 +1261,14 @@ async fn rollouts_contract(backend: Backend) {
             row("order->inventory", "two", WHOLE_BAKE, counts(5, 9)),
             row("order->user", "two", WHOLE_BAKE, counts(1, 1)),
         ],
+        &[],
     )
     .await
     .unwrap();
     a.write_rollups(
         &[],
         &[row("order->inventory", "one", WHOLE_BAKE, counts(11, 14))],
+        &[],
     )
     .await
     .unwrap();
@@ -1318,7 +1321,7 @@ async fn rollouts_contract(backend: Backend) {
     let many: Vec<CanaryHealthRow> = (0..2_500)
         .map(|i| row("order->user", "three", 600_000 + i * 60_000, counts(1, 1)))
         .collect();
-    a.write_rollups(&[], &many).await.unwrap();
+    a.write_rollups(&[], &many, &[]).await.unwrap();
     let three = b.writer_canary_health(&second, "three", 0).await.unwrap();
     assert_eq!(three.len(), 2_500);
 

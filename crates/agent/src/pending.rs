@@ -84,13 +84,6 @@ impl Pending {
         std::mem::take(&mut self.windows).into_values().collect()
     }
 
-    /// Puts back windows that could not be sent, merging them with any added since.
-    pub(crate) fn restore(&mut self, windows: Vec<v1::SegmentWindow>) {
-        for w in windows {
-            self.add(w);
-        }
-    }
-
     pub(crate) fn len(&self) -> usize {
         self.windows.len()
     }
@@ -183,18 +176,6 @@ mod tests {
         let kept = p.take_all();
         let first = kept.iter().map(|w| w.start_unix_ms / MIN).min();
         assert_eq!(first, Some(4), "the oldest minutes went first");
-
-        // A failed batch put back merges with what arrived meanwhile, under the same bound.
-        let mut p = Pending::default();
-        p.add(window("a->b", 14 * MIN + 10_000, 2, 100));
-        p.restore(kept);
-        assert_eq!(p.len(), 2 * MAX_MINUTES);
-        let back = p.take_all();
-        let last = back
-            .iter()
-            .find(|w| w.segment == "a->b" && w.start_unix_ms / MIN == 14)
-            .unwrap();
-        assert_eq!(last.calls, 3);
     }
 
     #[test]

@@ -10,18 +10,23 @@
 //!   (at most 2.5 s), so a fleet's reports do not reach the control plane together.
 //!   Counts are attributed to the window in which they are taken: a call ending a few
 //!   milliseconds after a boundary, before the take, lands in the window before it.
-//! - A request that fails (control plane down, timeout) leaves its windows pending, merged per
-//!   segment and minute and bounded (`pending`); they go with the next report, after the watch
-//!   task has reconnected or failed over. A request answered INVALID_ARGUMENT (malformed) or
-//!   UNIMPLEMENTED (a control plane without Report) is dropped, as it would fail forever, and
-//!   counted in `dropped_windows`.
+//! - Every report carries 16 random bytes of its own (`report_id`). A request that fails
+//!   (control plane down, timeout, lost connection) may still have been stored, so it is kept
+//!   as it was, *in doubt*, and sent again first, with `resend` set and the same id and
+//!   windows, until it is answered: a control plane that stored it already answers without
+//!   counting it again. Meanwhile newer windows wait in `pending`, merged per segment and
+//!   minute and bounded; they go in a report of their own once the one in doubt is answered,
+//!   after the watch task has reconnected or failed over. A request answered
+//!   INVALID_ARGUMENT (malformed) or UNIMPLEMENTED (a control plane without Report) is
+//!   dropped, as it would fail forever, and counted in `dropped_windows`.
 //! - Nothing here runs on a call's path: calls only record into the counts (`counts`).
 //!   Sending never panics; failures are logged (the first of a series as a warning).
 //! - [`crate::Agent::flush_report`] sends the partial window now; on shutdown the task sends
 //!   the last partial window, giving up after [`FINAL_REPORT_TIMEOUT`].
 //!
-//! Windows with no call are not sent. A report whose answer is lost after the control plane
-//! stored it is sent again (the protocol has no report id): at worst one window counted twice.
+//! Windows with no call are not sent. Windows of a report in doubt that grow too old for the
+//! control plane are dropped from it (and counted in `dropped_windows`) before it is sent
+//! again.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -79,12 +84,21 @@ struct State {
     /// The end of the last window taken (Unix ms); the next window starts there.
     last_end_ms: i64,
     pending: Pending,
+    /// The report whose answer never came, sent again before anything newer.
+    in_doubt: Option<InDoubt>,
     sent_windows: u64,
     failed_reports: u64,
     /// Whether the last request failed (to log a series of failures once).
     failing: bool,
     /// `pending.dropped()` when last logged.
     dropped_logged: u64,
+}
+
+/// A report sent whose answer never came: it may have been stored.
+#[derive(Debug, Clone)]
+struct InDoubt {
+    id: [u8; 16],
+    windows: Vec<v1::SegmentWindow>,
 }
 
 /// Refuses a `report_window` that does not divide a minute (before anything connects).
@@ -129,6 +143,7 @@ impl Reporter {
             state: Mutex::new(State {
                 last_end_ms: wall_ms(),
                 pending: Pending::default(),
+                in_doubt: None,
                 sent_windows: 0,
                 failed_reports: 0,
                 failing: false,
@@ -192,7 +207,7 @@ impl Reporter {
         ReportStats {
             segments,
             counting_bytes,
-            pending_windows: st.pending.len(),
+            pending_windows: st.pending.len() + st.in_doubt.as_ref().map_or(0, |d| d.windows.len()),
             sent_windows: st.sent_windows,
             dropped_windows: st.pending.dropped(),
             failed_reports: st.failed_reports,
@@ -212,13 +227,20 @@ impl Reporter {
         self.send(limit).await
     }
 
-    /// Sends every pending window within `limit`. Returns how many windows the control plane
-    /// accepted.
+    /// Sends the report in doubt, if any, then every pending window, within `limit`. Returns
+    /// how many windows the control plane accepted.
     async fn send(&self, limit: Duration) -> Result<u64, ReportError> {
         let _one_at_a_time = self.sending.lock().await;
-        let batch = {
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut accepted = 0;
+        let doubt = {
             let mut st = self.state();
-            st.pending.drop_stale(wall_ms());
+            let now = wall_ms();
+            st.pending.drop_stale(now);
+            let doubt = st
+                .in_doubt
+                .take()
+                .and_then(|d| self.fresh_part(&mut st, d, now));
             let dropped = st.pending.dropped();
             if dropped > st.dropped_logged {
                 warn!(
@@ -228,18 +250,55 @@ impl Reporter {
                 );
                 st.dropped_logged = dropped;
             }
-            st.pending.take_all()
+            doubt
         };
-        if batch.is_empty() {
-            return Ok(0);
+        if let Some(doubt) = doubt {
+            match self.deliver(doubt, true, deadline).await {
+                Ok(n) => accepted += n,
+                // Refused: dropped, and counted; what is pending goes on.
+                Err(ReportError::Refused(_)) => {}
+                Err(e) => return Err(e),
+            }
         }
-        let count = batch.len() as u64;
+        let windows = self.state().pending.take_all();
+        if windows.is_empty() {
+            return Ok(accepted);
+        }
+        let report = InDoubt {
+            id: rand::random(),
+            windows,
+        };
+        Ok(accepted + self.deliver(report, false, deadline).await?)
+    }
+
+    /// `doubt` without the windows too old for the control plane (counted as dropped), or
+    /// `None` when none is left.
+    fn fresh_part(&self, st: &mut State, mut doubt: InDoubt, now_ms: i64) -> Option<InDoubt> {
+        let before = doubt.windows.len();
+        let limit = now_ms.saturating_sub(crate::pending::MAX_AGE_MS);
+        doubt.windows.retain(|w| w.end_unix_ms >= limit);
+        st.pending
+            .count_refused((before - doubt.windows.len()) as u64);
+        (!doubt.windows.is_empty()).then_some(doubt)
+    }
+
+    /// Sends `report` (again, with `resend`) by `deadline`. A report not answered stays in
+    /// doubt; one refused is dropped.
+    async fn deliver(
+        &self,
+        report: InDoubt,
+        resend: bool,
+        deadline: tokio::time::Instant,
+    ) -> Result<u64, ReportError> {
+        let count = report.windows.len() as u64;
         let request = self.auth.authorized(v1::ReportRequest {
             agent_id: self.agent_id.clone(),
-            windows: batch.clone(),
+            windows: report.windows.clone(),
+            report_id: report.id.to_vec(),
+            resend,
         });
         let mut client = self.link.get();
-        let answer = tokio::time::timeout(limit, client.report(request)).await;
+        let answer = tokio::time::timeout_at(deadline, client.report(request)).await;
         let mut st = self.state();
         let reason = match answer {
             Ok(Ok(response)) => {
@@ -251,7 +310,7 @@ impl Reporter {
                     );
                 }
                 if st.failing {
-                    info!(windows = count, "report delivered after failures");
+                    info!(windows = count, resend, "report delivered after failures");
                 }
                 st.failing = false;
                 st.sent_windows += count;
@@ -277,15 +336,15 @@ impl Reporter {
                 return Err(ReportError::Refused(status(&s)));
             }
             Ok(Err(s)) => status(&s),
-            Err(_) => format!("no answer within {limit:?}"),
+            Err(_) => "no answer in time".to_owned(),
         };
-        st.pending.restore(batch);
+        st.in_doubt = Some(report);
         st.failed_reports += 1;
         let pending = st.pending.len();
         if st.failing {
             debug!(%reason, pending, "report failed again");
         } else {
-            warn!(%reason, pending, "report failed; keeping its windows for the next one");
+            warn!(%reason, pending, "report failed; sending it again before newer windows");
             st.failing = true;
         }
         Err(ReportError::Failed(reason))

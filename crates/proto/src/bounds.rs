@@ -144,6 +144,7 @@ mod tests {
         let req = ReportRequest {
             agent_id: "a-1".into(),
             windows: vec![window(&RETRY_CAUSES, &OUTCOMES); MAX_REPORT_WINDOWS],
+            ..Default::default()
         };
         assert_eq!(check(&req), Ok(()));
         assert_eq!(check(&ReportRequest::default()), Ok(()));
@@ -155,6 +156,7 @@ mod tests {
         let req = ReportRequest {
             agent_id: "a-1".into(),
             windows: vec![SegmentWindow::default(); MAX_REPORT_WINDOWS + 1],
+            ..Default::default()
         };
         assert_eq!(
             check(&req),
@@ -167,6 +169,7 @@ mod tests {
         let req = ReportRequest {
             agent_id: "a-1".into(),
             windows: vec![window(&[], &[]), window(&RETRY_CAUSES, &OUTCOMES)],
+            ..Default::default()
         };
         assert_eq!(check(&req), Ok(()));
 
@@ -198,6 +201,7 @@ mod tests {
         let req = ReportRequest {
             agent_id: "a-1".into(),
             windows: vec![window(&[], &[]), many],
+            ..Default::default()
         };
         assert_eq!(
             check(&req),
@@ -213,6 +217,7 @@ mod tests {
         let req = ReportRequest {
             agent_id: "a-1".into(),
             windows: vec![causes],
+            ..Default::default()
         };
         assert_eq!(
             check(&req),
@@ -238,6 +243,7 @@ mod tests {
             ReportRequest {
                 agent_id: "a-1".into(),
                 windows: vec![SegmentWindow::default(); MAX_REPORT_WINDOWS + 1],
+                ..Default::default()
             }
             .encode_to_vec(),
         );

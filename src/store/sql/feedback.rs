@@ -1,6 +1,8 @@
 //! [`Feedback`] over SQL: rollups written as multi-row upserts, alerts fired and resolved once
 //! (a partial unique index on firing rows), webhooks and their delivery outbox.
 
+use std::collections::HashMap;
+
 use async_trait::async_trait;
 use base64::Engine as _;
 use budget_core::feedback::Counts;
@@ -8,11 +10,12 @@ use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::query::Query;
 use sqlx::{Any, Row};
 
+use super::fleet::json_ids;
 use super::tx::{commit, replayed, write_audit};
 use super::{internal, placeholders, rows_query, SqlStore, Tx};
 use crate::store::feedback::{
-    Alert, Delivery, DeliveryJob, EventsOf, Feedback, Nacking, NewAlert, Rollup, Webhook,
-    WebhookEvent,
+    Alert, Delivery, DeliveryJob, EventsOf, Feedback, LastReport, Nacking, NewAlert, Rollup,
+    Webhook, WebhookEvent,
 };
 use crate::store::rollouts::CanaryHealthRow;
 use crate::store::{Audit, StoreError, StoreResult};
@@ -23,6 +26,8 @@ const ROLLUP_COLUMNS: &str = "chain, segment, minute, writer, calls, attempts, r
 const ROLLUP_WIDTH: usize = 18;
 /// Rows per statement: 500 × 18 binds stays far below both backends' limits.
 const ROLLUP_CHUNK: usize = 500;
+/// Agents' last reports per statement (3 binds each).
+const REPORT_CHUNK: usize = 1_000;
 
 const ALERT_COLUMNS: &str =
     "id, rule, chain, segment, state, value, threshold, detail, since, resolved_at";
@@ -206,8 +211,13 @@ async fn change_alert<'q>(
 
 #[async_trait]
 impl Feedback for SqlStore {
-    async fn write_rollups(&self, rows: &[Rollup], health: &[CanaryHealthRow]) -> StoreResult<()> {
-        if rows.is_empty() && health.is_empty() {
+    async fn write_rollups(
+        &self,
+        rows: &[Rollup],
+        health: &[CanaryHealthRow],
+        reports: &[LastReport],
+    ) -> StoreResult<()> {
+        if rows.is_empty() && health.is_empty() && reports.is_empty() {
             return Ok(());
         }
         let mut tx = self.begin().await?;
@@ -251,8 +261,40 @@ impl Feedback for SqlStore {
             q.execute(&mut *tx).await?;
         }
         super::rollouts::put_health_in(&mut tx, self.backend, health).await?;
+        for chunk in reports.chunks(REPORT_CHUNK) {
+            let sql = format!(
+                "INSERT INTO agent_reports (agent_id, report_id, stored_ms) VALUES {} \
+                 ON CONFLICT (agent_id) DO UPDATE SET report_id = excluded.report_id, \
+                 stored_ms = excluded.stored_ms",
+                placeholders(self.backend, chunk.len(), 3)
+            );
+            let mut q = rows_query(&sql, chunk.len(), REPORT_CHUNK);
+            for r in chunk {
+                q = q
+                    .bind(r.agent_id.clone())
+                    .bind(r.report_id.clone())
+                    .bind(r.stored_ms);
+            }
+            q.execute(&mut *tx).await?;
+        }
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn last_reports(&self, agents: &[String]) -> StoreResult<HashMap<String, String>> {
+        if agents.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let rows = sqlx::query(&format!(
+            "SELECT agent_id, report_id FROM agent_reports WHERE agent_id IN ({})",
+            json_ids(self.backend, 1)
+        ))
+        .bind(serde_json::to_string(agents).map_err(internal)?)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect()
     }
 
     async fn writer_rollups(&self, writer: &str, from: i64) -> StoreResult<Vec<Rollup>> {
@@ -293,6 +335,10 @@ impl Feedback for SqlStore {
 
     async fn expire_rollups(&self, before: i64) -> StoreResult<u64> {
         let done = sqlx::query("DELETE FROM report_rollups WHERE minute < $1")
+            .bind(before)
+            .execute(&self.pool)
+            .await?;
+        sqlx::query("DELETE FROM agent_reports WHERE stored_ms < $1")
             .bind(before)
             .execute(&self.pool)
             .await?;

@@ -469,7 +469,7 @@ impl SqlStore {
 
 /// A subquery giving the strings of the JSON array bound as parameter `$n`: a list of ids
 /// travels as one bound value however long it is.
-fn json_ids(backend: Backend, n: usize) -> String {
+pub(super) fn json_ids(backend: Backend, n: usize) -> String {
     match backend {
         Backend::Sqlite => format!("SELECT value FROM json_each(${n})"),
         Backend::Postgres => format!("SELECT jsonb_array_elements_text(CAST(${n} AS jsonb))"),

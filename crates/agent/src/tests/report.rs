@@ -76,7 +76,7 @@ async fn agent(endpoints: &[&Fake], window: Duration) -> Agent {
 }
 
 #[tokio::test]
-async fn windows_kept_while_the_control_plane_fails_arrive_merged_once() {
+async fn a_failed_report_goes_again_as_it_was_before_newer_windows_and_arrives_once() {
     let fake = Fake::default();
     // A minute-long window: the background task stays out of the way (but may send at a
     // minute boundary; the totals below hold either way).
@@ -110,15 +110,38 @@ async fn windows_kept_while_the_control_plane_fails_arrive_merged_once() {
     call(&a, INV, KEY, Ok(())).await;
     let sent = a.flush_report().await.unwrap();
 
+    // The report that failed was sent again as it was (its id, its windows, `resend`), and
+    // nothing newer went before it was answered.
+    let failed = fake.failed_reports();
+    assert_eq!(failed[0].report_id.len(), 16);
+    assert!(!failed[0].resend);
+    for again in &failed[1..] {
+        assert!(again.resend);
+        assert_eq!(
+            (&again.report_id, &again.windows),
+            (&failed[0].report_id, &failed[0].windows)
+        );
+    }
     let reports: Vec<ReportRequest> = fake.reports().into_iter().map(|(r, _)| r).collect();
-    assert!(!reports.is_empty());
+    assert!(reports.len() >= 2, "{reports:?}");
+    assert!(reports[0].resend);
+    assert_eq!(
+        (&reports[0].report_id, &reports[0].windows),
+        (&failed[0].report_id, &failed[0].windows)
+    );
+    // The windows taken meanwhile, merged, in reports of their own, each with a new id.
+    let ids: std::collections::BTreeSet<_> = reports.iter().map(|r| &r.report_id).collect();
+    assert_eq!(ids.len(), reports.len());
+    assert!(reports[1..]
+        .iter()
+        .all(|r| !r.resend && r.report_id.len() == 16));
     for (r, auth) in fake.reports() {
         assert_eq!(auth, "Bearer s3cret-agent-token");
         assert_eq!(r.agent_id, "order-1");
         check_merged(&r.windows);
     }
     let last = reports.last().unwrap();
-    assert_eq!(sent, last.windows.len() as u64);
+    assert!(sent >= last.windows.len() as u64, "{sent}");
     // Nothing lost, nothing counted twice: exactly the calls made, across what was accepted.
     let got = totals(&reports);
     assert_eq!(

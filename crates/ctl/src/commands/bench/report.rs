@@ -162,6 +162,9 @@ pub(in crate::commands) async fn report(
                             latency_hdr: histogram.to_vec(),
                         })
                         .collect(),
+                    // An id as the agents send (the server keeps each agent's last one).
+                    report_id: rng.gen::<[u8; 16]>().to_vec(),
+                    resend: false,
                 };
                 let mut req = tonic::Request::new(request);
                 req.metadata_mut().insert("authorization", auth.clone());
@@ -219,6 +222,8 @@ pub(in crate::commands) async fn report(
             };
             segments
         ],
+        report_id: vec![0; 16],
+        resend: false,
     };
     // The first window boundary at least one second away, on the window's grid as the
     // agents' clocks are.

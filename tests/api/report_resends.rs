@@ -1,0 +1,196 @@
+//! A Report sent again after its answer was lost (`ReportRequest.report_id` and `resend`):
+//! counted once whichever replica it reaches, in the same batch or a later one, and counted
+//! when the first send was never stored.
+
+use budget_proto::v1::{ReportRequest, SegmentWindow};
+use tonic::Code;
+
+use crate::feedback::{
+    fast_app, now_ms, production, published_with_agent, segment, window, SEGMENT,
+};
+use crate::grpc::{authed, client};
+use crate::observe::{metrics, sample};
+use budgetd::store::feedback::LastReport;
+
+use crate::helpers::{spawn_replica_with, Backend, TestApp, TestDb};
+
+async fn send(
+    app: &TestApp,
+    token: &str,
+    id: &[u8],
+    resend: bool,
+    windows: Vec<SegmentWindow>,
+) -> Result<i64, tonic::Status> {
+    client(app)
+        .await
+        .report(authed(
+            token,
+            ReportRequest {
+                agent_id: "order-1".into(),
+                windows,
+                report_id: id.to_vec(),
+                resend,
+            },
+        ))
+        .await
+        .map(|r| r.into_inner().accepted_windows)
+}
+
+fn calls_window(start: i64, calls: u64) -> SegmentWindow {
+    window(
+        start,
+        calls,
+        calls,
+        "deadline",
+        &[("ok", calls)],
+        &vec![180_000; calls as usize],
+    )
+}
+
+/// The calls of the segment in the last hour, as every replica reads them.
+async fn calls(apps: &[&TestApp]) -> Vec<u64> {
+    let mut all = Vec::new();
+    for app in apps {
+        let view = production(app, "1h").await;
+        all.push(segment(&view, SEGMENT)["calls"].as_u64().unwrap());
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_sent_again_is_counted_once() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let Some(a) = fast_app(backend).await else {
+            continue;
+        };
+        let b = spawn_replica_with(&a, crate::feedback::fast).await;
+        let token = published_with_agent(&a, "order-1").await;
+        let stored_before = || async {
+            let text = metrics(&a).await;
+            sample(
+                &text,
+                "budgetd_report_resends_total{result=\"stored_before\"}",
+            )
+            .unwrap()
+        };
+        let before = stored_before().await;
+        let start = now_ms() - 5_000;
+
+        // Stored on replica a, its answer lost: the agent sends it again, to a and then,
+        // failed over, to b. Each answers as if it stored it now.
+        let x = [1u8; 16];
+        let first = vec![calls_window(start, 1000)];
+        assert_eq!(send(&a, &token, &x, false, first.clone()).await.unwrap(), 1);
+        assert_eq!(send(&a, &token, &x, true, first.clone()).await.unwrap(), 1);
+        assert_eq!(send(&b, &token, &x, true, first.clone()).await.unwrap(), 1);
+        assert_eq!(calls(&[&a, &b]).await, [1000, 1000], "{backend:?}");
+
+        // Sent again while the first send waits for its commit (the agent gave up waiting):
+        // the two land in one batch, or the second in the next.
+        let y = [2u8; 16];
+        let second = vec![calls_window(start + 100, 300)];
+        let (one, two) = tokio::join!(send(&a, &token, &y, false, second.clone()), async {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            send(&a, &token, &y, true, second.clone()).await
+        });
+        assert_eq!((one.unwrap(), two.unwrap()), (1, 1));
+        assert_eq!(calls(&[&a, &b]).await, [1300, 1300], "{backend:?}");
+
+        // A resend whose first send never reached a store is counted.
+        let z = [3u8; 16];
+        let third = vec![calls_window(start + 200, 50)];
+        assert_eq!(send(&b, &token, &z, true, third.clone()).await.unwrap(), 1);
+        assert_eq!(send(&a, &token, &z, true, third).await.unwrap(), 1);
+        assert_eq!(calls(&[&a, &b]).await, [1350, 1350], "{backend:?}");
+
+        // A report without an id is counted each time it comes (as before ids).
+        let fourth = vec![calls_window(start + 300, 7)];
+        for _ in 0..2 {
+            assert_eq!(
+                send(&a, &token, &[], false, fourth.clone()).await.unwrap(),
+                1
+            );
+        }
+        assert_eq!(calls(&[&a, &b]).await, [1364, 1364], "{backend:?}");
+
+        // x twice, y once. The counter is the test process's (b's too, and other tests'
+        // agents that send again).
+        let again = stored_before().await - before;
+        assert!(again >= 3.0, "{backend:?}: {again}");
+        b.stop().await;
+        a.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn report_ids_are_checked() {
+    let Some(a) = fast_app(Backend::Sqlite).await else {
+        unreachable!("SQLite is always there")
+    };
+    let token = published_with_agent(&a, "order-1").await;
+    let w = vec![calls_window(now_ms() - 5_000, 10)];
+    let short = send(&a, &token, &[7; 5], false, w.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(short.code(), Code::InvalidArgument);
+    assert_eq!(
+        short.message(),
+        "report_id holds 5 bytes; it is 16 random bytes, or empty"
+    );
+    let bare = send(&a, &token, &[], true, w).await.unwrap_err();
+    assert_eq!(bare.code(), Code::InvalidArgument);
+    assert_eq!(
+        bare.message(),
+        "resend is set without a report_id: a resend names the report it repeats"
+    );
+    let view = production(&a, "1h").await;
+    assert_eq!(
+        view["segments"],
+        serde_json::json!([]),
+        "nothing stored: {view}"
+    );
+    a.stop().await;
+}
+
+/// The store keeps one last report per agent, written with rollups in batches of any size,
+/// replaced by the next, and gone with the rollups' retention.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_keeps_each_agents_last_report() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let Some(db) = TestDb::new(backend).await else {
+            continue;
+        };
+        let store = budgetd::store::connect(&db.url).await.unwrap();
+        let last = |agent: String, id: &str, stored_ms| LastReport {
+            agent_id: agent,
+            report_id: id.to_owned(),
+            stored_ms,
+        };
+        // More agents than one statement takes.
+        let many: Vec<LastReport> = (0..2_500)
+            .map(|i| last(format!("agent-{i}"), "aa", 1_000))
+            .collect();
+        store.write_rollups(&[], &[], &many).await.unwrap();
+        let agents: Vec<String> = ["agent-0", "agent-2499", "agent-9999"]
+            .map(String::from)
+            .to_vec();
+        let found = store.last_reports(&agents).await.unwrap();
+        assert_eq!(found.len(), 2, "{backend:?}: {found:?}");
+        assert_eq!(found["agent-2499"], "aa");
+
+        // The next report replaces the last; an agent reporting later is kept past a
+        // retention that removes the others.
+        store
+            .write_rollups(&[], &[], &[last("agent-0".into(), "bb", 5_000)])
+            .await
+            .unwrap();
+        store.expire_rollups(2_000).await.unwrap();
+        let found = store.last_reports(&agents).await.unwrap();
+        assert_eq!(
+            found.into_iter().collect::<Vec<_>>(),
+            [("agent-0".to_owned(), "bb".to_owned())],
+            "{backend:?}"
+        );
+        assert!(store.last_reports(&[]).await.unwrap().is_empty());
+    }
+}
