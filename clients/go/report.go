@@ -11,20 +11,26 @@ package budgetagent
 //     control plane together. Counts are attributed to the window in
 //     which they are taken: a call ending a few milliseconds after a boundary, before the take,
 //     lands in the window before it.
-//   - A request that fails (control plane down, timeout) leaves its windows pending, merged per
-//     segment and minute and bounded (pending.go); they go with the next report. A request
-//     answered INVALID_ARGUMENT (malformed) or UNIMPLEMENTED (a control plane without Report)
-//     is dropped, as it would fail forever, and counted in DroppedWindows.
+//   - Every report carries 16 random bytes of its own (report_id). A request that fails
+//     (control plane down, timeout, lost connection) may still have been stored, so it is kept
+//     as it was, in doubt, and sent again first, with resend set and the same id and windows,
+//     until it is answered: a control plane that stored it already answers without counting
+//     it again. Meanwhile newer windows wait in pending, merged per segment and minute and
+//     bounded (pending.go); they go in a report of their own once the one in doubt is
+//     answered. A request answered INVALID_ARGUMENT (malformed) or UNIMPLEMENTED (a control
+//     plane without Report) is dropped, as it would fail forever, and counted in
+//     DroppedWindows.
 //   - Nothing here runs on a call's path: calls only record into the counters (counts.go).
 //     Failures are logged, the first of a series only.
 //   - flush sends the window in progress now; when run's context ends, the last partial window
 //     is sent, giving up after finalReportTimeout.
 //
-// Windows with no call are not sent. A report whose answer is lost after the control plane
-// stored it is sent again (the protocol has no report id): at worst one window counted twice.
+// Windows with no call are not sent. Windows of a report in doubt that grow too old for the
+// control plane are dropped from it (and counted in DroppedWindows) before it is sent again.
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync"
@@ -93,10 +99,17 @@ type reporter struct {
 	mu         sync.Mutex
 	lastEndMs  int64 // the end of the last window taken; the next one starts there
 	pending    *pending
+	inDoubt    *sentReport // the report whose answer never came, sent again before anything newer
 	sent       uint64
 	failed     uint64
 	failing    bool   // whether the last request failed, to log a series of failures once
 	droppedLog uint64 // pending.dropped when last logged
+}
+
+// sentReport is a report as it was sent: its id and windows.
+type sentReport struct {
+	id      []byte
+	windows []*pb.SegmentWindow
 }
 
 // newReporter makes a reporter of windows of the given length (zero: 10 s), which must be
@@ -195,7 +208,7 @@ func (r *reporter) stats() ReportStats {
 	return ReportStats{
 		Segments:       segments,
 		CountingBytes:  bytes,
-		PendingWindows: r.pending.len(),
+		PendingWindows: r.pending.len() + r.inDoubtLen(),
 		SentWindows:    r.sent,
 		DroppedWindows: r.pending.dropped,
 		FailedReports:  r.failed,
@@ -221,7 +234,15 @@ func (r *reporter) round(ctx context.Context, endMs int64, limit time.Duration) 
 	return r.deliver(ctx, limit)
 }
 
-// deliver sends every pending window within limit.
+// inDoubtLen is the number of windows of the report in doubt. r.mu is held.
+func (r *reporter) inDoubtLen() int {
+	if r.inDoubt == nil {
+		return 0
+	}
+	return len(r.inDoubt.windows)
+}
+
+// deliver sends the report in doubt, if any, then every pending window, within limit.
 func (r *reporter) deliver(ctx context.Context, limit time.Duration) error {
 	select {
 	case r.sending <- struct{}{}:
@@ -229,48 +250,99 @@ func (r *reporter) deliver(ctx context.Context, limit time.Duration) error {
 		return &ReportError{Err: ctx.Err()}
 	}
 	defer func() { <-r.sending }()
+	sendCtx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 
 	r.mu.Lock()
-	r.pending.dropStale(r.now().UnixMilli())
+	nowMs := r.now().UnixMilli()
+	r.pending.dropStale(nowMs)
+	doubt := r.freshPart(r.inDoubt, nowMs)
+	r.inDoubt = nil
 	if d := r.pending.dropped; d > r.droppedLog {
 		reportLogf(r.log, "budget agent: dropped %d report windows (%d in all): more than %d minutes pending, or too old to send",
 			d-r.droppedLog, d, pendingMinutes)
 		r.droppedLog = d
 	}
+	r.mu.Unlock()
+	if doubt != nil {
+		var refused *ReportError
+		if err := r.sendReport(ctx, sendCtx, limit, doubt, true); err != nil && !(errors.As(err, &refused) && refused.Refused) {
+			return err
+		}
+	}
+
+	r.mu.Lock()
 	batch := r.pending.takeAll()
 	r.mu.Unlock()
 	if len(batch) == 0 {
 		return nil
 	}
+	id := make([]byte, 16)
+	if _, err := rand.Read(id); err != nil {
+		r.mu.Lock()
+		r.pending.restore(batch)
+		r.mu.Unlock()
+		return &ReportError{Err: fmt.Errorf("no random report id: %w", err)}
+	}
+	return r.sendReport(ctx, sendCtx, limit, &sentReport{id: id, windows: batch}, false)
+}
 
-	sendCtx, cancel := context.WithTimeout(ctx, limit)
-	resp, err := r.send(sendCtx, &pb.ReportRequest{AgentId: r.agentID, Windows: batch})
-	cancel()
+// freshPart is doubt without the windows too old for the control plane (counted as dropped),
+// or nil when none is left. r.mu is held.
+func (r *reporter) freshPart(doubt *sentReport, nowMs int64) *sentReport {
+	if doubt == nil {
+		return nil
+	}
+	limit := nowMs - pendingMaxAgeMs
+	var kept []*pb.SegmentWindow
+	for _, w := range doubt.windows {
+		if w.EndUnixMs < limit {
+			r.pending.countRefused(1)
+			continue
+		}
+		kept = append(kept, w)
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	return &sentReport{id: doubt.id, windows: kept}
+}
+
+// sendReport sends report (again, with resend) within sendCtx. A report not answered stays in
+// doubt; one refused is dropped.
+func (r *reporter) sendReport(ctx, sendCtx context.Context, limit time.Duration, report *sentReport, resend bool) error {
+	n := len(report.windows)
+	resp, err := r.send(sendCtx, &pb.ReportRequest{
+		AgentId:  r.agentID,
+		Windows:  report.windows,
+		ReportId: report.id,
+		Resend:   resend,
+	})
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err == nil {
-		if accepted := resp.GetAcceptedWindows(); accepted != int64(len(batch)) {
-			reportLogf(r.log, "budget agent: the control plane accepted %d of %d report windows", accepted, len(batch))
+		if accepted := resp.GetAcceptedWindows(); accepted != int64(n) {
+			reportLogf(r.log, "budget agent: the control plane accepted %d of %d report windows", accepted, n)
 		}
 		if r.failing {
-			reportLogf(r.log, "budget agent: report of %d windows delivered after failures", len(batch))
+			reportLogf(r.log, "budget agent: report of %d windows delivered after failures", n)
 		}
 		r.failing = false
-		r.sent += uint64(len(batch))
+		r.sent += uint64(n)
 		return nil
 	}
 	if code := status.Code(err); code == codes.InvalidArgument || code == codes.Unimplemented {
-		r.pending.countRefused(len(batch))
+		r.pending.countRefused(n)
 		r.droppedLog = r.pending.dropped
 		// A control plane without Report refuses every report: say so once.
 		if code != codes.Unimplemented || !r.failing {
-			reportLogf(r.log, "budget agent: the control plane refused a report of %d windows; dropped: %v", len(batch), err)
+			reportLogf(r.log, "budget agent: the control plane refused a report of %d windows; dropped: %v", n, err)
 		}
 		r.failing = code == codes.Unimplemented
 		return &ReportError{Refused: true, Err: err}
 	}
-	r.pending.restore(batch)
+	r.inDoubt = report
 	if errors.Is(ctx.Err(), context.Canceled) {
 		// The caller gave up (the agent is stopping): not a failure of the control plane.
 		return &ReportError{Err: ctx.Err()}
@@ -280,7 +352,7 @@ func (r *reporter) deliver(ctx context.Context, limit time.Duration) error {
 	}
 	r.failed++
 	if !r.failing {
-		reportLogf(r.log, "budget agent: report failed, keeping its %d windows for the next one: %v", r.pending.len(), err)
+		reportLogf(r.log, "budget agent: report failed, sending it again before newer windows (%d pending): %v", r.pending.len(), err)
 		r.failing = true
 	}
 	return &ReportError{Err: err}

@@ -1,6 +1,7 @@
 package budgetagent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/budgetd/budgetd/clients/go/internal/pb"
 )
@@ -125,7 +127,7 @@ func TestWindowsStartWhereTheLastEndedWithinTheirAlignedWindow(t *testing.T) {
 	}
 }
 
-func TestAFailedReportKeepsItsWindowsForTheNextOne(t *testing.T) {
+func TestAFailedReportGoesAgainAsItWasBeforeNewerWindows(t *testing.T) {
 	r, cp, clk, log := testReporter(t, 600_000)
 	ctx := context.Background()
 	down := status.Error(codes.Unavailable, "connection refused")
@@ -143,8 +145,8 @@ func TestAFailedReportKeepsItsWindowsForTheNextOne(t *testing.T) {
 	if err := r.round(ctx, 620_000, time.Second); err == nil {
 		t.Fatal("still down")
 	}
-	if st := r.stats(); st.FailedReports != 2 || st.PendingWindows != 1 || st.SentWindows != 0 {
-		t.Fatalf("stats %+v: two windows of one minute are one pending window", st)
+	if st := r.stats(); st.FailedReports != 2 || st.PendingWindows != 2 || st.SentWindows != 0 {
+		t.Fatalf("stats %+v: the report in doubt, and one window taken since", st)
 	}
 	if n := log.count("report failed"); n != 1 {
 		t.Errorf("a series of failures is logged once, not %d times", n)
@@ -156,19 +158,33 @@ func TestAFailedReportKeepsItsWindowsForTheNextOne(t *testing.T) {
 	if err := r.flush(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The first report, then the same (id, windows) with resend until it is answered; nothing
+	// newer before it is; then the windows taken meanwhile, merged, under a new id.
 	reqs := cp.sent()
-	got := reqs[len(reqs)-1]
-	if len(got.Windows) != 1 {
-		t.Fatalf("%d windows", len(got.Windows))
+	if len(reqs) != 4 {
+		t.Fatalf("%d requests, want 4", len(reqs))
+	}
+	first := reqs[0]
+	if len(first.ReportId) != 16 || first.Resend || spans(first)[0] != [2]int64{600_000, 610_000} {
+		t.Fatalf("first report: id %x, resend %v, windows %v", first.ReportId, first.Resend, spans(first))
+	}
+	for _, again := range reqs[1:3] {
+		if !again.Resend || !bytes.Equal(again.ReportId, first.ReportId) || !proto.Equal(again.Windows[0], first.Windows[0]) || len(again.Windows) != 1 {
+			t.Errorf("a resend differs from the report in doubt: %v", again)
+		}
+	}
+	got := reqs[3]
+	if got.Resend || len(got.ReportId) != 16 || bytes.Equal(got.ReportId, first.ReportId) || len(got.Windows) != 1 {
+		t.Fatalf("the newer windows' report: %v", got)
 	}
 	w := got.Windows[0]
-	if w.Calls != 3 || w.StartUnixMs != 600_000 || w.EndUnixMs != 625_000 {
+	if w.Calls != 2 || w.StartUnixMs != 610_000 || w.EndUnixMs != 625_000 {
 		t.Errorf("merged window: %d calls over [%d, %d]", w.Calls, w.StartUnixMs, w.EndUnixMs)
 	}
-	if n, _, _ := decodeWindowLatencies(t, w); n != 3 {
+	if n, _, _ := decodeWindowLatencies(t, w); n != 2 {
 		t.Errorf("%d latencies", n)
 	}
-	if st := r.stats(); st.SentWindows != 1 || st.PendingWindows != 0 || st.DroppedWindows != 0 {
+	if st := r.stats(); st.SentWindows != 2 || st.PendingWindows != 0 || st.DroppedWindows != 0 {
 		t.Errorf("stats %+v", st)
 	}
 	if log.count("delivered after failures") != 1 {

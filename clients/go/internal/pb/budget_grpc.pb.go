@@ -25,8 +25,8 @@ type BudgetControlClient interface {
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (BudgetControl_WatchClient, error)
 	// ACK (accepted) or NACK (refused, with the reason) of a revision an agent received.
 	Ack(ctx context.Context, in *AckRequest, opts ...grpc.CallOption) (*AckResponse, error)
-	// What the agent's calls really did, per segment and reporting window (SPEC §8). Windows the
-	// control plane did not accept are kept by the agent, merged and sent again.
+	// What the agent's calls really did, per segment and reporting window (SPEC §8). A report
+	// left unanswered is sent again as it was, with `resend` set, before any newer windows.
 	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error)
 }
 
@@ -100,8 +100,8 @@ type BudgetControlServer interface {
 	Watch(*WatchRequest, BudgetControl_WatchServer) error
 	// ACK (accepted) or NACK (refused, with the reason) of a revision an agent received.
 	Ack(context.Context, *AckRequest) (*AckResponse, error)
-	// What the agent's calls really did, per segment and reporting window (SPEC §8). Windows the
-	// control plane did not accept are kept by the agent, merged and sent again.
+	// What the agent's calls really did, per segment and reporting window (SPEC §8). A report
+	// left unanswered is sent again as it was, with `resend` set, before any newer windows.
 	Report(context.Context, *ReportRequest) (*ReportResponse, error)
 	mustEmbedUnimplementedBudgetControlServer()
 }
