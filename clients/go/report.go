@@ -54,7 +54,8 @@ type ReportStats struct {
 	Segments int
 	// CountingBytes is about the memory the counters hold (histograms included).
 	CountingBytes int
-	// PendingWindows wait to be sent (one per segment and minute).
+	// PendingWindows wait to be sent (one per segment and minute), with those of the report in
+	// doubt (sent, not yet answered).
 	PendingWindows int
 	// SentWindows the control plane accepted.
 	SentWindows uint64
@@ -268,6 +269,10 @@ func (r *reporter) deliver(ctx context.Context, limit time.Duration) error {
 		var refused *ReportError
 		if err := r.sendReport(ctx, sendCtx, limit, doubt, true); err != nil && !(errors.As(err, &refused) && refused.Refused) {
 			return err
+		}
+		// Too little time left for another request: the newer windows wait a round.
+		if deadline, _ := sendCtx.Deadline(); time.Until(deadline) < limit/2 {
+			return nil
 		}
 	}
 

@@ -22,7 +22,7 @@
 //! the id of each agent's last report; the counts of reports are not kept. Resends are held
 //! whole until the commit, charged to their calls' budgets until then.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -168,6 +168,8 @@ struct Batch {
     /// The id of each agent's last report counted in this batch.
     last: HashMap<String, [u8; 16]>,
     resends: Vec<Resend>,
+    /// (agent, id) of `resends`.
+    resent: HashSet<(String, [u8; 16])>,
     done: watch::Sender<Outcome>,
 }
 
@@ -178,6 +180,7 @@ impl Batch {
             canary: HashMap::new(),
             last: HashMap::new(),
             resends: Vec::new(),
+            resent: HashSet::new(),
             done: watch::channel(None).0,
         }
     }
@@ -188,8 +191,7 @@ impl Batch {
 
     /// Whether `agent`'s report `id` is already in this batch.
     fn holds(&self, agent: &str, id: &[u8; 16]) -> bool {
-        self.last.get(agent) == Some(id)
-            || self.resends.iter().any(|r| r.agent == agent && r.id == *id)
+        self.last.get(agent) == Some(id) || self.resent.contains(&(agent.to_owned(), *id))
     }
 
     /// Counts `agent`'s `windows` and their `canary` sums in this batch.
@@ -271,6 +273,7 @@ impl Rollups {
                 if batch.holds(agent, &id) {
                     crate::observe::report_resends(1, 0);
                 } else {
+                    batch.resent.insert((agent.to_owned(), id));
                     batch.resends.push(Resend {
                         agent: agent.to_owned(),
                         id,
@@ -330,7 +333,8 @@ impl Rollups {
             }
             counted += 1;
             batch.add(self.rollup_ms, &r.agent, r.windows, r.canary);
-            batch.last.insert(r.agent, r.id);
+            // A new report of the agent in this batch is later than any resend.
+            batch.last.entry(r.agent).or_insert(r.id);
         }
         Ok((again, counted))
     }
@@ -374,7 +378,7 @@ impl Rollups {
             .collect();
         let health = self.health_rows(canary, &at).await?;
         let stored_ms = crate::clock::now_ms();
-        let reports: Vec<LastReport> = std::mem::take(&mut batch.last)
+        let mut reports: Vec<LastReport> = std::mem::take(&mut batch.last)
             .into_iter()
             .map(|(agent_id, id)| LastReport {
                 agent_id,
@@ -382,6 +386,9 @@ impl Rollups {
                 stored_ms,
             })
             .collect();
+        // In one order on every replica: two batches upserting the same agents never wait
+        // on each other's rows crosswise.
+        reports.sort_by(|a, b| a.agent_id.cmp(&b.agent_id));
         self.store
             .write_rollups(&rows, &health, &reports)
             .await

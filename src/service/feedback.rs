@@ -256,8 +256,9 @@ pub async fn report(
             "a report holds at most {MAX_REPORT_WINDOWS} windows; send the rest in another"
         )));
     }
-    if let Some(token) = state.reports.bindings.token_of(state, agent_id).await? {
-        if token != principal.token_id {
+    let bound = state.reports.bindings.token_of(state, agent_id).await?;
+    if let Some(token) = &bound {
+        if *token != principal.token_id {
             return Err(ApiError::forbidden(format!(
                 "agent_id {agent_id:?} belongs to another token: each agent id is bound to the token that first watched it"
             )));
@@ -325,12 +326,28 @@ pub async fn report(
     let canary = super::rollouts::canary_sums(state, &hub, agent_id, &accepted)
         .await
         .map_err(|e| ApiError::new(Code::Unavailable, format!("report not stored: {e}")))?;
+    // Only a bound agent's report id is kept (one row per agent): made-up agent ids cannot
+    // add rows. A resend's windows and canary sums stay apart until the commit, charged to
+    // the caller until then.
+    let sent = sent.filter(|_| bound.is_some());
+    let kept = match sent {
+        Some(s) if s.resend => {
+            let sums: usize = canary
+                .values()
+                .map(|(_, h)| h.distinct_values() * std::mem::size_of::<u64>())
+                .sum();
+            checked.merge(hold(sums)?);
+            Some(checked)
+        }
+        _ => {
+            drop(checked);
+            None
+        }
+    };
     let commit = state
         .reports
         .rollups
         .merge(agent_id, sent, accepted, canary);
-    // A resend's windows stay apart until the commit: charged to the caller until then.
-    let kept = sent.is_some_and(|s| s.resend).then_some(checked);
     drop(decoding);
     commit
         .wait()

@@ -21,12 +21,23 @@ async fn send(
     resend: bool,
     windows: Vec<SegmentWindow>,
 ) -> Result<i64, tonic::Status> {
+    send_as(app, token, "order-1", id, resend, windows).await
+}
+
+async fn send_as(
+    app: &TestApp,
+    token: &str,
+    agent: &str,
+    id: &[u8],
+    resend: bool,
+    windows: Vec<SegmentWindow>,
+) -> Result<i64, tonic::Status> {
     client(app)
         .await
         .report(authed(
             token,
             ReportRequest {
-                agent_id: "order-1".into(),
+                agent_id: agent.into(),
                 windows,
                 report_id: id.to_vec(),
                 resend,
@@ -137,7 +148,7 @@ async fn report_ids_are_checked() {
         short.message(),
         "report_id holds 5 bytes; it is 16 random bytes, or empty"
     );
-    let bare = send(&a, &token, &[], true, w).await.unwrap_err();
+    let bare = send(&a, &token, &[], true, w.clone()).await.unwrap_err();
     assert_eq!(bare.code(), Code::InvalidArgument);
     assert_eq!(
         bare.message(),
@@ -149,6 +160,20 @@ async fn report_ids_are_checked() {
         serde_json::json!([]),
         "nothing stored: {view}"
     );
+
+    // An agent id that never watched (bound to no token) has its windows counted but its
+    // report id not kept: made-up ids add no row.
+    let made_up = send_as(&a, &token, "made-up-7", &[9; 16], false, w.clone());
+    assert_eq!(made_up.await.unwrap(), 1);
+    let store = budgetd::store::connect(&a.db_url).await.unwrap();
+    let kept = store
+        .last_reports(&["made-up-7".to_owned(), "order-1".to_owned()])
+        .await
+        .unwrap();
+    assert!(kept.is_empty(), "{kept:?}");
+    send(&a, &token, &[8; 16], false, w.clone()).await.unwrap();
+    let kept = store.last_reports(&["order-1".to_owned()]).await.unwrap();
+    assert_eq!(kept["order-1"], "08".repeat(16));
     a.stop().await;
 }
 

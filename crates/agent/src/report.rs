@@ -53,7 +53,8 @@ pub struct ReportStats {
     pub segments: usize,
     /// Bytes held by the counting state (cells, shards, histograms).
     pub counting_bytes: usize,
-    /// Windows waiting to be sent (one per segment and minute).
+    /// Windows waiting to be sent (one per segment and minute), and those of the report in
+    /// doubt (sent, not yet answered).
     pub pending_windows: usize,
     /// Windows the control plane accepted.
     pub sent_windows: u64,
@@ -233,14 +234,17 @@ impl Reporter {
         let _one_at_a_time = self.sending.lock().await;
         let deadline = tokio::time::Instant::now() + limit;
         let mut accepted = 0;
+        // The report in doubt stays in place while it is sent: a caller that gives up on a
+        // flush loses nothing, the next round sends it again.
         let doubt = {
             let mut st = self.state();
             let now = wall_ms();
             st.pending.drop_stale(now);
-            let doubt = st
+            st.in_doubt = st
                 .in_doubt
                 .take()
                 .and_then(|d| self.fresh_part(&mut st, d, now));
+            let doubt = st.in_doubt.clone();
             let dropped = st.pending.dropped();
             if dropped > st.dropped_logged {
                 warn!(
@@ -253,22 +257,32 @@ impl Reporter {
             doubt
         };
         if let Some(doubt) = doubt {
-            match self.deliver(doubt, true, deadline).await {
+            match self.deliver(&doubt, true, deadline).await {
                 Ok(n) => accepted += n,
                 // Refused: dropped, and counted; what is pending goes on.
                 Err(ReportError::Refused(_)) => {}
                 Err(e) => return Err(e),
             }
+            // Too little time left for another request: the newer windows wait a round.
+            if deadline.saturating_duration_since(tokio::time::Instant::now()) < limit / 2 {
+                return Ok(accepted);
+            }
         }
-        let windows = self.state().pending.take_all();
-        if windows.is_empty() {
-            return Ok(accepted);
-        }
-        let report = InDoubt {
-            id: rand::random(),
-            windows,
+        // In doubt from the moment it is sent until it is answered.
+        let report = {
+            let mut st = self.state();
+            let windows = st.pending.take_all();
+            if windows.is_empty() {
+                return Ok(accepted);
+            }
+            let report = InDoubt {
+                id: rand::random(),
+                windows,
+            };
+            st.in_doubt = Some(report.clone());
+            report
         };
-        Ok(accepted + self.deliver(report, false, deadline).await?)
+        Ok(accepted + self.deliver(&report, false, deadline).await?)
     }
 
     /// `doubt` without the windows too old for the control plane (counted as dropped), or
@@ -282,11 +296,11 @@ impl Reporter {
         (!doubt.windows.is_empty()).then_some(doubt)
     }
 
-    /// Sends `report` (again, with `resend`) by `deadline`. A report not answered stays in
-    /// doubt; one refused is dropped.
+    /// Sends `report`, the report in doubt, (again, with `resend`) by `deadline`. One answered
+    /// or refused is no longer in doubt; one not answered stays so.
     async fn deliver(
         &self,
-        report: InDoubt,
+        report: &InDoubt,
         resend: bool,
         deadline: tokio::time::Instant,
     ) -> Result<u64, ReportError> {
@@ -314,6 +328,7 @@ impl Reporter {
                 }
                 st.failing = false;
                 st.sent_windows += count;
+                st.in_doubt = None;
                 return Ok(count);
             }
             Ok(Err(s))
@@ -333,12 +348,12 @@ impl Reporter {
                     error!(windows = count, error = %status(&s), "control plane refused a report; windows dropped");
                 }
                 st.failing = s.code() == tonic::Code::Unimplemented;
+                st.in_doubt = None;
                 return Err(ReportError::Refused(status(&s)));
             }
             Ok(Err(s)) => status(&s),
             Err(_) => "no answer in time".to_owned(),
         };
-        st.in_doubt = Some(report);
         st.failed_reports += 1;
         let pending = st.pending.len();
         if st.failing {

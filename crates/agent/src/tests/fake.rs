@@ -33,6 +33,9 @@ struct State {
     failed_reports: Vec<ReportRequest>,
     /// The error Reports are answered with, if any.
     fail_reports: Option<tonic::Code>,
+    /// Reports are never answered (kept here) while set.
+    hang_reports: bool,
+    hung_reports: Vec<ReportRequest>,
 }
 
 #[derive(Clone, Default)]
@@ -80,6 +83,16 @@ impl BudgetControl for Fake {
     ) -> Result<Response<ReportResponse>, Status> {
         let auth = authorization(&request);
         let request = request.into_inner();
+        let hang = {
+            let mut state = self.0.lock().unwrap();
+            if state.hang_reports {
+                state.hung_reports.push(request.clone());
+            }
+            state.hang_reports
+        };
+        if hang {
+            return std::future::pending().await;
+        }
         let mut state = self.0.lock().unwrap();
         if let Some(code) = state.fail_reports {
             state.failed_reports.push(request);
@@ -161,6 +174,16 @@ impl Fake {
 
     pub(super) fn failed_reports(&self) -> Vec<ReportRequest> {
         self.0.lock().unwrap().failed_reports.clone()
+    }
+
+    /// Leaves Reports unanswered while `hang` is set.
+    pub(super) fn hang_reports(&self, hang: bool) {
+        self.0.lock().unwrap().hang_reports = hang;
+    }
+
+    /// The Reports left unanswered.
+    pub(super) fn hung_reports(&self) -> Vec<ReportRequest> {
+        self.0.lock().unwrap().hung_reports.clone()
     }
 }
 

@@ -178,6 +178,40 @@ async fn a_failed_report_goes_again_as_it_was_before_newer_windows_and_arrives_o
 }
 
 #[tokio::test]
+async fn a_flush_given_up_while_its_report_is_unanswered_loses_nothing() {
+    let fake = Fake::default();
+    let a = agent(&[&fake], Duration::from_secs(60)).await;
+    fake.hang_reports(true);
+    for _ in 0..3 {
+        call(&a, INV, KEY, Ok(())).await;
+    }
+    // The caller stops waiting (a timeout around the flush): the request is left unanswered.
+    let flush = tokio::time::timeout(Duration::from_millis(300), a.flush_report()).await;
+    assert!(flush.is_err(), "the flush should still wait: {flush:?}");
+    let hung = fake.hung_reports();
+    assert_eq!(hung.len(), 1);
+    assert_eq!(
+        a.report_stats().pending_windows,
+        1,
+        "the report is kept, in doubt"
+    );
+
+    fake.hang_reports(false);
+    call(&a, INV, KEY, Ok(())).await;
+    a.flush_report().await.unwrap();
+    let reports: Vec<ReportRequest> = fake.reports().into_iter().map(|(r, _)| r).collect();
+    // It goes again as it was, marked as a resend; the newer call in a report of its own.
+    assert!(reports[0].resend, "{reports:?}");
+    assert_eq!(
+        (&reports[0].report_id, &reports[0].windows),
+        (&hung[0].report_id, &hung[0].windows)
+    );
+    let got = totals(&reports);
+    assert_eq!(got[INV].0, 4, "every call, once: {got:?}");
+    assert_eq!(a.report_stats().pending_windows, 0);
+}
+
+#[tokio::test]
 async fn a_malformed_report_is_dropped_and_counted() {
     let fake = Fake::default();
     let a = agent(&[&fake], Duration::from_secs(60)).await;
