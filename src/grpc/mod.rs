@@ -127,7 +127,10 @@ impl BudgetControl for Control {
                 "a Report call is charged by the serve loop",
             ));
         };
-        let req = req.into_inner();
+        let mut req = req.into_inner();
+        // Copied out: the bytes fields share the whole request's buffer, which the call would
+        // otherwise hold until its report is stored.
+        let report_id = std::mem::take(&mut req.report_id).to_vec();
         let windows = req
             .windows
             .into_iter()
@@ -152,7 +155,7 @@ impl BudgetControl for Control {
             &self.state,
             &principal,
             &req.agent_id,
-            (&req.report_id, req.resend),
+            (&report_id, req.resend),
             windows,
             &hold,
         )
