@@ -165,7 +165,10 @@ impl Shares {
 ///
 /// A request of one message (a unary call) ends once its message is in: tonic decodes a
 /// message as soon as it has arrived and then waits for the end of the request, so a peer
-/// that never ended it would keep the decoded message, uncharged, until the deadline.
+/// that never ended it would keep the decoded message, uncharged, until the deadline. More
+/// data that has arrived by then is a second message, which a unary call may not carry: the
+/// call fails `INTERNAL`, as grpc-go's servers answer (tonic would decode and drop it). Data
+/// that has not arrived yet is not waited for.
 pub struct RecvBody {
     recv: RecvStream,
     data_done: bool,
@@ -175,6 +178,8 @@ pub struct RecvBody {
     message: Option<OneMessage>,
     /// The one message is in: the body ends without waiting for the peer.
     ended: bool,
+    /// Whether data that arrived after the one message was looked for.
+    rest_checked: bool,
 }
 
 impl RecvBody {
@@ -191,6 +196,7 @@ impl RecvBody {
             charge,
             message: one_message.then(OneMessage::default),
             ended: false,
+            rest_checked: false,
         }
     }
 }
@@ -213,9 +219,26 @@ impl OneMessage {
         if self.seen < 5 {
             return false;
         }
-        let [_, len @ ..] = self.prefix;
-        self.seen - 5 >= u32::from_be_bytes(len) as usize
+        self.seen - 5 >= self.len()
     }
+
+    /// The message's length, from its prefix.
+    fn len(&self) -> usize {
+        let [_, len @ ..] = self.prefix;
+        u32::from_be_bytes(len) as usize
+    }
+
+    /// Whether more bytes than the message's arrived.
+    fn overran(&self) -> bool {
+        self.seen >= 5 && self.seen - 5 > self.len()
+    }
+}
+
+/// A second message in a unary call.
+fn second_message() -> BoxError {
+    Box::new(tonic::Status::internal(
+        "a unary call carries one request message; this one carries more",
+    ))
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -239,6 +262,14 @@ impl Body for RecvBody {
             }
         }
         if self.ended {
+            if !std::mem::replace(&mut self.rest_checked, true) && !self.recv.is_end_stream() {
+                if let Poll::Ready(Some(Ok(data))) = self.recv.poll_data(cx) {
+                    let _ = self.recv.flow_control().release_capacity(data.len());
+                    if !data.is_empty() {
+                        return Poll::Ready(Some(Err(second_message())));
+                    }
+                }
+            }
             return Poll::Ready(None);
         }
         if !self.data_done {
@@ -252,6 +283,10 @@ impl Body for RecvBody {
                     let _ = self.recv.flow_control().release_capacity(data.len());
                     if let Some(message) = &mut self.message {
                         if message.complete_after(&data) {
+                            if message.overran() {
+                                self.deadline = None;
+                                return Poll::Ready(Some(Err(second_message())));
+                            }
                             self.ended = true;
                             self.deadline = None;
                         }

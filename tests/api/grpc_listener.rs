@@ -212,6 +212,41 @@ async fn a_unary_call_is_answered_once_its_message_is_in() {
     app.stop().await;
 }
 
+/// A unary call carries one request message: one that carries a second (in the data that has
+/// arrived with the first) fails `INTERNAL`, as grpc-go's servers answer, and nothing of it is
+/// stored. Before, tonic decoded the second message and dropped it, and the call was answered
+/// OK for the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unary_call_with_a_second_message_fails() {
+    let app = app_with(|_| {}).await;
+    let agent = app.token("agent", "order-agent").await;
+    let addr = grpc_addr(&app);
+    let ack = budget_proto::codec::frame(&budget_proto::v1::AckRequest {
+        agent_id: "order-1".into(),
+        revision: 1,
+        accepted: true,
+        ..Default::default()
+    });
+    let want = Some((
+        13,
+        "a unary call carries one request message; this one carries more".to_owned(),
+    ));
+    // Both messages in one piece, and the first whole with the second's first bytes.
+    let two = [ack.as_ref(), ack.as_ref()].concat();
+    for data in [&two[..], &two[..ack.len() + 3]] {
+        let (send, response) = open_call(addr, ACK, Some(&agent), data).await;
+        let answer = status_within(response, Duration::from_secs(10)).await;
+        assert_eq!(answer, want, "{} bytes", data.len());
+        drop(send);
+    }
+    // One message alone: answered as before (this revision was never sent to the agent).
+    let (send, response) = open_call(addr, ACK, Some(&agent), &ack).await;
+    let answer = status_within(response, Duration::from_secs(10)).await;
+    assert_eq!(answer.map(|(code, _)| code), Some(9), "FAILED_PRECONDITION");
+    drop(send);
+    app.stop().await;
+}
+
 /// At `agents.max_connections` the listener accepts no more connections until one closes:
 /// the next client's HTTP/2 handshake waits, then completes once a connection is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
