@@ -441,3 +441,89 @@ async fn send_within_window(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gRPC message of `len` bytes (its 5-byte prefix and zeros).
+    fn message(len: u8) -> Bytes {
+        let mut m = vec![0, 0, 0, 0, len];
+        m.resize(5 + usize::from(len), 0);
+        Bytes::from(m)
+    }
+
+    /// A unary call's body on the server, once the client has sent `frames` (each DATA, and
+    /// then END_STREAM if `end`) and the server has read them all: the client's PING is
+    /// answered only after every frame before it was read.
+    /// The body, and what keeps its call open.
+    type Call = (
+        RecvBody,
+        (
+            SendStream<Bytes>,
+            h2::client::SendRequest<Bytes>,
+            SendResponse<Bytes>,
+        ),
+    );
+
+    async fn body_after(frames: &[Bytes], end: bool) -> Call {
+        let (client_io, server_io) = tokio::io::duplex(1 << 16);
+        let (requests, mut request) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut conn = h2::server::handshake(server_io).await.unwrap();
+            while let Some(Ok((req, respond))) = conn.accept().await {
+                requests.send((req, respond)).unwrap();
+            }
+        });
+        let (client, mut conn) = h2::client::handshake(client_io).await.unwrap();
+        let mut ping = conn.ping_pong().unwrap();
+        tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let (_response, mut send) = client
+            .send_request(Request::post("/t.T/M").body(()).unwrap(), false)
+            .unwrap();
+        for data in frames {
+            send.send_data(data.clone(), false).unwrap();
+        }
+        if end {
+            send.send_data(Bytes::new(), true).unwrap();
+        }
+        ping.ping(h2::Ping::opaque()).await.unwrap();
+        let (req, respond) = request.recv().await.unwrap();
+        let budget = CallBytes::new(1 << 20, "test calls");
+        let charge = Charge::open(&budget, None, &http::HeaderMap::new()).unwrap();
+        let body = RecvBody::new(req.into_body(), None, charge, true);
+        (body, (send, client, respond))
+    }
+
+    /// What the body gives: `data` (bytes), `end`, or the status of its error.
+    async fn next(body: &mut RecvBody) -> String {
+        match std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await {
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => format!("data {}", data.len()),
+                Err(_) => "trailers".to_owned(),
+            },
+            Some(Err(e)) => match e.downcast::<tonic::Status>() {
+                Ok(status) => format!("{:?}: {}", status.code(), status.message()),
+                Err(e) => format!("error {e}"),
+            },
+            None => "end".to_owned(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_second_message_in_a_frame_of_its_own_fails_the_call() {
+        let second = "Internal: a unary call carries one request message; this one carries more";
+        let (mut body, _call) = body_after(&[message(3), message(4)], false).await;
+        assert_eq!(next(&mut body).await, "data 8");
+        assert_eq!(next(&mut body).await, second);
+        // The message, then the end of the request as an empty frame (tonic, grpc-go).
+        let (mut body, _call) = body_after(&[message(3)], true).await;
+        assert_eq!(next(&mut body).await, "data 8");
+        assert_eq!(next(&mut body).await, "end");
+        // The message, the request not ended: not waited for.
+        let (mut body, _call) = body_after(&[message(3)], false).await;
+        assert_eq!(next(&mut body).await, "data 8");
+        assert_eq!(next(&mut body).await, "end");
+    }
+}

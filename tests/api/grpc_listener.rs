@@ -213,9 +213,11 @@ async fn a_unary_call_is_answered_once_its_message_is_in() {
 }
 
 /// A unary call carries one request message: one that carries a second (in the data that has
-/// arrived with the first) fails `INTERNAL`, as grpc-go's servers answer, and nothing of it is
-/// stored. Before, tonic decoded the second message and dropped it, and the call was answered
-/// OK for the first.
+/// arrived with the first) fails `INTERNAL`, as grpc-go's servers answer. Before, tonic
+/// decoded a whole second message and dropped it, and the call was handled for the first
+/// (here `FAILED_PRECONDITION`, the revision never sent); part of one failed `INTERNAL`
+/// "Unexpected EOF decoding stream". (A second message in a DATA frame of its own:
+/// `grpc::pipe::tests`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unary_call_with_a_second_message_fails() {
     let app = app_with(|_| {}).await;
