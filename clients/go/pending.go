@@ -103,14 +103,6 @@ func (p *pending) takeAll() []*pb.SegmentWindow {
 	return all
 }
 
-// restore puts back windows that could not be sent, merged with any added since, under the
-// same bound.
-func (p *pending) restore(windows []*pb.SegmentWindow) {
-	for _, w := range windows {
-		p.add(w)
-	}
-}
-
 // len is the number of pending windows (one per segment and minute).
 func (p *pending) len() int {
 	n := 0

@@ -60,17 +60,6 @@ func TestAtMostElevenMinutesPerSegmentAreKept(t *testing.T) {
 		t.Errorf("the oldest minutes go first; oldest kept %d", oldest/minute)
 	}
 
-	// A failed batch put back merges with what arrived meanwhile, under the same bound.
-	p.add(wireWindow(t, "a->b", 14*minute+10_000, 2, 100))
-	p.restore(kept)
-	if p.len() != 2*pendingMinutes {
-		t.Fatalf("%d pending after restore", p.len())
-	}
-	for _, w := range p.takeAll() {
-		if w.Segment == "a->b" && minuteOf(w) == 14 && w.Calls != 3 {
-			t.Errorf("minute 14 of a->b: %d calls, want 3", w.Calls)
-		}
-	}
 	// An older minute arriving when a segment is full is the one dropped.
 	p = newPending(nil)
 	for m := int64(1); m <= pendingMinutes; m++ {

@@ -257,8 +257,9 @@ func (r *reporter) deliver(ctx context.Context, limit time.Duration) error {
 	r.mu.Lock()
 	nowMs := r.now().UnixMilli()
 	r.pending.dropStale(nowMs)
+	// The report in doubt stays in place while it is sent (and so in ReportStats).
 	doubt := r.freshPart(r.inDoubt, nowMs)
-	r.inDoubt = nil
+	r.inDoubt = doubt
 	if d := r.pending.dropped; d > r.droppedLog {
 		reportLogf(r.log, "budget agent: dropped %d report windows (%d in all): more than %d minutes pending, or too old to send",
 			d-r.droppedLog, d, pendingMinutes)
@@ -276,20 +277,22 @@ func (r *reporter) deliver(ctx context.Context, limit time.Duration) error {
 		}
 	}
 
+	id := make([]byte, 16)
+	if _, err := rand.Read(id); err != nil {
+		return &ReportError{Err: fmt.Errorf("no random report id: %w", err)}
+	}
+	// In doubt from the moment it is sent until it is answered.
 	r.mu.Lock()
 	batch := r.pending.takeAll()
+	report := &sentReport{id: id, windows: batch}
+	if len(batch) > 0 {
+		r.inDoubt = report
+	}
 	r.mu.Unlock()
 	if len(batch) == 0 {
 		return nil
 	}
-	id := make([]byte, 16)
-	if _, err := rand.Read(id); err != nil {
-		r.mu.Lock()
-		r.pending.restore(batch)
-		r.mu.Unlock()
-		return &ReportError{Err: fmt.Errorf("no random report id: %w", err)}
-	}
-	return r.sendReport(ctx, sendCtx, limit, &sentReport{id: id, windows: batch}, false)
+	return r.sendReport(ctx, sendCtx, limit, report, false)
 }
 
 // freshPart is doubt without the windows too old for the control plane (counted as dropped),
@@ -313,8 +316,8 @@ func (r *reporter) freshPart(doubt *sentReport, nowMs int64) *sentReport {
 	return &sentReport{id: doubt.id, windows: kept}
 }
 
-// sendReport sends report (again, with resend) within sendCtx. A report not answered stays in
-// doubt; one refused is dropped.
+// sendReport sends report, the report in doubt, (again, with resend) within sendCtx. One
+// answered or refused is no longer in doubt; one not answered stays so.
 func (r *reporter) sendReport(ctx, sendCtx context.Context, limit time.Duration, report *sentReport, resend bool) error {
 	n := len(report.windows)
 	resp, err := r.send(sendCtx, &pb.ReportRequest{
@@ -335,6 +338,7 @@ func (r *reporter) sendReport(ctx, sendCtx context.Context, limit time.Duration,
 		}
 		r.failing = false
 		r.sent += uint64(n)
+		r.inDoubt = nil
 		return nil
 	}
 	if code := status.Code(err); code == codes.InvalidArgument || code == codes.Unimplemented {
@@ -345,9 +349,9 @@ func (r *reporter) sendReport(ctx, sendCtx context.Context, limit time.Duration,
 			reportLogf(r.log, "budget agent: the control plane refused a report of %d windows; dropped: %v", n, err)
 		}
 		r.failing = code == codes.Unimplemented
+		r.inDoubt = nil
 		return &ReportError{Refused: true, Err: err}
 	}
-	r.inDoubt = report
 	if errors.Is(ctx.Err(), context.Canceled) {
 		// The caller gave up (the agent is stopping): not a failure of the control plane.
 		return &ReportError{Err: ctx.Err()}

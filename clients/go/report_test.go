@@ -459,3 +459,29 @@ func TestWindowsAreSentWithinAQuarterOfTheWindowAtMost2500Ms(t *testing.T) {
 		t.Errorf("%d distinct delays of 200: not spread", len(seen))
 	}
 }
+
+func TestAReportIsInDoubtWhileItIsSent(t *testing.T) {
+	r, cp, clk, _ := testReporter(t, 600_000)
+	answered := make(chan struct{})
+	inFlight := make(chan struct{}, 1)
+	cp.answer = func(req *pb.ReportRequest) (*pb.ReportResponse, error) {
+		inFlight <- struct{}{}
+		<-answered
+		return &pb.ReportResponse{AcceptedWindows: int64(len(req.Windows))}, nil
+	}
+	r.counters.record(okCall("checkout", "order->inventory", time.Millisecond))
+	clk.set(610_000)
+	done := make(chan error, 1)
+	go func() { done <- r.round(context.Background(), 610_000, 5*time.Second) }()
+	<-inFlight
+	if st := r.stats(); st.PendingWindows != 1 {
+		t.Errorf("while sent: %+v, want the report's window pending (in doubt)", st)
+	}
+	close(answered)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st := r.stats(); st.PendingWindows != 0 || st.SentWindows != 1 {
+		t.Errorf("once answered: %+v", st)
+	}
+}
