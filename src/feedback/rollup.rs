@@ -32,7 +32,10 @@ use tokio::sync::watch;
 
 use super::hdr;
 use crate::store::feedback::{LastReport, Rollup, ROLLUP_AGENT_NAMES};
-use crate::store::{CanaryHealthRow, Store, WHOLE_BAKE};
+use crate::store::{CanaryHealthRow, Store, StoreError, WHOLE_BAKE};
+
+/// How a commit's error begins when a resend was stored by another replica meanwhile.
+const RESENT_CONFLICT: &str = "a report sent again was stored meanwhile";
 
 /// One window of a report, checked and converted.
 #[derive(Debug, Clone)]
@@ -165,7 +168,7 @@ struct Resend {
 struct Batch {
     deltas: HashMap<Key, Acc>,
     canary: CanarySums,
-    /// The id of each agent's last report counted in this batch.
+    /// The id of each agent's last new report in this batch.
     last: HashMap<String, [u8; 16]>,
     resends: Vec<Resend>,
     /// (agent, id) of `resends`.
@@ -197,18 +200,34 @@ impl Batch {
     /// Counts `agent`'s `windows` and their `canary` sums in this batch.
     fn add(&mut self, rollup_ms: i64, agent: &str, windows: Vec<Window>, canary: CanarySums) {
         add_sums(&mut self.canary, canary);
-        for w in windows {
-            let key = (
-                w.chain,
-                w.segment,
-                w.start_ms.div_euclid(rollup_ms) * rollup_ms,
-            );
-            let acc = self.deltas.entry(key).or_insert_with(Acc::new);
-            acc.counts.add(&w.counts);
-            hdr::add(&mut acc.latency, &w.latency);
-            acc.add_agent(agent);
+        for w in &windows {
+            add_window(&mut self.deltas, rollup_ms, agent, w);
         }
     }
+}
+
+/// Adds `agent`'s window `w` to its rollup's sums in `deltas`.
+fn add_window(deltas: &mut HashMap<Key, Acc>, rollup_ms: i64, agent: &str, w: &Window) {
+    let key = (
+        w.chain.clone(),
+        w.segment.clone(),
+        w.start_ms.div_euclid(rollup_ms) * rollup_ms,
+    );
+    let acc = deltas.entry(key).or_insert_with(Acc::new);
+    acc.counts.add(&w.counts);
+    hdr::add(&mut acc.latency, &w.latency);
+    acc.add_agent(agent);
+}
+
+/// What a batch's resends add at its commit: those whose agents have not stored them.
+#[derive(Default)]
+struct Resent {
+    deltas: HashMap<Key, Acc>,
+    canary: CanarySums,
+    last: HashMap<String, [u8; 16]>,
+    /// Stored before (not counted again), and counted now.
+    again: u64,
+    counted: u64,
 }
 
 /// The merge of reports into rollups on this server process.
@@ -311,43 +330,66 @@ impl Rollups {
         batch.done.send_replace(Some(outcome));
     }
 
-    /// Counts the resends of `batch` that its agents have not stored already. Returns how
-    /// many were stored before, and how many are counted now.
-    async fn count_resends(&self, batch: &mut Batch) -> Result<(u64, u64), String> {
-        if batch.resends.is_empty() {
-            return Ok((0, 0));
-        }
+    /// The last stored report ids of the agents of `batch`'s resends.
+    async fn stored_ids(&self, batch: &Batch) -> Result<HashMap<String, String>, StoreError> {
         let agents: BTreeSet<String> = batch.resends.iter().map(|r| r.agent.clone()).collect();
-        let stored = self
-            .store
+        self.store
             .last_reports(&agents.into_iter().collect::<Vec<_>>())
             .await
-            .map_err(|e| e.to_string())?;
-        let (mut again, mut counted) = (0, 0);
-        for r in std::mem::take(&mut batch.resends) {
+    }
+
+    /// What the resends of `batch` whose ids are neither `stored` nor in the batch add.
+    fn resent(&self, batch: &Batch, stored: &HashMap<String, String>) -> Resent {
+        let mut out = Resent::default();
+        for r in &batch.resends {
             if stored.get(&r.agent) == Some(&hex::encode(r.id))
                 || batch.last.get(&r.agent) == Some(&r.id)
             {
-                again += 1;
+                out.again += 1;
                 continue;
             }
-            counted += 1;
-            batch.add(self.rollup_ms, &r.agent, r.windows, r.canary);
-            // A new report of the agent in this batch is later than any resend.
-            batch.last.entry(r.agent).or_insert(r.id);
+            out.counted += 1;
+            for w in &r.windows {
+                add_window(&mut out.deltas, self.rollup_ms, &r.agent, w);
+            }
+            add_sums(&mut out.canary, r.canary.clone());
+            out.last.entry(r.agent.clone()).or_insert(r.id);
         }
-        Ok((again, counted))
+        out
     }
 
+    /// Writes `batch`, with the resends its agents have not stored. A resend another replica
+    /// stored meanwhile (since it was looked for) makes the write a conflict that writes
+    /// nothing: the ids are read again and the batch written once more without it, so that
+    /// no batch fails for it.
     async fn commit(&self, batch: &mut Batch) -> Result<(), String> {
-        let (again, counted) = self.count_resends(batch).await?;
-        let deltas = std::mem::take(&mut batch.deltas);
-        let canary = std::mem::take(&mut batch.canary);
-        if deltas.is_empty() {
-            crate::observe::report_resends(again, counted);
+        if batch.resends.is_empty() {
+            let canary = std::mem::take(&mut batch.canary);
+            return self.write(batch, canary, Resent::default()).await;
+        }
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let stored = self.stored_ids(batch).await.map_err(|e| e.to_string())?;
+            let mut resent = self.resent(batch, &stored);
+            let mut canary = batch.canary.clone();
+            add_sums(&mut canary, std::mem::take(&mut resent.canary));
+            match self.write(batch, canary, resent).await {
+                Err(e) if tries < 2 && e.starts_with(RESENT_CONFLICT) => continue,
+                done => return done,
+            }
+        }
+    }
+
+    /// Writes this writer's rollups with `batch`'s sums and `resent`'s added, `canary` into
+    /// its canary health, and the agents' last report ids.
+    async fn write(&self, batch: &Batch, canary: CanarySums, resent: Resent) -> Result<(), String> {
+        let keys: BTreeSet<&Key> = batch.deltas.keys().chain(resent.deltas.keys()).collect();
+        if keys.is_empty() {
+            crate::observe::report_resends(resent.again, resent.counted);
             return Ok(());
         }
-        let from = deltas.keys().map(|k| k.2).min().unwrap_or(0);
+        let from = keys.iter().map(|k| k.2).min().unwrap_or(0);
         let existing = self
             .store
             .writer_rollups(&self.writer, from)
@@ -358,14 +400,19 @@ impl Rollups {
             .map(|r| ((r.chain.clone(), r.segment.clone(), r.minute), r))
             .collect();
         let at = crate::clock::now();
-        let rows: Vec<Rollup> = deltas
+        let rows: Vec<Rollup> = keys
             .into_iter()
-            .map(|(key, delta)| {
-                let mut acc = existing.remove(&key).map_or_else(Acc::new, Acc::from_row);
-                acc.add(&delta);
+            .map(|key| {
+                let mut acc = existing.remove(key).map_or_else(Acc::new, Acc::from_row);
+                for delta in [batch.deltas.get(key), resent.deltas.get(key)]
+                    .into_iter()
+                    .flatten()
+                {
+                    acc.add(delta);
+                }
                 Rollup {
-                    chain: key.0,
-                    segment: key.1,
+                    chain: key.0.clone(),
+                    segment: key.1.clone(),
                     minute: key.2,
                     writer: self.writer.clone(),
                     counts: acc.counts,
@@ -378,23 +425,35 @@ impl Rollups {
             .collect();
         let health = self.health_rows(canary, &at).await?;
         let stored_ms = crate::clock::now_ms();
-        let mut reports: Vec<LastReport> = std::mem::take(&mut batch.last)
+        // A new report of an agent in this batch is later than any resend of it.
+        let mut last: HashMap<&str, ([u8; 16], bool)> = batch
+            .last
+            .iter()
+            .map(|(agent, id)| (agent.as_str(), (*id, false)))
+            .collect();
+        for (agent, id) in &resent.last {
+            last.entry(agent.as_str()).or_insert((*id, true));
+        }
+        let mut reports: Vec<LastReport> = last
             .into_iter()
-            .map(|(agent_id, id)| LastReport {
-                agent_id,
+            .map(|(agent_id, (id, resent))| LastReport {
+                agent_id: agent_id.to_owned(),
                 report_id: hex::encode(id),
                 stored_ms,
+                resent,
             })
             .collect();
         // In one order on every replica: two batches upserting the same agents never wait
         // on each other's rows crosswise.
         reports.sort_by(|a, b| a.agent_id.cmp(&b.agent_id));
-        self.store
-            .write_rollups(&rows, &health, &reports)
-            .await
-            .map_err(|e| e.to_string())?;
-        crate::observe::report_resends(again, counted);
-        Ok(())
+        match self.store.write_rollups(&rows, &health, &reports).await {
+            Ok(()) => {
+                crate::observe::report_resends(resent.again, resent.counted);
+                Ok(())
+            }
+            Err(StoreError::Conflict(e)) => Err(format!("{RESENT_CONFLICT}: {e}")),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     /// This writer's canary health rows with `canary` added: its running totals per canary,

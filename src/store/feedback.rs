@@ -123,6 +123,9 @@ pub struct LastReport {
     pub report_id: String,
     /// When it was stored (Unix ms).
     pub stored_ms: i64,
+    /// Counted as a resend, its id found nowhere: if the agent's stored id is this one when
+    /// it is written (another replica stored it meanwhile), nothing is written.
+    pub resent: bool,
 }
 
 /// The webhook events of an alert transition, made from the alert as stored.
@@ -132,7 +135,8 @@ pub type EventsOf = dyn for<'a> Fn(&'a Alert) -> Vec<WebhookEvent> + Send + Sync
 pub trait Feedback: Send + Sync {
     /// Writes rollup rows and canary health rows (each replacing the same key's row), and the
     /// last report of each agent they counted, in one transaction of multi-row statements:
-    /// never a statement per agent, and no kind without the others.
+    /// never a statement per agent, and no kind without the others. A `Conflict`, and nothing
+    /// written, when a report `resent` is its agent's stored last one already.
     async fn write_rollups(
         &self,
         rows: &[Rollup],

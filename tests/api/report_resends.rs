@@ -10,7 +10,8 @@ use crate::feedback::{
 };
 use crate::grpc::{authed, client};
 use crate::observe::{metrics, sample};
-use budgetd::store::feedback::LastReport;
+use budgetd::store::feedback::{LastReport, Rollup};
+use budgetd::store::StoreError;
 
 use crate::helpers::{spawn_replica_with, Backend, TestApp, TestDb};
 
@@ -190,6 +191,7 @@ async fn the_store_keeps_each_agents_last_report() {
             agent_id: agent,
             report_id: id.to_owned(),
             stored_ms,
+            resent: false,
         };
         // More agents than one statement takes.
         let many: Vec<LastReport> = (0..2_500)
@@ -217,5 +219,48 @@ async fn the_store_keeps_each_agents_last_report() {
             "{backend:?}"
         );
         assert!(store.last_reports(&[]).await.unwrap().is_empty());
+
+        // A resend counted by a batch whose agent stored it meanwhile (another replica): the
+        // batch writes nothing, and its agents send again.
+        let rollup = Rollup {
+            chain: "checkout".into(),
+            segment: SEGMENT.into(),
+            minute: 60_000,
+            writer: "w".into(),
+            counts: Default::default(),
+            latency_hdr: Vec::new(),
+            agent_count: 1,
+            agents: vec!["agent-0".into()],
+            updated_at: budgetd::service::now(),
+        };
+        let again = |id: &str| LastReport {
+            resent: true,
+            ..last("agent-0".into(), id, 6_000)
+        };
+        let refused = store
+            .write_rollups(std::slice::from_ref(&rollup), &[], &[again("bb")])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, StoreError::Conflict(ref m) if m.contains("stored by another replica")),
+            "{backend:?}: {refused}"
+        );
+        let rollups = store.read_rollups("checkout", 0, i64::MAX).await.unwrap();
+        assert!(rollups.is_empty(), "{backend:?}: {rollups:?}");
+        // One not stored yet is written with its rollups.
+        store
+            .write_rollups(&[rollup], &[], &[again("cc")])
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .read_rollups("checkout", 0, i64::MAX)
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
+        let found = store.last_reports(&agents).await.unwrap();
+        assert_eq!(found["agent-0"], "cc", "{backend:?}");
     }
 }
