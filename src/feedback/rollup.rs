@@ -31,11 +31,31 @@ use hdrhistogram::Histogram;
 use tokio::sync::watch;
 
 use super::hdr;
-use crate::store::feedback::{LastReport, Rollup, ROLLUP_AGENT_NAMES};
+use crate::store::feedback::{LastReport, Rollup, RESENT_STORED, ROLLUP_AGENT_NAMES};
 use crate::store::{CanaryHealthRow, Store, StoreError, WHOLE_BAKE};
 
-/// How a commit's error begins when a resend was stored by another replica meanwhile.
-const RESENT_CONFLICT: &str = "a report sent again was stored meanwhile";
+/// Why a batch's write failed: a resend another replica stored meanwhile, or anything else.
+enum Conflict {
+    ResentStored(String),
+    Other(String),
+}
+
+impl From<StoreError> for Conflict {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Conflict(m) if m.starts_with(RESENT_STORED) => Self::ResentStored(m),
+            e => Self::Other(e.to_string()),
+        }
+    }
+}
+
+impl From<Conflict> for String {
+    fn from(c: Conflict) -> Self {
+        match c {
+            Conflict::ResentStored(m) | Conflict::Other(m) => m,
+        }
+    }
+}
 
 /// One window of a report, checked and converted.
 #[derive(Debug, Clone)]
@@ -200,22 +220,25 @@ impl Batch {
     /// Counts `agent`'s `windows` and their `canary` sums in this batch.
     fn add(&mut self, rollup_ms: i64, agent: &str, windows: Vec<Window>, canary: CanarySums) {
         add_sums(&mut self.canary, canary);
-        for w in &windows {
-            add_window(&mut self.deltas, rollup_ms, agent, w);
+        for w in windows {
+            let minute = w.start_ms.div_euclid(rollup_ms) * rollup_ms;
+            let key = (w.chain, w.segment, minute);
+            add_window(&mut self.deltas, key, agent, &w.counts, &w.latency);
         }
     }
 }
 
-/// Adds `agent`'s window `w` to its rollup's sums in `deltas`.
-fn add_window(deltas: &mut HashMap<Key, Acc>, rollup_ms: i64, agent: &str, w: &Window) {
-    let key = (
-        w.chain.clone(),
-        w.segment.clone(),
-        w.start_ms.div_euclid(rollup_ms) * rollup_ms,
-    );
+/// Adds a window of `agent` (its counts and latencies) to the sums of its rollup `key`.
+fn add_window(
+    deltas: &mut HashMap<Key, Acc>,
+    key: Key,
+    agent: &str,
+    counts: &Counts,
+    latency: &hdr::Sparse,
+) {
     let acc = deltas.entry(key).or_insert_with(Acc::new);
-    acc.counts.add(&w.counts);
-    hdr::add(&mut acc.latency, &w.latency);
+    acc.counts.add(counts);
+    hdr::add(&mut acc.latency, latency);
     acc.add_agent(agent);
 }
 
@@ -350,7 +373,12 @@ impl Rollups {
             }
             out.counted += 1;
             for w in &r.windows {
-                add_window(&mut out.deltas, self.rollup_ms, &r.agent, w);
+                let key = (
+                    w.chain.clone(),
+                    w.segment.clone(),
+                    self.rollup_of(w.start_ms),
+                );
+                add_window(&mut out.deltas, key, &r.agent, &w.counts, &w.latency);
             }
             add_sums(&mut out.canary, r.canary.clone());
             out.last.entry(r.agent.clone()).or_insert(r.id);
@@ -361,58 +389,79 @@ impl Rollups {
     /// Writes `batch`, with the resends its agents have not stored. A resend another replica
     /// stored meanwhile (since it was looked for) makes the write a conflict that writes
     /// nothing: the ids are read again and the batch written once more without it, so that
-    /// no batch fails for it.
+    /// no batch fails for it. A batch without resends is moved into its rows, not copied.
     async fn commit(&self, batch: &mut Batch) -> Result<(), String> {
         if batch.resends.is_empty() {
+            let deltas = std::mem::take(&mut batch.deltas);
             let canary = std::mem::take(&mut batch.canary);
-            return self.write(batch, canary, Resent::default()).await;
+            let last = std::mem::take(&mut batch.last)
+                .into_iter()
+                .map(|(a, id)| (a, id, false));
+            return self
+                .write(deltas, canary, last.collect(), (0, 0))
+                .await
+                .map_err(String::from);
         }
         let mut tries = 0;
         loop {
             tries += 1;
             let stored = self.stored_ids(batch).await.map_err(|e| e.to_string())?;
-            let mut resent = self.resent(batch, &stored);
+            let resent = self.resent(batch, &stored);
+            let mut deltas = batch.deltas.clone();
+            for (key, delta) in resent.deltas {
+                deltas.entry(key).or_insert_with(Acc::new).add(&delta);
+            }
             let mut canary = batch.canary.clone();
-            add_sums(&mut canary, std::mem::take(&mut resent.canary));
-            match self.write(batch, canary, resent).await {
-                Err(e) if tries < 2 && e.starts_with(RESENT_CONFLICT) => continue,
-                done => return done,
+            add_sums(&mut canary, resent.canary);
+            // A new report of an agent in this batch is later than any resend of it.
+            let mut last: HashMap<String, ([u8; 16], bool)> = batch
+                .last
+                .iter()
+                .map(|(agent, id)| (agent.clone(), (*id, false)))
+                .collect();
+            for (agent, id) in resent.last {
+                last.entry(agent).or_insert((id, true));
+            }
+            let last = last.into_iter().map(|(a, (id, r))| (a, id, r)).collect();
+            match self
+                .write(deltas, canary, last, (resent.again, resent.counted))
+                .await
+            {
+                Err(Conflict::ResentStored(_)) if tries < 2 => continue,
+                done => return done.map_err(String::from),
             }
         }
     }
 
-    /// Writes this writer's rollups with `batch`'s sums and `resent`'s added, `canary` into
-    /// its canary health, and the agents' last report ids.
-    async fn write(&self, batch: &Batch, canary: CanarySums, resent: Resent) -> Result<(), String> {
-        let keys: BTreeSet<&Key> = batch.deltas.keys().chain(resent.deltas.keys()).collect();
-        if keys.is_empty() {
-            crate::observe::report_resends(resent.again, resent.counted);
+    /// Writes this writer's rollups with `deltas` added, `canary` into its canary health, and
+    /// the agents' last report ids (agent, id, whether a resend); then counts the resends
+    /// `(stored before, counted)`.
+    async fn write(
+        &self,
+        deltas: HashMap<Key, Acc>,
+        canary: CanarySums,
+        last: Vec<(String, [u8; 16], bool)>,
+        (again, counted): (u64, u64),
+    ) -> Result<(), Conflict> {
+        if deltas.is_empty() {
+            crate::observe::report_resends(again, counted);
             return Ok(());
         }
-        let from = keys.iter().map(|k| k.2).min().unwrap_or(0);
-        let existing = self
-            .store
-            .writer_rollups(&self.writer, from)
-            .await
-            .map_err(|e| e.to_string())?;
+        let from = deltas.keys().map(|k| k.2).min().unwrap_or(0);
+        let existing = self.store.writer_rollups(&self.writer, from).await?;
         let mut existing: HashMap<Key, &Rollup> = existing
             .iter()
             .map(|r| ((r.chain.clone(), r.segment.clone(), r.minute), r))
             .collect();
         let at = crate::clock::now();
-        let rows: Vec<Rollup> = keys
+        let rows: Vec<Rollup> = deltas
             .into_iter()
-            .map(|key| {
-                let mut acc = existing.remove(key).map_or_else(Acc::new, Acc::from_row);
-                for delta in [batch.deltas.get(key), resent.deltas.get(key)]
-                    .into_iter()
-                    .flatten()
-                {
-                    acc.add(delta);
-                }
+            .map(|(key, delta)| {
+                let mut acc = existing.remove(&key).map_or_else(Acc::new, Acc::from_row);
+                acc.add(&delta);
                 Rollup {
-                    chain: key.0.clone(),
-                    segment: key.1.clone(),
+                    chain: key.0,
+                    segment: key.1,
                     minute: key.2,
                     writer: self.writer.clone(),
                     counts: acc.counts,
@@ -423,21 +472,15 @@ impl Rollups {
                 }
             })
             .collect();
-        let health = self.health_rows(canary, &at).await?;
+        let health = self
+            .health_rows(canary, &at)
+            .await
+            .map_err(Conflict::Other)?;
         let stored_ms = crate::clock::now_ms();
-        // A new report of an agent in this batch is later than any resend of it.
-        let mut last: HashMap<&str, ([u8; 16], bool)> = batch
-            .last
-            .iter()
-            .map(|(agent, id)| (agent.as_str(), (*id, false)))
-            .collect();
-        for (agent, id) in &resent.last {
-            last.entry(agent.as_str()).or_insert((*id, true));
-        }
         let mut reports: Vec<LastReport> = last
             .into_iter()
-            .map(|(agent_id, (id, resent))| LastReport {
-                agent_id: agent_id.to_owned(),
+            .map(|(agent_id, id, resent)| LastReport {
+                agent_id,
                 report_id: hex::encode(id),
                 stored_ms,
                 resent,
@@ -446,14 +489,9 @@ impl Rollups {
         // In one order on every replica: two batches upserting the same agents never wait
         // on each other's rows crosswise.
         reports.sort_by(|a, b| a.agent_id.cmp(&b.agent_id));
-        match self.store.write_rollups(&rows, &health, &reports).await {
-            Ok(()) => {
-                crate::observe::report_resends(resent.again, resent.counted);
-                Ok(())
-            }
-            Err(StoreError::Conflict(e)) => Err(format!("{RESENT_CONFLICT}: {e}")),
-            Err(e) => Err(e.to_string()),
-        }
+        self.store.write_rollups(&rows, &health, &reports).await?;
+        crate::observe::report_resends(again, counted);
+        Ok(())
     }
 
     /// This writer's canary health rows with `canary` added: its running totals per canary,

@@ -114,6 +114,10 @@ impl WebhookEvent {
     }
 }
 
+/// How [`Feedback::write_rollups`]' `Conflict` begins when a report `resent` was stored
+/// already.
+pub const RESENT_STORED: &str = "a report sent again was stored by another replica meanwhile";
+
 /// The last report stored of an agent, written with the rollups that counted it, so that the
 /// same report sent again is not counted twice.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use super::tx::{commit, replayed, write_audit};
 use super::{internal, placeholders, rows_query, SqlStore, Tx};
 use crate::store::feedback::{
     Alert, Delivery, DeliveryJob, EventsOf, Feedback, LastReport, Nacking, NewAlert, Rollup,
-    Webhook, WebhookEvent,
+    Webhook, WebhookEvent, RESENT_STORED,
 };
 use crate::store::rollouts::CanaryHealthRow;
 use crate::store::{Audit, StoreError, StoreResult};
@@ -261,40 +261,38 @@ impl Feedback for SqlStore {
             q.execute(&mut *tx).await?;
         }
         super::rollouts::put_health_in(&mut tx, self.backend, health).await?;
-        // A resend's id is written only over another id: when another replica stored the same
-        // report since it was looked for, its row (locked until that replica commits, on
-        // PostgreSQL) holds this id already, and the whole batch is refused rather than
-        // counted twice.
-        let (resent, fresh): (Vec<&LastReport>, Vec<&LastReport>) =
-            reports.iter().partition(|r| r.resent);
-        for (rows, guarded) in [(fresh, false), (resent, true)] {
-            for chunk in rows.chunks(REPORT_CHUNK) {
-                let sql = format!(
-                    "INSERT INTO agent_reports (agent_id, report_id, stored_ms) VALUES {} \
-                     ON CONFLICT (agent_id) DO UPDATE SET report_id = excluded.report_id, \
-                     stored_ms = excluded.stored_ms{}",
-                    placeholders(self.backend, chunk.len(), 3),
-                    if guarded {
-                        " WHERE agent_reports.report_id <> excluded.report_id"
-                    } else {
-                        ""
-                    }
-                );
-                let mut q = rows_query(&sql, chunk.len(), REPORT_CHUNK);
-                for r in chunk {
-                    q = q
-                        .bind(r.agent_id.clone())
-                        .bind(r.report_id.clone())
-                        .bind(r.stored_ms);
-                }
-                let written = q.execute(&mut *tx).await?.rows_affected();
-                if written < chunk.len() as u64 {
-                    return Err(StoreError::Conflict(
-                        "a report sent again was stored by another replica meanwhile; its \
-                         agents send it again"
-                            .into(),
-                    ));
-                }
+        // An id is written only over another id: when another replica stored a resent report
+        // since it was looked for, its row (locked until that replica commits, on PostgreSQL)
+        // holds this id already, and nothing is written. One statement per chunk, in the
+        // callers' order of agents, so rows are locked in one order on every replica.
+        for chunk in reports.chunks(REPORT_CHUNK) {
+            let sql = format!(
+                "INSERT INTO agent_reports (agent_id, report_id, stored_ms) VALUES {} \
+                 ON CONFLICT (agent_id) DO UPDATE SET report_id = excluded.report_id, \
+                 stored_ms = excluded.stored_ms \
+                 WHERE agent_reports.report_id <> excluded.report_id RETURNING agent_id",
+                placeholders(self.backend, chunk.len(), 3)
+            );
+            let mut q = rows_query(&sql, chunk.len(), REPORT_CHUNK);
+            for r in chunk {
+                q = q
+                    .bind(r.agent_id.clone())
+                    .bind(r.report_id.clone())
+                    .bind(r.stored_ms);
+            }
+            let written: std::collections::HashSet<String> = q
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(|row| row.try_get(0))
+                .collect::<Result<_, _>>()?;
+            if chunk
+                .iter()
+                .any(|r| r.resent && !written.contains(&r.agent_id))
+            {
+                return Err(StoreError::Conflict(format!(
+                    "{RESENT_STORED}; its agents send it again"
+                )));
             }
         }
         tx.commit().await?;
