@@ -84,18 +84,7 @@ async fn report(
     agent: &str,
     windows: Vec<SegmentWindow>,
 ) -> Result<i64, tonic::Status> {
-    client(app)
-        .await
-        .report(authed(
-            token,
-            ReportRequest {
-                agent_id: agent.into(),
-                windows,
-                ..Default::default()
-            },
-        ))
-        .await
-        .map(|r| r.into_inner().accepted_windows)
+    crate::report_resends::send_as(app, token, agent, &[], false, windows).await
 }
 
 /// Publishes run A on `checkout` and returns an agent token whose agent `agent` has watched.

@@ -25,7 +25,7 @@ async fn send(
     send_as(app, token, "order-1", id, resend, windows).await
 }
 
-async fn send_as(
+pub(crate) async fn send_as(
     app: &TestApp,
     token: &str,
     agent: &str,
