@@ -22,7 +22,7 @@
 //! the id of each agent's last report; the counts of reports are not kept. Resends are held
 //! whole until the commit, charged to their calls' budgets until then.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -179,8 +179,6 @@ pub struct Sent {
 /// A report sent again, kept apart until the commit: counted only if its id is not the last
 /// its agent has stored.
 struct Resend {
-    agent: String,
-    id: [u8; 16],
     windows: Vec<Window>,
     canary: CanarySums,
 }
@@ -190,9 +188,8 @@ struct Batch {
     canary: CanarySums,
     /// The id of each agent's last new report in this batch.
     last: HashMap<String, [u8; 16]>,
-    resends: Vec<Resend>,
-    /// (agent, id) of `resends`.
-    resent: HashSet<(String, [u8; 16])>,
+    /// By (agent, report id).
+    resends: HashMap<(String, [u8; 16]), Resend>,
     done: watch::Sender<Outcome>,
 }
 
@@ -202,8 +199,7 @@ impl Batch {
             deltas: HashMap::new(),
             canary: HashMap::new(),
             last: HashMap::new(),
-            resends: Vec::new(),
-            resent: HashSet::new(),
+            resends: HashMap::new(),
             done: watch::channel(None).0,
         }
     }
@@ -214,7 +210,7 @@ impl Batch {
 
     /// Whether `agent`'s report `id` is already in this batch.
     fn holds(&self, agent: &str, id: &[u8; 16]) -> bool {
-        self.last.get(agent) == Some(id) || self.resent.contains(&(agent.to_owned(), *id))
+        self.last.get(agent) == Some(id) || self.resends.contains_key(&(agent.to_owned(), *id))
     }
 
     /// Counts `agent`'s `windows` and their `canary` sums in this batch.
@@ -242,15 +238,12 @@ fn add_window(
     acc.add_agent(agent);
 }
 
-/// What a batch's resends add at its commit: those whose agents have not stored them.
-#[derive(Default)]
-struct Resent {
+/// What a batch's write holds: its sums (moved, or copied with the resends counted added),
+/// and the last report id of each agent (with whether it was a resend).
+struct Writing {
     deltas: HashMap<Key, Acc>,
     canary: CanarySums,
-    last: HashMap<String, [u8; 16]>,
-    /// Stored before (not counted again), and counted now.
-    again: u64,
-    counted: u64,
+    last: HashMap<String, ([u8; 16], bool)>,
 }
 
 /// The merge of reports into rollups on this server process.
@@ -315,13 +308,8 @@ impl Rollups {
                 if batch.holds(agent, &id) {
                     crate::observe::report_resends(1, 0);
                 } else {
-                    batch.resent.insert((agent.to_owned(), id));
-                    batch.resends.push(Resend {
-                        agent: agent.to_owned(),
-                        id,
-                        windows,
-                        canary,
-                    });
+                    let resend = Resend { windows, canary };
+                    batch.resends.insert((agent.to_owned(), id), resend);
                 }
             }
             // Its resend came first (it overtook the report on another connection).
@@ -355,35 +343,10 @@ impl Rollups {
 
     /// The last stored report ids of the agents of `batch`'s resends.
     async fn stored_ids(&self, batch: &Batch) -> Result<HashMap<String, String>, StoreError> {
-        let agents: BTreeSet<String> = batch.resends.iter().map(|r| r.agent.clone()).collect();
+        let agents: BTreeSet<String> = batch.resends.keys().map(|(a, _)| a.clone()).collect();
         self.store
             .last_reports(&agents.into_iter().collect::<Vec<_>>())
             .await
-    }
-
-    /// What the resends of `batch` whose ids are neither `stored` nor in the batch add.
-    fn resent(&self, batch: &Batch, stored: &HashMap<String, String>) -> Resent {
-        let mut out = Resent::default();
-        for r in &batch.resends {
-            if stored.get(&r.agent) == Some(&hex::encode(r.id))
-                || batch.last.get(&r.agent) == Some(&r.id)
-            {
-                out.again += 1;
-                continue;
-            }
-            out.counted += 1;
-            for w in &r.windows {
-                let key = (
-                    w.chain.clone(),
-                    w.segment.clone(),
-                    self.rollup_of(w.start_ms),
-                );
-                add_window(&mut out.deltas, key, &r.agent, &w.counts, &w.latency);
-            }
-            add_sums(&mut out.canary, r.canary.clone());
-            out.last.entry(r.agent.clone()).or_insert(r.id);
-        }
-        out
     }
 
     /// Writes `batch`, with the resends its agents have not stored. A resend another replica
@@ -392,57 +355,75 @@ impl Rollups {
     /// no batch fails for it. A batch without resends is moved into its rows, not copied.
     async fn commit(&self, batch: &mut Batch) -> Result<(), String> {
         if batch.resends.is_empty() {
-            let deltas = std::mem::take(&mut batch.deltas);
-            let canary = std::mem::take(&mut batch.canary);
-            let last = std::mem::take(&mut batch.last)
-                .into_iter()
-                .map(|(a, id)| (a, id, false));
-            return self
-                .write(deltas, canary, last.collect(), (0, 0))
-                .await
-                .map_err(String::from);
+            let writing = Writing {
+                deltas: std::mem::take(&mut batch.deltas),
+                canary: std::mem::take(&mut batch.canary),
+                last: std::mem::take(&mut batch.last)
+                    .into_iter()
+                    .map(|(agent, id)| (agent, (id, false)))
+                    .collect(),
+            };
+            return self.write(writing, (0, 0)).await.map_err(String::from);
         }
         let mut tries = 0;
         loop {
             tries += 1;
             let stored = self.stored_ids(batch).await.map_err(|e| e.to_string())?;
-            let resent = self.resent(batch, &stored);
-            let mut deltas = batch.deltas.clone();
-            for (key, delta) in resent.deltas {
-                deltas.entry(key).or_insert_with(Acc::new).add(&delta);
-            }
-            let mut canary = batch.canary.clone();
-            add_sums(&mut canary, resent.canary);
-            // A new report of an agent in this batch is later than any resend of it.
-            let mut last: HashMap<String, ([u8; 16], bool)> = batch
-                .last
-                .iter()
-                .map(|(agent, id)| (agent.clone(), (*id, false)))
-                .collect();
-            for (agent, id) in resent.last {
-                last.entry(agent).or_insert((id, true));
-            }
-            let last = last.into_iter().map(|(a, (id, r))| (a, id, r)).collect();
-            match self
-                .write(deltas, canary, last, (resent.again, resent.counted))
-                .await
-            {
+            let (writing, counts) = self.with_resends(batch, &stored);
+            match self.write(writing, counts).await {
                 Err(Conflict::ResentStored(_)) if tries < 2 => continue,
                 done => return done.map_err(String::from),
             }
         }
     }
 
-    /// Writes this writer's rollups with `deltas` added, `canary` into its canary health, and
-    /// the agents' last report ids (agent, id, whether a resend); then counts the resends
-    /// `(stored before, counted)`.
-    async fn write(
+    /// A copy of `batch`'s sums with its resends added whose ids are neither `stored` nor new
+    /// reports of the batch; and how many resends were stored before, and are counted.
+    fn with_resends(
         &self,
-        deltas: HashMap<Key, Acc>,
-        canary: CanarySums,
-        last: Vec<(String, [u8; 16], bool)>,
-        (again, counted): (u64, u64),
-    ) -> Result<(), Conflict> {
+        batch: &Batch,
+        stored: &HashMap<String, String>,
+    ) -> (Writing, (u64, u64)) {
+        let mut w = Writing {
+            deltas: batch.deltas.clone(),
+            canary: batch.canary.clone(),
+            last: batch
+                .last
+                .iter()
+                .map(|(agent, id)| (agent.clone(), (*id, false)))
+                .collect(),
+        };
+        let (mut again, mut counted) = (0, 0);
+        for ((agent, id), r) in &batch.resends {
+            if stored.get(agent) == Some(&hex::encode(id)) || batch.last.get(agent) == Some(id) {
+                again += 1;
+                continue;
+            }
+            counted += 1;
+            for win in &r.windows {
+                let key = (
+                    win.chain.clone(),
+                    win.segment.clone(),
+                    self.rollup_of(win.start_ms),
+                );
+                add_window(&mut w.deltas, key, agent, &win.counts, &win.latency);
+            }
+            add_sums(&mut w.canary, r.canary.clone());
+            // A new report of an agent in this batch is later than any resend of it.
+            w.last.entry(agent.clone()).or_insert((*id, true));
+        }
+        (w, (again, counted))
+    }
+
+    /// Writes this writer's rollups with `writing`'s sums added, its canary sums into the
+    /// canary health, and the agents' last report ids; then counts the resends `(stored
+    /// before, counted)`.
+    async fn write(&self, writing: Writing, (again, counted): (u64, u64)) -> Result<(), Conflict> {
+        let Writing {
+            deltas,
+            canary,
+            last,
+        } = writing;
         if deltas.is_empty() {
             crate::observe::report_resends(again, counted);
             return Ok(());
@@ -479,7 +460,7 @@ impl Rollups {
         let stored_ms = crate::clock::now_ms();
         let mut reports: Vec<LastReport> = last
             .into_iter()
-            .map(|(agent_id, id, resent)| LastReport {
+            .map(|(agent_id, (id, resent))| LastReport {
                 agent_id,
                 report_id: hex::encode(id),
                 stored_ms,

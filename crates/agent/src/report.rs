@@ -102,6 +102,16 @@ struct InDoubt {
     windows: Vec<v1::SegmentWindow>,
 }
 
+impl InDoubt {
+    /// Drops the windows that ended too long ago for the control plane; returns how many.
+    fn drop_stale(&mut self, now_ms: i64) -> u64 {
+        let before = self.windows.len();
+        let limit = now_ms.saturating_sub(crate::pending::MAX_AGE_MS);
+        self.windows.retain(|w| w.end_unix_ms >= limit);
+        (before - self.windows.len()) as u64
+    }
+}
+
 /// Refuses a `report_window` that does not divide a minute (before anything connects).
 pub(crate) fn check_window(config: &AgentConfig) -> Result<(), AgentError> {
     check_length(config.report_window)
@@ -240,10 +250,11 @@ impl Reporter {
             let mut st = self.state();
             let now = wall_ms();
             st.pending.drop_stale(now);
-            st.in_doubt = st
-                .in_doubt
-                .take()
-                .and_then(|d| self.fresh_part(&mut st, d, now));
+            // Its windows too old for the control plane are dropped, and counted.
+            if let Some(mut doubt) = st.in_doubt.take() {
+                st.pending.count_refused(doubt.drop_stale(now));
+                st.in_doubt = (!doubt.windows.is_empty()).then_some(doubt);
+            }
             let doubt = st.in_doubt.clone();
             let dropped = st.pending.dropped();
             if dropped > st.dropped_logged {
@@ -283,17 +294,6 @@ impl Reporter {
             report
         };
         Ok(accepted + self.deliver(&report, false, deadline).await?)
-    }
-
-    /// `doubt` without the windows too old for the control plane (counted as dropped), or
-    /// `None` when none is left.
-    fn fresh_part(&self, st: &mut State, mut doubt: InDoubt, now_ms: i64) -> Option<InDoubt> {
-        let before = doubt.windows.len();
-        let limit = now_ms.saturating_sub(crate::pending::MAX_AGE_MS);
-        doubt.windows.retain(|w| w.end_unix_ms >= limit);
-        st.pending
-            .count_refused((before - doubt.windows.len()) as u64);
-        (!doubt.windows.is_empty()).then_some(doubt)
     }
 
     /// Sends `report`, the report in doubt, (again, with `resend`) by `deadline`. One answered
