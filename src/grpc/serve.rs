@@ -255,6 +255,10 @@ where
                     }
                 }
             }
+            // Each stream h2 decoded is taken, and charged or refused, without waiting: h2
+            // decodes this connection's headers only while this task polls it, so across
+            // connections the headers decoded and not yet taken are one connection's worth per
+            // thread at most (tests/api/header_flood.rs). Nothing here may await.
             accepted = conn.accept() => match accepted {
                 Some(Ok((req, mut respond))) => match Charge::open(&budgets.opening, None, req.headers()) {
                     // Refused from its headers, which are dropped with it.

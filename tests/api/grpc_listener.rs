@@ -334,7 +334,7 @@ fn refused_and_held(statuses: &[Option<(i32, String)>], what: &str) -> (usize, u
 }
 
 /// A health check (a whole request) answered SERVING within `limit`.
-async fn healthy_within(addr: SocketAddr, limit: Duration) -> bool {
+pub async fn healthy_within(addr: SocketAddr, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
         let (_send, response) = {

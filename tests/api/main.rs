@@ -23,6 +23,7 @@ mod fuzz;
 mod grpc;
 mod grpc_listener;
 mod hardening;
+mod header_flood;
 mod idempotency;
 mod kill_rate;
 mod lifecycle;

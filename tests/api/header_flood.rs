@@ -1,0 +1,126 @@
+//! Request headers sent at once on many gRPC connections hold a bounded part of the server's
+//! memory (docs/limits.md, "gRPC agents"). h2 decodes a connection's headers only while that
+//! connection's task polls it, and the task takes every stream h2 has decoded before it waits
+//! again: a stream taken is charged to the budget of calls whose caller is not known yet (64
+//! MiB) or refused from its headers. So the headers decoded and not yet taken are at most one
+//! connection's worth (1,024 streams of 8 KiB) per thread running tasks, however many
+//! connections send them.
+
+use std::time::Duration;
+
+use http::HeaderValue;
+
+use crate::helpers::{RssSampler, ServerProcess};
+
+const WATCH: &str = "/budget.v1.BudgetControl/Watch";
+/// Connections that each send [`STREAMS`] requests' headers at once: were their decoded
+/// headers held together, 32 × 8 MiB.
+const CONNECTIONS: usize = 32;
+/// The server's limit of concurrent streams per connection.
+const STREAMS: usize = 1024;
+/// Each request carries two headers of this many bytes: with their names and HPACK's 32
+/// bytes per header, about 7.9 KiB of the 8 KiB a request's headers may hold.
+const PAD: usize = 3_800;
+/// Growth of the server's resident memory allowed during the flood: the 64 MiB of calls not
+/// yet authenticated, a connection's decoded headers per thread (8 MiB each, two threads),
+/// and the connections' own state (h2's buffers and streams, the openers' tasks).
+const BOUND_KIB: u64 = 144 * 1024;
+
+/// 32 connections each send 1,024 Watch requests' headers (7.9 KiB each, never indexed, so
+/// each is decoded in full) as fast as h2 writes them, without a token: every call is
+/// answered (`UNAUTHENTICATED`, or `RESOURCE_EXHAUSTED` when the budget of calls not yet
+/// authenticated is full), the server's memory grows by less than [`BOUND_KIB`] (256 MiB of
+/// headers were sent), and it serves a health check afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_sent_at_once_on_many_connections_hold_bounded_memory() {
+    let server = ServerProcess::start(&[]);
+    let addr = server.grpc;
+    let before = server.rss_kib();
+    let sampler = RssSampler::start(server.pid());
+    let floods: Vec<_> = (0..CONNECTIONS)
+        .map(|c| tokio::spawn(flood(addr, c)))
+        .collect();
+    let mut codes = std::collections::HashMap::new();
+    for flood in floods {
+        for code in flood.await.expect("a flood's task") {
+            *codes.entry(code).or_insert(0usize) += 1;
+        }
+    }
+    let peak = sampler.finish();
+    let answered: usize = codes.values().sum();
+    assert_eq!(
+        answered,
+        CONNECTIONS * STREAMS,
+        "every call is answered: {codes:?}"
+    );
+    let allowed = [tonic::Code::Unauthenticated, tonic::Code::ResourceExhausted];
+    assert!(
+        codes.keys().all(|c| allowed.contains(c)),
+        "refused from their headers: {codes:?}"
+    );
+    let grew = peak.saturating_sub(before);
+    assert!(
+        grew < BOUND_KIB,
+        "the server grew by {grew} KiB (from {before} KiB) while {CONNECTIONS} connections sent \
+         {STREAMS} requests' headers each; at most {BOUND_KIB} KiB"
+    );
+    assert!(
+        crate::grpc_listener::healthy_within(addr, Duration::from_secs(10)).await,
+        "a health check is answered after the flood"
+    );
+}
+
+/// Sends [`STREAMS`] Watch requests' headers on one new connection without waiting for any
+/// answer, then returns the gRPC code each was answered.
+async fn flood(addr: std::net::SocketAddr, connection: usize) -> Vec<tonic::Code> {
+    let (client, driver) = crate::streams::connect(addr, None).await;
+    tokio::spawn(driver);
+    let pad = "p".repeat(PAD);
+    let mut calls = Vec::with_capacity(STREAMS);
+    for i in 0..STREAMS {
+        let mut client = client
+            .clone()
+            .ready()
+            .await
+            .expect("the connection is open");
+        let mut req = http::Request::post(WATCH)
+            .header("content-type", "application/grpc")
+            .header("te", "trailers");
+        for k in 0..2 {
+            // Different in every request, and never indexed: decoded in full each time.
+            let mut value = HeaderValue::from_str(&format!("{connection}-{i}-{k}-{pad}")).unwrap();
+            value.set_sensitive(true);
+            req = req.header(format!("x-pad-{k}"), value);
+        }
+        let (response, send) = client
+            .send_request(req.body(()).unwrap(), false)
+            .expect("the request's headers are sent");
+        // The request half is kept, so that the stream stays open until it is answered.
+        calls.push((response, send));
+    }
+    let mut codes = Vec::with_capacity(STREAMS);
+    for (response, _send) in calls {
+        codes.push(code_within(response, Duration::from_secs(60)).await);
+    }
+    codes
+}
+
+/// The gRPC code a call is answered with (trailers-only, or in its trailers).
+async fn code_within(response: h2::client::ResponseFuture, limit: Duration) -> tonic::Code {
+    tokio::time::timeout(limit, async {
+        let response = response.await.expect("an answer's headers");
+        let headers = match response.headers().get("grpc-status") {
+            Some(_) => response.headers().clone(),
+            None => {
+                let mut body = response.into_body();
+                while body.data().await.is_some() {}
+                body.trailers().await.ok().flatten().unwrap_or_default()
+            }
+        };
+        tonic::Status::from_header_map(&headers)
+            .map(|s| s.code())
+            .unwrap_or(tonic::Code::Unknown)
+    })
+    .await
+    .unwrap_or_else(|_| panic!("a call not answered within {limit:?}"))
+}
