@@ -24,14 +24,19 @@ pub struct Histogram {
 
 impl Histogram {
     pub fn observe(&self, d: Duration) {
+        self.observe_n(d, 1);
+    }
+
+    /// `n` observations of `d`.
+    pub fn observe_n(&self, d: Duration, n: u64) {
         let secs = d.as_secs_f64();
         let at = BUCKETS
             .iter()
             .position(|b| secs <= *b)
             .unwrap_or(BUCKETS.len());
-        self.counts[at].fetch_add(1, Relaxed);
-        self.sum_nanos
-            .fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Relaxed);
+        self.counts[at].fetch_add(n, Relaxed);
+        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_nanos.fetch_add(nanos.saturating_mul(n), Relaxed);
     }
 
     /// The `_bucket`, `_sum` and `_count` lines of `name`; `labels` is `k="v",…` or empty.
@@ -67,14 +72,13 @@ static DRIFT_EVENTS: AtomicU64 = AtomicU64::new(0);
 type HttpHistograms = BTreeMap<(String, String), std::sync::Arc<Histogram>>;
 static HTTP: LazyLock<Mutex<HttpHistograms>> = LazyLock::new(Default::default);
 
-/// A Watch stream sent a chain published at `published` (wall clock, so a publication made on
-/// another replica counts from when it was made).
-pub fn delivered(published: SystemTime) {
-    DELIVERY.observe(
-        SystemTime::now()
-            .duration_since(published)
-            .unwrap_or_default(),
-    );
+/// `streams` Watch streams were handed a chain published at `published` (wall clock, so a
+/// publication made on another replica counts from when it was made), timed now.
+pub fn delivered(published: SystemTime, streams: u64) {
+    let d = SystemTime::now()
+        .duration_since(published)
+        .unwrap_or_default();
+    DELIVERY.observe_n(d, streams);
 }
 
 /// An agent's ACK (`accepted`) or NACK was recorded.
@@ -250,5 +254,20 @@ mod tests {
         assert!(out.contains("x_bucket{a=\"b\",le=\"+Inf\"} 3\n"), "{out}");
         assert!(out.contains("x_count{a=\"b\"} 3\n"), "{out}");
         assert!(out.contains("x_sum{a=\"b\"} 60.0205\n"), "{out}");
+    }
+
+    /// A pass over a connection's streams records its deliveries of one publication at once.
+    #[test]
+    fn observations_recorded_together_count_each() {
+        let h = Histogram::default();
+        h.observe_n(Duration::from_millis(3), 100);
+        h.observe(Duration::from_millis(30));
+        let mut out = String::new();
+        h.render(&mut out, "x", "");
+        assert!(out.contains("x_bucket{le=\"0.0025\"} 0\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"0.005\"} 100\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"0.05\"} 101\n"), "{out}");
+        assert!(out.contains("x_count 101\n"), "{out}");
+        assert!(out.contains("x_sum 0.33\n"), "{out}");
     }
 }

@@ -175,6 +175,29 @@ struct Stream {
     member: Member,
 }
 
+/// The chains a pass over a connection's streams handed to h2, counted per publication and
+/// timed once, when the pass ends (its frames are written after it): one clock read and two
+/// atomic adds per publication rather than per stream.
+#[derive(Default)]
+struct Handed(Vec<(std::time::SystemTime, u64)>);
+
+impl Handed {
+    fn add(&mut self, published: std::time::SystemTime) {
+        match self.0.iter_mut().find(|(at, _)| *at == published) {
+            Some((_, n)) => *n += 1,
+            None => self.0.push((published, 1)),
+        }
+    }
+}
+
+impl Drop for Handed {
+    fn drop(&mut self) {
+        for (published, streams) in self.0.drain(..) {
+            crate::observe::delivered(published, streams);
+        }
+    }
+}
+
 /// What a stream lacks of the hub's `state`.
 struct Pending<'s> {
     frame: Bytes,
@@ -297,7 +320,7 @@ impl Stream {
     /// stream whose agent stops reading holds one update, and the newest is sent when it reads.
     /// (Waiting for room for the whole update never ends for one larger than the peer's
     /// window, 64 KiB by default, or than the stream's send buffer.)
-    fn deliver(&mut self, state: &HubState) -> bool {
+    fn deliver(&mut self, state: &HubState, handed: &mut Handed) -> bool {
         let Some(p) = self.pending(state) else {
             self.blocked = false;
             return true;
@@ -329,7 +352,7 @@ impl Stream {
         for entry in p.entries {
             let chain = &entry.live.chain;
             if self.set_sent(chain, entry.revision()) {
-                crate::observe::delivered(entry.published);
+                handed.add(entry.published);
             } else {
                 new_chains.push(chain.clone());
             }
@@ -341,12 +364,12 @@ impl Stream {
 
     /// The stream's waker fired: `false` when the peer reset or closed it; otherwise it is
     /// watched again and, if it was blocked, sent its newest update when the window takes it.
-    fn woken(&mut self, state: &HubState) -> bool {
+    fn woken(&mut self, state: &HubState, handed: &mut Handed) -> bool {
         let mut cx = Context::from_waker(&self.waker);
         if self.send.poll_reset(&mut cx).is_ready() {
             return false;
         }
-        !self.blocked || self.deliver(state)
+        !self.blocked || self.deliver(state, handed)
     }
 }
 
@@ -448,14 +471,18 @@ impl Watches {
         };
         let stream = self.streams.insert(stream);
         self.streams[stream].adopt_held(state, held.as_ref());
-        if !(self.streams[stream].deliver(state) && self.streams[stream].woken(state)) {
+        let handed = &mut Handed::default();
+        if !(self.streams[stream].deliver(state, handed)
+            && self.streams[stream].woken(state, handed))
+        {
             self.streams.remove(stream);
         }
     }
 
     /// Sends every stream what it lacks of the hub's `state`.
     pub fn deliver(&mut self, state: &HubState) {
-        self.streams.retain(|_, s| s.deliver(state));
+        let handed = &mut Handed::default();
+        self.streams.retain(|_, s| s.deliver(state, handed));
     }
 
     /// Looks at the streams whose waker fired: forgets those the peer reset or closed, sends
@@ -473,10 +500,11 @@ impl Watches {
         if keys.is_empty() {
             return Poll::Pending;
         }
+        let handed = &mut Handed::default();
         for key in keys {
             // A key may be gone, or taken since by a newer stream: looking again is harmless.
             if let Some(s) = self.streams.get_mut(key) {
-                if !s.woken(state) {
+                if !s.woken(state, handed) {
                     self.streams.remove(key);
                 }
             }
