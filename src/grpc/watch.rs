@@ -157,9 +157,8 @@ async fn read_request(body: &mut RecvStream) -> Result<Vec<u8>, tonic::Status> {
 struct Stream {
     send: SendStream<Bytes>,
     selection: Selection,
-    /// Revision of each chain sent so far, sorted by chain: usually one or a few, and a
-    /// `BTreeMap` took a 368-byte node per stream.
-    sent: Vec<(String, i64)>,
+    /// Revision of each chain sent so far.
+    sent: Sent,
     known: i64,
     /// The last update did not fit the peer's window: the newest is sent when it opens.
     blocked: bool,
@@ -198,32 +197,87 @@ impl Drop for Handed {
     }
 }
 
+/// The revision of each chain a stream has been sent.
+enum Sent {
+    /// For a stream of named chains: one per chain of its selection, in the selection's order
+    /// (0 until the chain is sent), so that an update compares no chain names.
+    Selected(Box<[i64]>),
+    /// For a stream of a service's chains, which come and go: sorted by chain (usually one or
+    /// a few; a `BTreeMap` took a 368-byte node per stream).
+    Named(Vec<(String, i64)>),
+}
+
+impl Sent {
+    fn for_selection(selection: &Selection) -> Self {
+        match selection {
+            Selection::Chains(chains) => Self::Selected(vec![0; chains.len()].into()),
+            // Exact for the usual single chain (a vector grown from empty holds four).
+            Selection::Service(_) => Self::Named(Vec::with_capacity(1)),
+        }
+    }
+
+    /// The revision of a chain sent so far: the `at`th of the selection, or named `chain`.
+    fn get(&self, at: Option<usize>, chain: &str) -> Option<i64> {
+        match (self, at) {
+            (Self::Selected(sent), Some(at)) => sent.get(at).copied().filter(|r| *r != 0),
+            (Self::Named(sent), _) => sent
+                .binary_search_by(|(c, _)| c.as_str().cmp(chain))
+                .ok()
+                .map(|at| sent[at].1),
+            (Self::Selected(_), None) => None,
+        }
+    }
+
+    /// Records `revision` of a chain as sent; whether the chain had been sent before.
+    fn set(&mut self, at: Option<usize>, chain: &str, revision: i64) -> bool {
+        match (self, at) {
+            (Self::Selected(sent), Some(at)) => match sent.get_mut(at) {
+                Some(have) => std::mem::replace(have, revision) != 0,
+                None => false,
+            },
+            (Self::Named(sent), _) => match sent.binary_search_by(|(c, _)| c.as_str().cmp(chain)) {
+                Ok(at) => {
+                    sent[at].1 = revision;
+                    true
+                }
+                Err(at) => {
+                    sent.insert(at, (chain.to_owned(), revision));
+                    false
+                }
+            },
+            (Self::Selected(_), None) => false,
+        }
+    }
+}
+
 /// What a stream lacks of the hub's `state`.
 struct Pending<'s> {
     frame: Bytes,
     revision: i64,
-    /// The chains to send, at their entry's revision.
-    entries: Vec<&'s Arc<ChainEntry>>,
+    /// The chains to send, at their entry's revision, each with its place in the selection.
+    entries: Vec<(Option<usize>, &'s Arc<ChainEntry>)>,
 }
 
 impl Stream {
     /// Calls `f` with the chain entry of each chain the stream selects, and the entry the
-    /// agent gets of it: a canary's where one selects the agent.
+    /// agent gets of it: a canary's where one selects the agent; and, for a stream of named
+    /// chains, the chain's place in its selection.
     fn for_each_selected<'s>(
         &self,
         state: &'s HubState,
-        mut f: impl FnMut(&'s Arc<ChainEntry>, &'s Arc<ChainEntry>),
+        mut f: impl FnMut(Option<usize>, &'s Arc<ChainEntry>, &'s Arc<ChainEntry>),
     ) {
         let member = &self.member;
         match &self.selection {
             Selection::Chains(set) => set
                 .iter()
-                .filter_map(|c| state.get(c))
-                .for_each(|e| f(e, e.for_agent(member))),
+                .enumerate()
+                .filter_map(|(at, c)| state.get(c).map(|e| (at, e)))
+                .for_each(|(at, e)| f(Some(at), e, e.for_agent(member))),
             Selection::Service(service) => state.values().for_each(|e| {
                 let got = e.for_agent(member);
                 if got.involves(service) {
-                    f(e, got);
+                    f(None, e, got);
                 }
             }),
         }
@@ -239,72 +293,53 @@ impl Stream {
         if self.known <= 0 {
             return;
         }
-        let mut adopted: Vec<&Arc<ChainEntry>> = Vec::new();
-        self.for_each_selected(state, |base, e| {
+        let mut adopted: Vec<(Option<usize>, &Arc<ChainEntry>)> = Vec::new();
+        self.for_each_selected(state, |at, base, e| {
             let either = base
                 .canary()
                 .is_some_and(|(_, canary)| canary.revision() <= self.known);
             let held = held.is_none_or(|h| h.contains(&e.live.chain));
             if !either && held && e.revision() <= self.known {
-                adopted.push(e);
+                adopted.push((at, e));
             }
         });
         if adopted.is_empty() {
             return;
         }
-        let chains: Vec<String> = adopted.iter().map(|e| e.live.chain.clone()).collect();
+        let chains: Vec<String> = adopted.iter().map(|(_, e)| e.live.chain.clone()).collect();
         // An agent resumes with the entries it accepted (its cache keeps no refused one): the
         // newest of them counts as acknowledged. Its ACK may have been taken by the replica it
         // left and not stored before it moved; it does not send that ACK again.
-        let accepted = adopted.iter().map(|e| e.revision()).max().unwrap_or(0);
-        for e in adopted {
-            self.set_sent(&e.live.chain, e.revision());
+        let accepted = adopted.iter().map(|(_, e)| e.revision()).max().unwrap_or(0);
+        for (at, e) in adopted {
+            self.sent.set(at, &e.live.chain, e.revision());
         }
         self.slot.delivered(self.known, &chains);
         self.slot.resumed_with(accepted);
     }
 
-    /// The revision of `chain` sent so far.
-    fn sent(&self, chain: &str) -> Option<i64> {
-        self.sent
-            .binary_search_by(|(c, _)| c.as_str().cmp(chain))
-            .ok()
-            .map(|at| self.sent[at].1)
-    }
-
-    /// Records `revision` of `chain` as sent; whether the chain had been sent before.
-    fn set_sent(&mut self, chain: &str, revision: i64) -> bool {
-        match self.sent.binary_search_by(|(c, _)| c.as_str().cmp(chain)) {
-            Ok(at) => {
-                self.sent[at].1 = revision;
-                true
-            }
-            Err(at) => {
-                self.sent.insert(at, (chain.to_owned(), revision));
-                false
-            }
-        }
-    }
-
     fn pending<'s>(&self, state: &'s HubState) -> Option<Pending<'s>> {
         let mut revision = self.known;
-        let mut entries: Vec<&'s Arc<ChainEntry>> = Vec::new();
-        self.for_each_selected(state, |_, entry| {
+        let mut entries: Vec<(Option<usize>, &'s Arc<ChainEntry>)> = Vec::new();
+        self.for_each_selected(state, |at, _, entry| {
             let rev = entry.revision();
             revision = revision.max(rev);
             // A chain not sent yet was not held at open (`adopt_held`).
-            let newer = self.sent(&entry.live.chain).is_none_or(|have| rev > have);
+            let newer = self
+                .sent
+                .get(at, &entry.live.chain)
+                .is_none_or(|have| rev > have);
             if newer {
-                entries.push(entry);
+                entries.push((at, entry));
             }
         });
         let frame = match entries.as_slice() {
             [] => return None,
             // The usual update: one chain, at the newest revision: the hub's shared frame.
-            [one] if one.revision() == revision => one.frame.clone(),
+            [(_, one)] if one.revision() == revision => one.frame.clone(),
             many => frame(&BudgetUpdate {
                 revision,
-                chains: many.iter().map(|e| e.encoded.clone()).collect(),
+                chains: many.iter().map(|(_, e)| e.encoded.clone()).collect(),
             }),
         };
         Some(Pending {
@@ -349,9 +384,9 @@ impl Stream {
             return false;
         }
         let mut new_chains = Vec::new();
-        for entry in p.entries {
+        for (at, entry) in p.entries {
             let chain = &entry.live.chain;
-            if self.set_sent(chain, entry.revision()) {
+            if self.sent.set(at, chain, entry.revision()) {
                 handed.add(entry.published);
             } else {
                 new_chains.push(chain.clone());
@@ -458,9 +493,8 @@ impl Watches {
                 // The peer reset the stream meanwhile: nothing to serve.
                 Err(_) => return,
             },
+            sent: Sent::for_selection(&selection),
             selection,
-            // Exact for the usual single chain (a vector grown from empty holds four).
-            sent: Vec::with_capacity(1),
             known,
             blocked: false,
             waker,
