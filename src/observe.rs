@@ -158,7 +158,7 @@ pub fn parse_time(rfc3339: &str) -> SystemTime {
 
 /// Every metric of this module in the text exposition format.
 pub fn render(out: &mut String) {
-    out.push_str("# HELP budgetd_publish_delivery_seconds Time from a publication to its delivery on a Watch stream that already held the chain.\n# TYPE budgetd_publish_delivery_seconds histogram\n");
+    out.push_str("# HELP budgetd_publish_delivery_seconds Time from a publication until it is handed to the connection of a Watch stream that already held the chain.\n# TYPE budgetd_publish_delivery_seconds histogram\n");
     DELIVERY.render(out, "budgetd_publish_delivery_seconds", "");
     out.push_str("# HELP budgetd_acks_total Agents' ACKs (config accepted).\n# TYPE budgetd_acks_total counter\n");
     let _ = writeln!(out, "budgetd_acks_total {}", ACKS.load(Relaxed));
