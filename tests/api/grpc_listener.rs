@@ -61,7 +61,7 @@ async fn open_call(
 
 /// The gRPC status of a call's answer (trailers-only, or in its trailers), waiting at most
 /// `limit`; `None` if nothing came.
-async fn status_within(
+pub async fn status_within(
     response: h2::client::ResponseFuture,
     limit: Duration,
 ) -> Option<(i32, String)> {

@@ -122,27 +122,11 @@ async fn flood(
     }
     let mut codes = Vec::with_capacity(STREAMS);
     for (response, _send) in calls {
-        codes.push(code_within(response, Duration::from_secs(60)).await);
+        let limit = Duration::from_secs(60);
+        let (code, _) = crate::grpc_listener::status_within(response, limit)
+            .await
+            .unwrap_or_else(|| panic!("a call not answered within {limit:?}"));
+        codes.push(tonic::Code::from(code));
     }
     codes
-}
-
-/// The gRPC code a call is answered with (trailers-only, or in its trailers).
-async fn code_within(response: h2::client::ResponseFuture, limit: Duration) -> tonic::Code {
-    tokio::time::timeout(limit, async {
-        let response = response.await.expect("an answer's headers");
-        let headers = match response.headers().get("grpc-status") {
-            Some(_) => response.headers().clone(),
-            None => {
-                let mut body = response.into_body();
-                while body.data().await.is_some() {}
-                body.trailers().await.ok().flatten().unwrap_or_default()
-            }
-        };
-        tonic::Status::from_header_map(&headers)
-            .map(|s| s.code())
-            .unwrap_or(tonic::Code::Unknown)
-    })
-    .await
-    .unwrap_or_else(|_| panic!("a call not answered within {limit:?}"))
 }
