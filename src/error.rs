@@ -195,6 +195,7 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::NotFound(what) => Self::not_found(format!("{what} not found")),
             StoreError::Conflict(msg) => Self::conflict(msg),
+            e @ StoreError::ReportStored { .. } => Self::conflict(e.to_string()),
             StoreError::Invalid(msg) => Self::bad_request(msg),
             // Overload, not a fault: 503, as a timed-out request is.
             StoreError::Busy(msg) => Self::new(Code::Unavailable, msg),

@@ -15,6 +15,9 @@
 //! apart from the batch's sums until the commit, which reads its agent's last stored report id
 //! and counts it only if the id differs; each agent's last counted id is written in the
 //! commit's transaction. A resend whose report is in the same batch already is not kept.
+//! A report sent once that another replica stored meanwhile from its resend (the agent gave
+//! up waiting here and failed over) makes the commit write nothing: its windows are in the
+//! batch's sums, so the batch is dropped and its agents send again, as resends.
 //!
 //! Memory: a batch holds one entry per (chain, segment, rollup) reported since the last commit
 //! (segments of published chains only, rollups at most 11 minutes old), and per (canary,
@@ -31,10 +34,13 @@ use hdrhistogram::Histogram;
 use tokio::sync::watch;
 
 use super::hdr;
-use crate::store::feedback::{LastReport, Rollup, RESENT_STORED, ROLLUP_AGENT_NAMES};
+use crate::store::feedback::{LastReport, Rollup, ROLLUP_AGENT_NAMES};
 use crate::store::{CanaryHealthRow, Store, StoreError, WHOLE_BAKE};
 
-/// Why a batch's write failed: a resend another replica stored meanwhile, or anything else.
+/// Why a batch's write failed: a resend another replica stored meanwhile (the batch is
+/// written again without it), or anything else (the batch is dropped; its agents send again).
+/// A report sent once whose resend another replica stored meanwhile is the latter: its
+/// windows are in the batch's sums and cannot be taken out.
 enum Conflict {
     ResentStored(String),
     Other(String),
@@ -43,7 +49,7 @@ enum Conflict {
 impl From<StoreError> for Conflict {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::Conflict(m) if m.starts_with(RESENT_STORED) => Self::ResentStored(m),
+            StoreError::ReportStored { resent: true } => Self::ResentStored(e.to_string()),
             e => Self::Other(e.to_string()),
         }
     }

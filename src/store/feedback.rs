@@ -114,10 +114,6 @@ impl WebhookEvent {
     }
 }
 
-/// How [`Feedback::write_rollups`]' `Conflict` begins when a report `resent` was stored
-/// already.
-pub const RESENT_STORED: &str = "a report sent again was stored by another replica meanwhile";
-
 /// The last report stored of an agent, written with the rollups that counted it, so that the
 /// same report sent again is not counted twice.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,8 +123,8 @@ pub struct LastReport {
     pub report_id: String,
     /// When it was stored (Unix ms).
     pub stored_ms: i64,
-    /// Counted as a resend, its id found nowhere: if the agent's stored id is this one when
-    /// it is written (another replica stored it meanwhile), nothing is written.
+    /// Counted as a resend, its id found nowhere. Resent or not, if the agent's stored id is
+    /// this one when it is written (another replica stored it meanwhile), nothing is written.
     pub resent: bool,
 }
 
@@ -139,8 +135,8 @@ pub type EventsOf = dyn for<'a> Fn(&'a Alert) -> Vec<WebhookEvent> + Send + Sync
 pub trait Feedback: Send + Sync {
     /// Writes rollup rows and canary health rows (each replacing the same key's row), and the
     /// last report of each agent they counted, in one transaction of multi-row statements:
-    /// never a statement per agent, and no kind without the others. A `Conflict`, and nothing
-    /// written, when a report `resent` is its agent's stored last one already.
+    /// never a statement per agent, and no kind without the others. `ReportStored`, and
+    /// nothing written, when a report is its agent's stored last one already.
     async fn write_rollups(
         &self,
         rows: &[Rollup],

@@ -66,6 +66,15 @@ pub enum StoreError {
     /// No database connection came free in time (every one busy): the caller may retry.
     #[error("{0}")]
     Busy(String),
+    /// A report id a batch of rollups would store was its agent's stored one already
+    /// (another replica stored the report meanwhile): the batch wrote nothing
+    /// ([`Feedback::write_rollups`]). `resent`: the report came as a resend.
+    #[error("{}", if *resent {
+        "a report sent again was stored by another replica meanwhile; its agents send it again"
+    } else {
+        "a report was stored by another replica, sent again there, before this one stored it; its agents send it again"
+    })]
+    ReportStored { resent: bool },
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }

@@ -115,6 +115,22 @@ async fn a_report_sent_again_is_counted_once() {
         assert_eq!(send(&a, &token, &z, true, third).await.unwrap(), 1);
         assert_eq!(calls(&[&a, &b]).await, [1350, 1350], "{backend:?}");
 
+        // A first send that reaches its batch's commit after its resend was counted on the
+        // other replica (the agent gave up waiting on a and failed over): its windows are in
+        // a's batch, so that batch is dropped and its agents send again, as resends.
+        let w = [4u8; 16];
+        let late = vec![calls_window(start + 250, 20)];
+        assert_eq!(send(&b, &token, &w, true, late.clone()).await.unwrap(), 1);
+        assert_eq!(calls(&[&a, &b]).await, [1370, 1370], "{backend:?}");
+        let dropped = send(&a, &token, &w, false, late.clone()).await.unwrap_err();
+        assert_eq!(
+            dropped.code(),
+            Code::Unavailable,
+            "{backend:?}: {dropped:?}"
+        );
+        assert_eq!(send(&a, &token, &w, true, late).await.unwrap(), 1);
+        assert_eq!(calls(&[&a, &b]).await, [1370, 1370], "{backend:?}");
+
         // A report without an id is counted each time it comes (as before ids).
         let fourth = vec![calls_window(start + 300, 7)];
         for _ in 0..2 {
@@ -123,12 +139,12 @@ async fn a_report_sent_again_is_counted_once() {
                 1
             );
         }
-        assert_eq!(calls(&[&a, &b]).await, [1364, 1364], "{backend:?}");
+        assert_eq!(calls(&[&a, &b]).await, [1384, 1384], "{backend:?}");
 
-        // x twice, y once. The counter is the test process's (b's too, and other tests'
+        // x twice, y and w once. The counter is the test process's (b's too, and other tests'
         // agents that send again).
         let again = stored_before().await - before;
-        assert!(again >= 3.0, "{backend:?}: {again}");
+        assert!(again >= 4.0, "{backend:?}: {again}");
         b.stop().await;
         a.stop().await;
     }
@@ -242,8 +258,24 @@ async fn the_store_keeps_each_agents_last_report() {
             .await
             .unwrap_err();
         assert!(
-            matches!(refused, StoreError::Conflict(ref m) if m.contains("stored by another replica")),
+            matches!(refused, StoreError::ReportStored { resent: true }),
             "{backend:?}: {refused}"
+        );
+        let rollups = store.read_rollups("checkout", 0, i64::MAX).await.unwrap();
+        assert!(rollups.is_empty(), "{backend:?}: {rollups:?}");
+        // Likewise a report sent once whose resend another replica stored meanwhile: its
+        // windows are in the batch's sums.
+        let late = store
+            .write_rollups(
+                std::slice::from_ref(&rollup),
+                &[],
+                &[last("agent-0".into(), "bb", 6_000)],
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(late, StoreError::ReportStored { resent: false }),
+            "{backend:?}: {late}"
         );
         let rollups = store.read_rollups("checkout", 0, i64::MAX).await.unwrap();
         assert!(rollups.is_empty(), "{backend:?}: {rollups:?}");

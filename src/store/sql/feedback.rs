@@ -15,7 +15,7 @@ use super::tx::{commit, replayed, write_audit};
 use super::{internal, placeholders, rows_query, SqlStore, Tx};
 use crate::store::feedback::{
     Alert, Delivery, DeliveryJob, EventsOf, Feedback, LastReport, Nacking, NewAlert, Rollup,
-    Webhook, WebhookEvent, RESENT_STORED,
+    Webhook, WebhookEvent,
 };
 use crate::store::rollouts::CanaryHealthRow;
 use crate::store::{Audit, StoreError, StoreResult};
@@ -286,13 +286,12 @@ impl Feedback for SqlStore {
                 .iter()
                 .map(|row| row.try_get(0))
                 .collect::<Result<_, _>>()?;
-            if chunk
-                .iter()
-                .any(|r| r.resent && !written.contains(&r.agent_id))
-            {
-                return Err(StoreError::Conflict(format!(
-                    "{RESENT_STORED}; its agents send it again"
-                )));
+            // A report not sent again whose id is stored already was stored by another
+            // replica from a resend while it waited here: its windows are in this batch's
+            // sums too, so the batch is not written (its agents send again, as resends).
+            let unwritten = chunk.iter().filter(|r| !written.contains(&r.agent_id));
+            if let Some(resent) = unwritten.map(|r| r.resent).reduce(|a, b| a && b) {
+                return Err(StoreError::ReportStored { resent });
             }
         }
         tx.commit().await?;
