@@ -14,6 +14,7 @@
 
 pub mod alerts;
 pub mod hdr;
+mod known_stored;
 pub mod production;
 pub mod rollup;
 pub mod turns;

@@ -17,7 +17,9 @@
 //! commit's transaction. A resend whose report is in the same batch already is not kept.
 //! A report sent once that another replica stored meanwhile from its resend (the agent gave
 //! up waiting here and failed over) makes the commit write nothing: its windows are in the
-//! batch's sums, so the batch is dropped and its agents send again, as resends.
+//! batch's sums, so the batch is dropped and its agents send again, as resends. The process
+//! remembers the last [`KNOWN_STORED`] such reports: the same one sent once more is answered
+//! as stored and fails no batch again.
 //!
 //! Memory: a batch holds one entry per (chain, segment, rollup) reported since the last commit
 //! (segments of published chains only, rollups at most 11 minutes old), and per (canary,
@@ -34,6 +36,8 @@ use hdrhistogram::Histogram;
 use tokio::sync::watch;
 
 use super::hdr;
+use super::known_stored::KnownStored;
+pub use super::known_stored::KNOWN_STORED;
 use crate::store::feedback::{LastReport, Rollup, ROLLUP_AGENT_NAMES};
 use crate::store::{CanaryHealthRow, Store, StoreError, WHOLE_BAKE};
 
@@ -43,14 +47,18 @@ use crate::store::{CanaryHealthRow, Store, StoreError, WHOLE_BAKE};
 /// windows are in the batch's sums and cannot be taken out.
 enum Conflict {
     ResentStored(String),
+    /// With the (agent, report id in hex) of each report sent once that was stored.
+    FirstStored(String, Vec<(String, String)>),
     Other(String),
 }
 
 impl From<StoreError> for Conflict {
     fn from(e: StoreError) -> Self {
+        let m = e.to_string();
         match e {
-            StoreError::ReportStored { resent: true } => Self::ResentStored(e.to_string()),
-            e => Self::Other(e.to_string()),
+            StoreError::ReportStored { resent: true, .. } => Self::ResentStored(m),
+            StoreError::ReportStored { first_sends, .. } => Self::FirstStored(m, first_sends),
+            _ => Self::Other(m),
         }
     }
 }
@@ -58,7 +66,7 @@ impl From<StoreError> for Conflict {
 impl From<Conflict> for String {
     fn from(c: Conflict) -> Self {
         match c {
-            Conflict::ResentStored(m) | Conflict::Other(m) => m,
+            Conflict::ResentStored(m) | Conflict::FirstStored(m, _) | Conflict::Other(m) => m,
         }
     }
 }
@@ -261,6 +269,7 @@ pub struct Rollups {
     batch: Arc<Mutex<Batch>>,
     /// Serialises flushes (the periodic one and explicit ones).
     flushing: Arc<tokio::sync::Mutex<()>>,
+    known_stored: Arc<Mutex<KnownStored>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -275,6 +284,7 @@ impl Rollups {
             rollup_ms: i64::try_from(rollup_ms).unwrap_or(60_000).max(1),
             batch: Arc::new(Mutex::new(Batch::new())),
             flushing: Arc::new(tokio::sync::Mutex::new(())),
+            known_stored: Arc::default(),
         }
     }
 
@@ -322,6 +332,11 @@ impl Rollups {
             Some(Sent { id, resend: false }) if batch.holds(agent, &id) => {
                 crate::observe::report_resends(1, 0);
             }
+            // Found stored by a commit that it failed: answered as stored, counted no more.
+            Some(Sent { id, resend: false }) if lock(&self.known_stored).holds(agent, &id) => {
+                crate::observe::report_resends(1, 0);
+                return Commit(None);
+            }
             Some(Sent { id, resend: false }) => {
                 batch.add(self.rollup_ms, agent, windows, canary);
                 batch.last.insert(agent.to_owned(), id);
@@ -340,7 +355,12 @@ impl Rollups {
         if batch.is_empty() {
             return;
         }
-        let outcome = self.commit(&mut batch).await;
+        let outcome = self.commit(&mut batch).await.map_err(|c| {
+            if let Conflict::FirstStored(_, reports) = &c {
+                lock(&self.known_stored).learn(reports);
+            }
+            String::from(c)
+        });
         if let Err(e) = &outcome {
             tracing::warn!(error = %e, "report rollups not stored; agents will send again");
         }
@@ -359,7 +379,7 @@ impl Rollups {
     /// stored meanwhile (since it was looked for) makes the write a conflict that writes
     /// nothing: the ids are read again and the batch written once more without it, so that
     /// no batch fails for it. A batch without resends is moved into its rows, not copied.
-    async fn commit(&self, batch: &mut Batch) -> Result<(), String> {
+    async fn commit(&self, batch: &mut Batch) -> Result<(), Conflict> {
         if batch.resends.is_empty() {
             let writing = Writing {
                 deltas: std::mem::take(&mut batch.deltas),
@@ -369,16 +389,16 @@ impl Rollups {
                     .map(|(agent, id)| (agent, (id, false)))
                     .collect(),
             };
-            return self.write(writing, (0, 0)).await.map_err(String::from);
+            return self.write(writing, (0, 0)).await;
         }
         let mut tries = 0;
         loop {
             tries += 1;
-            let stored = self.stored_ids(batch).await.map_err(|e| e.to_string())?;
+            let stored = self.stored_ids(batch).await?;
             let (writing, counts) = self.with_resends(batch, &stored);
             match self.write(writing, counts).await {
                 Err(Conflict::ResentStored(_)) if tries < 2 => continue,
-                done => return done.map_err(String::from),
+                done => return done,
             }
         }
     }

@@ -68,13 +68,17 @@ pub enum StoreError {
     Busy(String),
     /// A report id a batch of rollups would store was its agent's stored one already
     /// (another replica stored the report meanwhile): the batch wrote nothing
-    /// ([`Feedback::write_rollups`]). `resent`: the report came as a resend.
+    /// ([`Feedback::write_rollups`]). `resent`: every such report came as a resend;
+    /// `first_sends`: the agent and report id (hex) of each that did not.
     #[error("{}", if *resent {
         "a report sent again was stored by another replica meanwhile; its agents send it again"
     } else {
-        "a report was stored by another replica, sent again there, before this one stored it; its agents send it again"
+        "a report sent once was stored meanwhile, from its resend, by another replica; its agents send it again"
     })]
-    ReportStored { resent: bool },
+    ReportStored {
+        resent: bool,
+        first_sends: Vec<(String, String)>,
+    },
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }

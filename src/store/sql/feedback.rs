@@ -289,9 +289,20 @@ impl Feedback for SqlStore {
             // A report not sent again whose id is stored already was stored by another
             // replica from a resend while it waited here: its windows are in this batch's
             // sums too, so the batch is not written (its agents send again, as resends).
-            let unwritten = chunk.iter().filter(|r| !written.contains(&r.agent_id));
-            if let Some(resent) = unwritten.map(|r| r.resent).reduce(|a, b| a && b) {
-                return Err(StoreError::ReportStored { resent });
+            let unwritten: Vec<&LastReport> = chunk
+                .iter()
+                .filter(|r| !written.contains(&r.agent_id))
+                .collect();
+            if !unwritten.is_empty() {
+                let first_sends = unwritten
+                    .iter()
+                    .filter(|r| !r.resent)
+                    .map(|r| (r.agent_id.clone(), r.report_id.clone()))
+                    .collect::<Vec<_>>();
+                return Err(StoreError::ReportStored {
+                    resent: first_sends.is_empty(),
+                    first_sends,
+                });
             }
         }
         tx.commit().await?;
