@@ -195,7 +195,8 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::NotFound(what) => Self::not_found(format!("{what} not found")),
             StoreError::Conflict(msg) => Self::conflict(msg),
-            e @ StoreError::ReportStored { .. } => Self::conflict(e.to_string()),
+            // The batch of the report was dropped: sent again, it is counted once.
+            e @ StoreError::ReportStored { .. } => Self::new(Code::Unavailable, e.to_string()),
             StoreError::Invalid(msg) => Self::bad_request(msg),
             // Overload, not a fault: 503, as a timed-out request is.
             StoreError::Busy(msg) => Self::new(Code::Unavailable, msg),

@@ -14,8 +14,8 @@
 
 pub mod alerts;
 pub mod hdr;
-mod known_stored;
 pub mod production;
+mod repeaters;
 pub mod rollup;
 pub mod turns;
 pub mod webhooks;

@@ -18,8 +18,8 @@
 //! A report sent once that another replica stored meanwhile from its resend (the agent gave
 //! up waiting here and failed over) makes the commit write nothing: its windows are in the
 //! batch's sums, so the batch is dropped and its agents send again, as resends. The process
-//! remembers the last [`KNOWN_STORED`] such reports: the same one sent once more is answered
-//! as stored and fails no batch again.
+//! then keeps that agent's reports apart as resends (the last [`REPEATERS`] such agents), so
+//! an agent that repeats stored reports as new fails one batch of the process, not more.
 //!
 //! Memory: a batch holds one entry per (chain, segment, rollup) reported since the last commit
 //! (segments of published chains only, rollups at most 11 minutes old), and per (canary,
@@ -36,8 +36,8 @@ use hdrhistogram::Histogram;
 use tokio::sync::watch;
 
 use super::hdr;
-use super::known_stored::KnownStored;
-pub use super::known_stored::KNOWN_STORED;
+use super::repeaters::Repeaters;
+pub use super::repeaters::REPEATERS;
 use crate::store::feedback::{LastReport, Rollup, ROLLUP_AGENT_NAMES};
 use crate::store::{CanaryHealthRow, Store, StoreError, WHOLE_BAKE};
 
@@ -47,8 +47,8 @@ use crate::store::{CanaryHealthRow, Store, StoreError, WHOLE_BAKE};
 /// windows are in the batch's sums and cannot be taken out.
 enum Conflict {
     ResentStored(String),
-    /// With the (agent, report id in hex) of each report sent once that was stored.
-    FirstStored(String, Vec<(String, String)>),
+    /// With the agents whose report sent once was stored.
+    FirstStored(String, Vec<String>),
     Other(String),
 }
 
@@ -269,7 +269,8 @@ pub struct Rollups {
     batch: Arc<Mutex<Batch>>,
     /// Serialises flushes (the periodic one and explicit ones).
     flushing: Arc<tokio::sync::Mutex<()>>,
-    known_stored: Arc<Mutex<KnownStored>>,
+    /// Agents whose report sent once a commit found stored ([`Repeaters`]).
+    repeaters: Arc<Mutex<Repeaters>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -284,7 +285,7 @@ impl Rollups {
             rollup_ms: i64::try_from(rollup_ms).unwrap_or(60_000).max(1),
             batch: Arc::new(Mutex::new(Batch::new())),
             flushing: Arc::new(tokio::sync::Mutex::new(())),
-            known_stored: Arc::default(),
+            repeaters: Arc::default(),
         }
     }
 
@@ -318,6 +319,12 @@ impl Rollups {
         if windows.is_empty() {
             return Commit(None);
         }
+        // An agent that sent a stored report as new: each of its reports is looked for as a
+        // resend is.
+        let sent = sent.map(|s| Sent {
+            resend: s.resend || lock(&self.repeaters).holds(agent),
+            ..s
+        });
         let mut batch = lock(&self.batch);
         match sent {
             Some(Sent { id, resend: true }) => {
@@ -331,11 +338,6 @@ impl Rollups {
             // Its resend came first (it overtook the report on another connection).
             Some(Sent { id, resend: false }) if batch.holds(agent, &id) => {
                 crate::observe::report_resends(1, 0);
-            }
-            // Found stored by a commit that it failed: answered as stored, counted no more.
-            Some(Sent { id, resend: false }) if lock(&self.known_stored).holds(agent, &id) => {
-                crate::observe::report_resends(1, 0);
-                return Commit(None);
             }
             Some(Sent { id, resend: false }) => {
                 batch.add(self.rollup_ms, agent, windows, canary);
@@ -356,8 +358,9 @@ impl Rollups {
             return;
         }
         let outcome = self.commit(&mut batch).await.map_err(|c| {
-            if let Conflict::FirstStored(_, reports) = &c {
-                lock(&self.known_stored).learn(reports);
+            if let Conflict::FirstStored(m, agents) = &c {
+                tracing::warn!(agents = agents.len(), first = ?agents.first(), "{m}");
+                lock(&self.repeaters).learn(agents.iter().map(String::as_str));
             }
             String::from(c)
         });
@@ -378,7 +381,9 @@ impl Rollups {
     /// Writes `batch`, with the resends its agents have not stored. A resend another replica
     /// stored meanwhile (since it was looked for) makes the write a conflict that writes
     /// nothing: the ids are read again and the batch written once more without it, so that
-    /// no batch fails for it. A batch without resends is moved into its rows, not copied.
+    /// no batch fails for it. A report sent once that was stored (from its resend, by another
+    /// replica) fails the batch: its windows are in the sums. A batch without resends is
+    /// moved into its rows, not copied.
     async fn commit(&self, batch: &mut Batch) -> Result<(), Conflict> {
         if batch.resends.is_empty() {
             let writing = Writing {

@@ -68,8 +68,8 @@ pub enum StoreError {
     Busy(String),
     /// A report id a batch of rollups would store was its agent's stored one already
     /// (another replica stored the report meanwhile): the batch wrote nothing
-    /// ([`Feedback::write_rollups`]). `resent`: every such report came as a resend;
-    /// `first_sends`: the agent and report id (hex) of each that did not.
+    /// ([`Feedback::write_rollups`]). `first_sends`: the agents of those that were sent once
+    /// (not as resends); `resent` when there are none.
     #[error("{}", if *resent {
         "a report sent again was stored by another replica meanwhile; its agents send it again"
     } else {
@@ -77,7 +77,7 @@ pub enum StoreError {
     })]
     ReportStored {
         resent: bool,
-        first_sends: Vec<(String, String)>,
+        first_sends: Vec<String>,
     },
     #[error(transparent)]
     Internal(#[from] anyhow::Error),

@@ -117,22 +117,43 @@ async fn a_report_sent_again_is_counted_once() {
 
         // A first send that reaches its batch's commit after its resend was counted on the
         // other replica (the agent gave up waiting on a and failed over): its windows are in
-        // a's batch, so that batch is dropped and its agents send again, as resends.
+        // a's batch, so that batch is dropped, and its agents send again, as resends. Another
+        // agent's report sent at the same time (in that batch, or the next) is counted once.
         let w = [4u8; 16];
         let late = vec![calls_window(start + 250, 20)];
         assert_eq!(send(&b, &token, &w, true, late.clone()).await.unwrap(), 1);
         assert_eq!(calls(&[&a, &b]).await, [1370, 1370], "{backend:?}");
-        let dropped = send(&a, &token, &w, false, late.clone()).await.unwrap_err();
-        assert_eq!(
-            dropped.code(),
-            Code::Unavailable,
+        let other = vec![calls_window(start + 250, 5)];
+        let v = [5u8; 16];
+        let (dropped, beside) = tokio::join!(
+            send(&a, &token, &w, false, late.clone()),
+            send_as(&a, &token, "order-2", &v, false, other.clone())
+        );
+        let dropped = dropped.unwrap_err();
+        assert_eq!(dropped.code(), Code::Unavailable, "{backend:?}");
+        assert!(
+            dropped
+                .message()
+                .contains("stored meanwhile, from its resend"),
             "{backend:?}: {dropped:?}"
         );
-        // The same report sent once more (a client that does not mark it as a resend) is
-        // answered as stored, and fails no batch again.
+        if let Err(e) = beside {
+            assert_eq!(e.code(), Code::Unavailable, "{backend:?}: {e:?}");
+            let again = send_as(&a, &token, "order-2", &v, true, other).await;
+            assert_eq!(again.unwrap(), 1);
+        }
+        assert_eq!(calls(&[&a, &b]).await, [1375, 1375], "{backend:?}");
+        // The agent's reports are looked for as resends from now on: the same report sent
+        // as new once more is not counted and fails no batch, nor does its next report sent
+        // as new twice (a client that repeats reports without `resend`).
         assert_eq!(send(&a, &token, &w, false, late.clone()).await.unwrap(), 1);
         assert_eq!(send(&a, &token, &w, true, late).await.unwrap(), 1);
-        assert_eq!(calls(&[&a, &b]).await, [1370, 1370], "{backend:?}");
+        let u = [6u8; 16];
+        let next = vec![calls_window(start + 260, 2)];
+        for _ in 0..2 {
+            assert_eq!(send(&a, &token, &u, false, next.clone()).await.unwrap(), 1);
+        }
+        assert_eq!(calls(&[&a, &b]).await, [1377, 1377], "{backend:?}");
 
         // A report without an id is counted each time it comes (as before ids).
         let fourth = vec![calls_window(start + 300, 7)];
@@ -142,12 +163,12 @@ async fn a_report_sent_again_is_counted_once() {
                 1
             );
         }
-        assert_eq!(calls(&[&a, &b]).await, [1384, 1384], "{backend:?}");
+        assert_eq!(calls(&[&a, &b]).await, [1391, 1391], "{backend:?}");
 
-        // x twice, y once, w twice. The counter is the test process's (b's too, and other tests'
+        // x twice, y once, w twice, u once. The counter is the test process's (b's too, and other tests'
         // agents that send again).
         let again = stored_before().await - before;
-        assert!(again >= 5.0, "{backend:?}: {again}");
+        assert!(again >= 6.0, "{backend:?}: {again}");
         b.stop().await;
         a.stop().await;
     }
@@ -278,11 +299,40 @@ async fn the_store_keeps_each_agents_last_report() {
             .unwrap_err();
         assert!(
             matches!(late, StoreError::ReportStored { resent: false, ref first_sends }
-                if first_sends == &[("agent-0".to_owned(), "bb".to_owned())]),
+                if first_sends == &["agent-0".to_owned()]),
             "{backend:?}: {late}"
         );
         let rollups = store.read_rollups("checkout", 0, i64::MAX).await.unwrap();
         assert!(rollups.is_empty(), "{backend:?}: {rollups:?}");
+        // In a batch of many agents, a resend stored in its first statement and a report
+        // sent once stored in its last: both told, nothing written.
+        store
+            .write_rollups(&[], &[], &[last("agent-999".into(), "aa", 7_000)])
+            .await
+            .unwrap();
+        let mut batch: Vec<LastReport> = (1..2_500)
+            .map(|i| last(format!("agent-{i}"), "dd", 7_000))
+            .collect();
+        batch.push(again("bb"));
+        batch
+            .iter_mut()
+            .find(|r| r.agent_id == "agent-999")
+            .unwrap()
+            .report_id = "aa".into();
+        batch.sort_by(|a, b| a.agent_id.cmp(&b.agent_id));
+        let both = store.write_rollups(&[], &[], &batch).await.unwrap_err();
+        assert!(
+            matches!(both, StoreError::ReportStored { resent: false, ref first_sends }
+                if first_sends == &["agent-999".to_owned()]),
+            "{backend:?}: {both}"
+        );
+        let some = ["agent-1", "agent-999"].map(String::from).to_vec();
+        let found = store.last_reports(&some).await.unwrap();
+        assert_eq!(
+            found.into_iter().collect::<Vec<_>>(),
+            [("agent-999".to_owned(), "aa".to_owned())],
+            "{backend:?}: rolled back"
+        );
         // One not stored yet is written with its rollups.
         store
             .write_rollups(&[rollup], &[], &[again("cc")])

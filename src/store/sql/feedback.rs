@@ -261,10 +261,13 @@ impl Feedback for SqlStore {
             q.execute(&mut *tx).await?;
         }
         super::rollouts::put_health_in(&mut tx, self.backend, health).await?;
-        // An id is written only over another id: when another replica stored a resent report
-        // since it was looked for, its row (locked until that replica commits, on PostgreSQL)
-        // holds this id already, and nothing is written. One statement per chunk, in the
-        // callers' order of agents, so rows are locked in one order on every replica.
+        // An id is written only over another id: when another replica stored a report since
+        // it was looked for (a resend) or sent (a report sent once, whose resend it stored),
+        // its row (locked until that replica commits, on PostgreSQL) holds this id already,
+        // and nothing is written. One statement per chunk, in the callers' order of agents,
+        // so rows are locked in one order on every replica; every chunk is written before the
+        // conflicts are told, so that all of them are.
+        let mut unwritten: Vec<&LastReport> = Vec::new();
         for chunk in reports.chunks(REPORT_CHUNK) {
             let sql = format!(
                 "INSERT INTO agent_reports (agent_id, report_id, stored_ms) VALUES {} \
@@ -286,24 +289,19 @@ impl Feedback for SqlStore {
                 .iter()
                 .map(|row| row.try_get(0))
                 .collect::<Result<_, _>>()?;
-            // A report not sent again whose id is stored already was stored by another
-            // replica from a resend while it waited here: its windows are in this batch's
-            // sums too, so the batch is not written (its agents send again, as resends).
-            let unwritten: Vec<&LastReport> = chunk
+            unwritten.extend(chunk.iter().filter(|r| !written.contains(&r.agent_id)));
+        }
+        if !unwritten.is_empty() {
+            // Rolled back as the transaction is dropped.
+            let first_sends: Vec<String> = unwritten
                 .iter()
-                .filter(|r| !written.contains(&r.agent_id))
+                .filter(|r| !r.resent)
+                .map(|r| r.agent_id.clone())
                 .collect();
-            if !unwritten.is_empty() {
-                let first_sends = unwritten
-                    .iter()
-                    .filter(|r| !r.resent)
-                    .map(|r| (r.agent_id.clone(), r.report_id.clone()))
-                    .collect::<Vec<_>>();
-                return Err(StoreError::ReportStored {
-                    resent: first_sends.is_empty(),
-                    first_sends,
-                });
-            }
+            return Err(StoreError::ReportStored {
+                resent: first_sends.is_empty(),
+                first_sends,
+            });
         }
         tx.commit().await?;
         Ok(())
