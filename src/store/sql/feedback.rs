@@ -261,12 +261,11 @@ impl Feedback for SqlStore {
             q.execute(&mut *tx).await?;
         }
         super::rollouts::put_health_in(&mut tx, self.backend, health).await?;
-        // An id is written only over another id: when another replica stored a report since
-        // it was looked for (a resend) or sent (a report sent once, whose resend it stored),
-        // its row (locked until that replica commits, on PostgreSQL) holds this id already,
-        // and nothing is written. One statement per chunk, in the callers' order of agents,
-        // so rows are locked in one order on every replica; every chunk is written before the
-        // conflicts are told, so that all of them are.
+        // An id is written only over another: when another replica stored the report since
+        // it was looked for or sent, its row (locked until that replica commits, on
+        // PostgreSQL) holds this id, and nothing is written. One statement per chunk, in the
+        // callers' order of agents (rows locked in one order on every replica); every chunk
+        // before the conflicts are told, so that all are.
         let mut unwritten: Vec<&LastReport> = Vec::new();
         for chunk in reports.chunks(REPORT_CHUNK) {
             let sql = format!(
@@ -292,7 +291,6 @@ impl Feedback for SqlStore {
             unwritten.extend(chunk.iter().filter(|r| !written.contains(&r.agent_id)));
         }
         if !unwritten.is_empty() {
-            // Rolled back as the transaction is dropped.
             let first_sends: Vec<String> = unwritten
                 .iter()
                 .filter(|r| !r.resent)
