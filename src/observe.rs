@@ -211,7 +211,7 @@ pub fn render(out: &mut String) {
         "budgetd_report_windows_total{{result=\"refused\"}} {}",
         REPORT_WINDOWS_REFUSED.load(Relaxed)
     );
-    out.push_str("# HELP budgetd_report_resends_total Reports their agents sent again after a lost answer (and every report of an agent that sent a stored report as new): stored before (not counted again) or counted at this commit.\n# TYPE budgetd_report_resends_total counter\n");
+    out.push_str("# HELP budgetd_report_resends_total Reports their agents sent again after a lost answer, and the reports of agents that sent a stored report as new (looked for alike): stored before (not counted again) or counted at this commit.\n# TYPE budgetd_report_resends_total counter\n");
     let _ = writeln!(
         out,
         "budgetd_report_resends_total{{result=\"stored_before\"}} {}",

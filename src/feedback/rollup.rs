@@ -18,8 +18,9 @@
 //! A report sent once that another replica stored meanwhile from its resend (the agent gave
 //! up waiting here and failed over) makes the commit write nothing: its windows are in the
 //! batch's sums, so the batch is dropped and its agents send again, as resends. The process
-//! then keeps that agent's reports apart as resends (the last [`REPEATERS`] such agents), so
-//! an agent that repeats stored reports as new fails one batch of the process, not more.
+//! then keeps that agent's reports apart as resends ([`Repeaters`]), so an agent that repeats
+//! stored reports as new fails one batch of the process (two with two reports in flight),
+//! and once [`REPEATERS`] agents have, every report is kept apart so.
 //!
 //! Memory: a batch holds one entry per (chain, segment, rollup) reported since the last commit
 //! (segments of published chains only, rollups at most 11 minutes old), and per (canary,
@@ -59,14 +60,6 @@ impl From<StoreError> for Conflict {
             StoreError::ReportStored { resent: true, .. } => Self::ResentStored(m),
             StoreError::ReportStored { first_sends, .. } => Self::FirstStored(m, first_sends),
             _ => Self::Other(m),
-        }
-    }
-}
-
-impl From<Conflict> for String {
-    fn from(c: Conflict) -> Self {
-        match c {
-            Conflict::ResentStored(m) | Conflict::FirstStored(m, _) | Conflict::Other(m) => m,
         }
     }
 }
@@ -358,15 +351,14 @@ impl Rollups {
             return;
         }
         let outcome = self.commit(&mut batch).await.map_err(|c| {
-            if let Conflict::FirstStored(m, agents) = &c {
-                tracing::warn!(agents = agents.len(), first = ?agents.first(), "{m}");
-                lock(&self.repeaters).learn(agents.iter().map(String::as_str));
-            }
-            String::from(c)
+            let (m, agents) = match c {
+                Conflict::FirstStored(m, agents) => (m, agents),
+                Conflict::ResentStored(m) | Conflict::Other(m) => (m, Vec::new()),
+            };
+            lock(&self.repeaters).learn(agents.iter().map(String::as_str));
+            tracing::warn!(error = %m, repeated = agents.len(), first = ?agents.first(), "report rollups not stored; agents will send again");
+            m
         });
-        if let Err(e) = &outcome {
-            tracing::warn!(error = %e, "report rollups not stored; agents will send again");
-        }
         batch.done.send_replace(Some(outcome));
     }
 

@@ -67,13 +67,13 @@ pub enum StoreError {
     #[error("{0}")]
     Busy(String),
     /// A report id a batch of rollups would store was its agent's stored one already
-    /// (another replica stored the report meanwhile): the batch wrote nothing
+    /// (stored meanwhile, by another replica or this one): the batch wrote nothing
     /// ([`Feedback::write_rollups`]). `first_sends`: the agents of those that were sent once
     /// (not as resends); `resent` when there are none.
     #[error("{}", if *resent {
         "a report sent again was stored by another replica meanwhile; its agents send it again"
     } else {
-        "a report sent once was stored meanwhile, from its resend, by another replica; its agents send it again"
+        "a report sent as new was stored already (from its resend, or sent before); its agents send it again"
     })]
     ReportStored {
         resent: bool,
