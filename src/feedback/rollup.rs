@@ -18,7 +18,7 @@
 //! A report sent once that another replica stored meanwhile from its resend (the agent gave
 //! up waiting here and failed over) makes the commit write nothing: its windows are in the
 //! batch's sums, so the batch is dropped and its agents send again, as resends. The process
-//! then keeps that agent's reports apart as resends ([`Repeaters`]), so an agent that repeats
+//! then keeps that agent's reports apart as resends (`repeaters`), so an agent that repeats
 //! stored reports as new fails one batch of the process (two with two reports in flight),
 //! and once [`REPEATERS`] agents have, every report is kept apart so.
 //!
