@@ -43,9 +43,9 @@ use crate::store::feedback::{LastReport, Rollup, ROLLUP_AGENT_NAMES};
 use crate::store::{CanaryHealthRow, Store, StoreError, WHOLE_BAKE};
 
 /// Why a batch's write failed: a resend another replica stored meanwhile (the batch is
-/// written again without it), or anything else (the batch is dropped; its agents send again).
-/// A report sent once whose resend another replica stored meanwhile is the latter: its
-/// windows are in the batch's sums and cannot be taken out.
+/// written again without it), a report sent once that was stored already (its windows are in
+/// the batch's sums and cannot be taken out: the batch is dropped, its agents send again), or
+/// anything else (dropped likewise).
 enum Conflict {
     ResentStored(String),
     /// With the agents whose report sent once was stored.
@@ -57,8 +57,10 @@ impl From<StoreError> for Conflict {
     fn from(e: StoreError) -> Self {
         let m = e.to_string();
         match e {
-            StoreError::ReportStored { resent: true, .. } => Self::ResentStored(m),
-            StoreError::ReportStored { first_sends, .. } => Self::FirstStored(m, first_sends),
+            StoreError::ReportStored { first_sends } if first_sends.is_empty() => {
+                Self::ResentStored(m)
+            }
+            StoreError::ReportStored { first_sends } => Self::FirstStored(m, first_sends),
             _ => Self::Other(m),
         }
     }

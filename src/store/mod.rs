@@ -69,16 +69,13 @@ pub enum StoreError {
     /// A report id a batch of rollups would store was its agent's stored one already
     /// (stored meanwhile, by another replica or this one): the batch wrote nothing
     /// ([`Feedback::write_rollups`]). `first_sends`: the agents of those that were sent once
-    /// (not as resends); `resent` when there are none.
-    #[error("{}", if *resent {
+    /// (not as resends); empty when all were resends.
+    #[error("{}", if first_sends.is_empty() {
         "a report sent again was stored by another replica meanwhile; its agents send it again"
     } else {
         "a report sent as new was stored already (from its resend, or sent before); its agents send it again"
     })]
-    ReportStored {
-        resent: bool,
-        first_sends: Vec<String>,
-    },
+    ReportStored { first_sends: Vec<String> },
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }

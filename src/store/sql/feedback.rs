@@ -296,10 +296,7 @@ impl Feedback for SqlStore {
                 .filter(|r| !r.resent)
                 .map(|r| r.agent_id.clone())
                 .collect();
-            return Err(StoreError::ReportStored {
-                resent: first_sends.is_empty(),
-                first_sends,
-            });
+            return Err(StoreError::ReportStored { first_sends });
         }
         tx.commit().await?;
         Ok(())
