@@ -7,13 +7,14 @@
 //! measured in docs/benchmarks.md.
 //!
 //! Keepalive pings every [`KEEPALIVE_INTERVAL`] close a connection whose peer does not answer
-//! within [`KEEPALIVE_TIMEOUT`]; one without a stream for [`IDLE_WITHOUT_STREAMS`] is sent
+//! within [`KEEPALIVE_TIMEOUT`] while no stream is taken from it; one without a stream for [`IDLE_WITHOUT_STREAMS`] is sent
 //! GOAWAY. At most `agents.max_connections` are held (a slot is taken before accepting); a call
 //! is refused from its headers without an agent token (`call`, [`open`]) and its request must
 //! arrive within a deadline. The bytes calls other than Watch hold are bounded for the whole
 //! listener (`Budgets`). Stopping ends the Watch streams (agents reconnect elsewhere),
 //! sends GOAWAY and lets calls in flight finish, for at most [`DRAIN`].
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -209,9 +210,12 @@ where
     // Polled by this task rather than spawned: a task and a channel to say the peer is dead
     // took about 0.9 KiB of every connection.
     let pings = conn.ping_pong();
-    let mut dead = std::pin::pin!(async move {
+    // Streams taken from the connection: a keepalive ping not answered in time while they
+    // grow is still behind them (`keepalive`).
+    let taken = AtomicU32::new(0);
+    let mut dead = std::pin::pin!(async {
         match pings {
-            Some(pings) => keepalive(pings).await,
+            Some(pings) => keepalive(pings, &taken).await,
             None => std::future::pending().await,
         }
     });
@@ -260,17 +264,20 @@ where
             // connections the headers decoded and not yet taken are one connection's worth per
             // thread at most (tests/api/header_flood.rs). Nothing here may await.
             accepted = conn.accept() => match accepted {
-                Some(Ok((req, mut respond))) => match Charge::open(&budgets.opening, None, req.headers()) {
-                    // Refused from its headers, which are dropped with it.
-                    Err(status) => drop(respond.send_response(status.into_http::<()>(), true)),
-                    Ok(charge) if req.uri().path() == WATCH_PATH => {
-                        opening.push(tokio::spawn(open(control.clone(), req, respond, charge)));
+                Some(Ok((req, mut respond))) => {
+                    taken.fetch_add(1, Ordering::Relaxed);
+                    match Charge::open(&budgets.opening, None, req.headers()) {
+                        // Refused from its headers, which are dropped with it.
+                        Err(status) => drop(respond.send_response(status.into_http::<()>(), true)),
+                        Ok(charge) if req.uri().path() == WATCH_PATH => {
+                            opening.push(tokio::spawn(open(control.clone(), req, respond, charge)));
+                        }
+                        Ok(charge) => {
+                            let (routes, budgets) = (routes.clone(), budgets.clone());
+                            tokio::spawn(call(control.clone(), routes, budgets, (req, respond), charge));
+                        }
                     }
-                    Ok(charge) => {
-                        let (routes, budgets) = (routes.clone(), budgets.clone());
-                        tokio::spawn(call(control.clone(), routes, budgets, (req, respond), charge));
-                    }
-                },
+                }
                 Some(Err(e)) => {
                     tracing::debug!(error = %e, "HTTP/2 connection failed");
                     break false;
@@ -383,18 +390,30 @@ async fn call(
     drop(place);
 }
 
-/// Pings the peer every [`KEEPALIVE_INTERVAL`]; ends when a ping cannot be sent or is not
-/// answered within [`KEEPALIVE_TIMEOUT`].
-async fn keepalive(mut pp: h2::PingPong) {
+/// Pings the peer every [`KEEPALIVE_INTERVAL`]; ends when a ping cannot be sent, or is not
+/// answered within [`KEEPALIVE_TIMEOUT`] while the connection took no stream (`taken`, counted
+/// by the serve loop). A peer's answer is read after what it sent before it: a connection with
+/// a backlog of header blocks still being decoded (up to 1,024 streams of 8 KiB, not flow
+/// controlled) is read slower than its peer answers, and each stream taken from it is a whole
+/// header block, so its peer is alive. A peer in the middle of a header block sends no stream
+/// nor answer, and is closed.
+async fn keepalive(mut pp: h2::PingPong, taken: &AtomicU32) {
     let mut tick = tokio::time::interval(KEEPALIVE_INTERVAL);
     tick.tick().await;
     loop {
         tick.tick().await;
-        match tokio::time::timeout(KEEPALIVE_TIMEOUT, pp.ping(h2::Ping::opaque())).await {
-            Ok(Ok(_)) => {}
-            // A ping that cannot be sent (the connection is closing or broken) or is not
-            // answered in time: the connection is of no more use.
-            Ok(Err(_)) | Err(_) => return,
+        let mut ping = std::pin::pin!(pp.ping(h2::Ping::opaque()));
+        loop {
+            let before = taken.load(Ordering::Relaxed);
+            match tokio::time::timeout(KEEPALIVE_TIMEOUT, ping.as_mut()).await {
+                Ok(Ok(_)) => break,
+                // Not answered yet, but the streams sent before the answer are still being
+                // taken: wait on.
+                Err(_) if taken.load(Ordering::Relaxed) != before => {}
+                // A ping that cannot be sent (the connection is closing or broken) or is not
+                // answered in time: the connection is of no more use.
+                Ok(Err(_)) | Err(_) => return,
+            }
         }
     }
 }

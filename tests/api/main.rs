@@ -25,6 +25,7 @@ mod grpc_listener;
 mod hardening;
 mod header_flood;
 mod idempotency;
+mod keepalive;
 mod kill_rate;
 mod lifecycle;
 mod limits;
