@@ -7,12 +7,13 @@
 //! measured in docs/benchmarks.md.
 //!
 //! Keepalive pings every [`KEEPALIVE_INTERVAL`] close a connection whose peer does not answer
-//! within [`KEEPALIVE_TIMEOUT`] while no stream is taken from it; one without a stream for [`IDLE_WITHOUT_STREAMS`] is sent
-//! GOAWAY. At most `agents.max_connections` are held (a slot is taken before accepting); a call
-//! is refused from its headers without an agent token (`call`, [`open`]) and its request must
-//! arrive within a deadline. The bytes calls other than Watch hold are bounded for the whole
-//! listener (`Budgets`). Stopping ends the Watch streams (agents reconnect elsewhere),
-//! sends GOAWAY and lets calls in flight finish, for at most [`DRAIN`].
+//! within [`KEEPALIVE_TIMEOUT`] while no stream is taken from it; one without a stream for
+//! [`IDLE_WITHOUT_STREAMS`] is sent GOAWAY. At most `agents.max_connections` are held (a slot
+//! is taken before accepting); a call is refused from its headers without an agent token
+//! (`call`, [`open`]) and its request must arrive within a deadline. The bytes calls other
+//! than Watch hold are bounded for the whole listener (`Budgets`). Stopping ends the Watch
+//! streams (agents reconnect elsewhere), sends GOAWAY and lets calls in flight finish, for at
+//! most [`DRAIN`].
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -399,6 +400,8 @@ async fn call(
 /// nor answer, and is closed.
 async fn keepalive(mut pp: h2::PingPong, taken: &AtomicU32) {
     let mut tick = tokio::time::interval(KEEPALIVE_INTERVAL);
+    // A ping answered late (past the next tick) is followed by the next one an interval later.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     loop {
         tick.tick().await;

@@ -10,11 +10,18 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
+use budgetd::grpc::serve::IDLE_WITHOUT_STREAMS;
+use budgetd::grpc::{KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT};
+
 use crate::helpers::{settings_for, spawn_app_on, Backend, TestDb};
 
-/// When the check of both connections is made: past the first ping (30 s) and its timeout
+/// When the check of the kept connection is made: past the first ping (30 s) and its timeout
 /// (10 s), before a connection without streams would be sent GOAWAY (60 s).
-const CHECK_AT: Duration = Duration::from_secs(46);
+const CHECK_AT: Duration = KEEPALIVE_INTERVAL
+    .saturating_add(KEEPALIVE_TIMEOUT)
+    .saturating_add(Duration::from_secs(6));
+/// The connections not kept must end between the first ping and this.
+const CLOSED_BY: Duration = CHECK_AT.saturating_add(Duration::from_secs(10));
 
 /// A frame: its 9-byte header, then `payload`.
 fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
@@ -59,6 +66,19 @@ fn watch_headers(stream: u32) -> Vec<u8> {
     frame(HEADERS, 0x4 | 0x1, stream, &block)
 }
 
+/// When the connection `tcp` ends (read to its end, or reset), from `start`.
+fn ended_at(mut tcp: TcpStream, start: Instant) -> tokio::task::JoinHandle<Duration> {
+    tokio::spawn(async move {
+        let mut sink = vec![0u8; 4096];
+        loop {
+            match tcp.read(&mut sink).await {
+                Ok(0) | Err(_) => return start.elapsed(),
+                Ok(_) => {}
+            }
+        }
+    })
+}
+
 /// Reads frames until the ack of a ping carrying `payload` (true) or the connection's end or
 /// GOAWAY (false), for at most `limit`.
 async fn ping_answered(tcp: &mut TcpStream, payload: [u8; 8], limit: Duration) -> bool {
@@ -83,26 +103,30 @@ async fn ping_answered(tcp: &mut TcpStream, payload: [u8; 8], limit: Duration) -
     tokio::time::timeout(limit, read).await.unwrap_or(false)
 }
 
-/// Of two connections that never answer a ping, the one that sends nothing is closed after
-/// the first ping's 10 s (at 30–55 s), and the one that opens a stream every second is kept:
-/// past 46 s it answers a ping of its own. Before, both were closed at about 40 s.
+/// Of three connections that never answer a ping, the one that sends nothing and the one in
+/// the middle of a header block (which cannot answer one) are closed after the first ping's
+/// 10 s (at 30–56 s), and the one that opens a stream every second is kept: past 46 s it
+/// answers a ping of its own. Before, all three were closed at about 40 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_whose_streams_are_still_taken_is_kept_past_an_unanswered_ping() {
+    assert!(
+        CLOSED_BY < IDLE_WITHOUT_STREAMS,
+        "checked before the idle GOAWAY"
+    );
     let db = TestDb::new(Backend::Sqlite).await.expect("SQLite");
     let app = spawn_app_on(db, settings_for).await;
     let start = Instant::now();
-    let mut quiet = open(app.grpc_addr).await;
+    let quiet = open(app.grpc_addr).await;
+    let mut stuck = open(app.grpc_addr).await;
     let mut busy = open(app.grpc_addr).await;
-    // The quiet peer's connection: when it ended.
-    let quiet_end = tokio::spawn(async move {
-        let mut sink = vec![0u8; 4096];
-        loop {
-            match quiet.read(&mut sink).await {
-                Ok(0) | Err(_) => return start.elapsed(),
-                Ok(_) => {}
-            }
-        }
-    });
+    // A header block begun and never ended: no END_HEADERS, no CONTINUATION.
+    let mut begun = watch_headers(1);
+    begun[4] = 0;
+    stuck.write_all(&begun).await.unwrap();
+    let ended = [
+        ("quiet", ended_at(quiet, start)),
+        ("stuck", ended_at(stuck, start)),
+    ];
     let mut stream = 1;
     while start.elapsed() < CHECK_AT {
         busy.write_all(&watch_headers(stream))
@@ -125,18 +149,21 @@ async fn a_peer_whose_streams_are_still_taken_is_kept_past_an_unanswered_ping() 
         "the connection that kept opening streams was closed by {:?}",
         start.elapsed()
     );
-    let ended = tokio::time::timeout(Duration::from_secs(10), quiet_end)
-        .await
-        .expect("the quiet connection is closed within 56 s")
-        .unwrap();
-    eprintln!(
-        "keepalive: the quiet connection ended at {ended:?}, {} streams opened on the other",
-        stream / 2
-    );
-    assert!(
-        (Duration::from_secs(30)..Duration::from_secs(56)).contains(&ended),
-        "the quiet connection ended at {ended:?}"
-    );
+    for (which, end) in ended {
+        let limit = CLOSED_BY.saturating_sub(start.elapsed());
+        let at = tokio::time::timeout(limit, end)
+            .await
+            .unwrap_or_else(|_| panic!("the {which} connection still open at {CLOSED_BY:?}"))
+            .unwrap();
+        eprintln!(
+            "keepalive: the {which} connection ended at {at:?}, {} streams opened on the kept one",
+            stream / 2
+        );
+        assert!(
+            (KEEPALIVE_INTERVAL..CLOSED_BY).contains(&at),
+            "the {which} connection ended at {at:?}"
+        );
+    }
     drop(busy);
     app.stop().await;
 }
