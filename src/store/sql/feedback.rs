@@ -20,6 +20,13 @@ use crate::store::feedback::{
 use crate::store::rollouts::CanaryHealthRow;
 use crate::store::{Audit, StoreError, StoreResult};
 
+/// The agents refusing a revision they have not accepted since, through the index of the
+/// agents that ever refused one (`agents_nacking`, migration 0017), not the whole fleet.
+pub(super) const NACKING: &str = "SELECT a.agent_id, a.chains, a.nack_revision, a.nack_error \
+     FROM agents a LEFT JOIN agent_cohorts c ON c.id = a.cohort \
+     WHERE a.nack_revision IS NOT NULL AND a.nack_revision > COALESCE(c.acked, a.acked) \
+     ORDER BY a.agent_id LIMIT $1";
+
 const ROLLUP_COLUMNS: &str = "chain, segment, minute, writer, calls, attempts, retries_deadline, \
     retries_unavailable, ok, deadline_exceeded, unavailable, business_error, budget_exhausted, \
     retry_refused_no_key, latency_hdr, agent_count, agents, updated_at";
@@ -406,15 +413,10 @@ impl Feedback for SqlStore {
     }
 
     async fn nacking_agents(&self, limit: i64) -> StoreResult<Vec<Nacking>> {
-        let rows = sqlx::query(
-            "SELECT a.agent_id, a.chains, a.nack_revision, a.nack_error \
-             FROM agents a LEFT JOIN agent_cohorts c ON c.id = a.cohort \
-             WHERE a.nack_revision IS NOT NULL AND a.nack_revision > COALESCE(c.acked, a.acked) \
-             ORDER BY a.agent_id LIMIT $1",
-        )
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(NACKING)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter()
             .map(|r| {
                 let chains: String = r.try_get("chains")?;

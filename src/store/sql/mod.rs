@@ -259,6 +259,8 @@ impl Connection for SqlStore {
 
 #[cfg(test)]
 mod tests {
+    use sqlx::Row as _;
+
     use super::*;
 
     /// SQLite's multi-row statements carry no parameter names (their binding cost grows with
@@ -330,6 +332,61 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(order, ["transaction", "bulk"]);
+    }
+
+    /// The alert evaluator's read of the agents refusing a revision goes through the index of
+    /// the agents that ever refused one, not through every agent of the fleet, and finds them:
+    /// 2,000 agents, two refusing the revision they were sent, one that refused an older one
+    /// and accepted a newer since.
+    #[tokio::test]
+    async fn nacking_agents_are_read_without_going_through_the_fleet() {
+        use crate::store::Feedback as _;
+        let dir = tempfile::tempdir().unwrap();
+        let (_, store) = sqlite_in(&dir).await;
+        let nacked = |i: usize| match i {
+            7 | 1_500 => Some(3),
+            900 => Some(1),
+            _ => None,
+        };
+        for i in 0..2_000 {
+            sqlx::query(
+                "INSERT INTO agents (agent_id, service, labels, chains, replica, connected, \
+                 delivered, acked, nack_revision, nack_error, first_seen, last_seen) \
+                 VALUES ($1, 'checkout', '{}', 'c', 'r', 1, 3, 2, $2, 'bad', 't', 't')",
+            )
+            .bind(format!("agent-{i:04}"))
+            .bind(nacked(i))
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        }
+        let plan: Vec<String> = sqlx::query(&format!("EXPLAIN QUERY PLAN {}", feedback::NACKING))
+            .bind(10_000_i64)
+            .fetch_all(&store.pool)
+            .await
+            .unwrap_or_else(|e| panic!("EXPLAIN QUERY PLAN: {e}"))
+            .iter()
+            .map(|step| step.try_get("detail").unwrap())
+            .collect();
+        let agents = plan
+            .iter()
+            .find(|step| step.contains(" a "))
+            .unwrap_or_else(|| panic!("no step reads the agents: {plan:?}"));
+        assert!(
+            agents.ends_with("USING INDEX agents_nacking"),
+            "the agents are read another way: {plan:?}"
+        );
+        let nacking: Vec<(String, i64)> = store
+            .nacking_agents(10_000)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|n| (n.agent_id, n.revision))
+            .collect();
+        assert_eq!(
+            nacking,
+            [("agent-0007".into(), 3), ("agent-1500".into(), 3)]
+        );
     }
 
     /// A SQLite commit of more WAL pages than SQLite's default threshold (1 000) does not
