@@ -101,14 +101,16 @@ impl Layout {
         (buckets + 1) * self.half_count
     }
 
+    /// The lowest value of the bucket at counts index `index`; `None` past 64 bits (a bucket
+    /// number is never narrowed: one past 2^32 would wrap to a small value).
     fn value_of(&self, index: u64) -> Option<u64> {
-        let bucket = (index >> self.half_count_magnitude) as i64 - 1;
         let mut sub = (index & (self.half_count - 1)) + self.half_count;
-        let bucket = if bucket < 0 {
-            sub -= self.half_count;
-            0
-        } else {
-            bucket as u32
+        let bucket = match (index >> self.half_count_magnitude).checked_sub(1) {
+            Some(bucket) => u32::try_from(bucket).ok()?,
+            None => {
+                sub -= self.half_count;
+                0
+            }
         };
         let shift = bucket.checked_add(self.unit_magnitude)?;
         if shift >= 64 || sub.leading_zeros() < shift {
@@ -196,8 +198,9 @@ pub fn decode_metered(bytes: &[u8], name: &str, total: &mut usize) -> Result<Spa
         || highest > MAX_LATENCY_US.saturating_mul(2)
     {
         return Err(format!(
-            "{name}: 1-{MAX_FIGURES} significant figures and values up to {MAX_LATENCY_US} µs \
-             (budgetd's agents and load-tool readers record 3)"
+            "{name}: 1-{MAX_FIGURES} significant figures and values up to {} µs \
+             (budgetd's agents and load-tool readers record 3)",
+            MAX_LATENCY_US * 2
         ));
     }
     if be_u32(&inflated, 8) != Some(0) {
@@ -244,7 +247,10 @@ pub fn decode_metered(bytes: &[u8], name: &str, total: &mut usize) -> Result<Spa
         if n > 0 {
             let value = layout.value_of(index).ok_or_else(beyond)?;
             if value > MAX_LATENCY_US.saturating_mul(2) {
-                return Err(format!("{name}: values up to {MAX_LATENCY_US} µs"));
+                return Err(format!(
+                    "{name}: values up to {} µs (two hours; above an hour counts as an hour)",
+                    MAX_LATENCY_US * 2
+                ));
             }
             total = total
                 .checked_add(n as u64)
@@ -416,6 +422,22 @@ mod tests {
         let fine = raw_v2(5, &[1; 100]);
         let err = decode(&fine).unwrap_err();
         assert!(err.contains("1-3 significant figures"), "{err}");
+    }
+
+    /// Found by attacking the server: a count at index ((2^32 + 2) << 10) + 5 (bucket 2^32 + 1
+    /// at 3 significant figures) read as bucket 1, a latency of about 2 ms, because the bucket
+    /// number was narrowed to 32 bits; an agent could so put any latency into the rollups.
+    #[test]
+    fn a_count_past_the_range_is_refused_not_wrapped_into_it() {
+        let index = (((1_i64 << 32) + 2) << 10) + 5;
+        let err = decode(&raw_v2(3, &[-index, 7])).unwrap_err();
+        assert!(err.contains("beyond the histogram's range"), "{err}");
+        let at_2_32 = ((1_i64 << 32) + 1) << 10;
+        let err = decode(&raw_v2(3, &[-at_2_32, 7])).unwrap_err();
+        assert!(err.contains("beyond the histogram's range"), "{err}");
+        // The same count where it belongs is read: bucket 1, sub-bucket 1,029, 2,058 µs.
+        let near = decode(&raw_v2(3, &[-((2 << 10) + 5), 7])).unwrap();
+        assert_eq!(near.buckets, [(2_058, 7)]);
     }
 
     /// A header claiming more counts than its range holds is refused before they are
