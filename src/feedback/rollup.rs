@@ -199,6 +199,8 @@ struct Batch {
     last: HashMap<String, [u8; 16]>,
     /// By (agent, report id).
     resends: HashMap<(String, [u8; 16]), Resend>,
+    /// The windows counted in `deltas`.
+    windows: u64,
     done: watch::Sender<Outcome>,
 }
 
@@ -209,6 +211,7 @@ impl Batch {
             canary: HashMap::new(),
             last: HashMap::new(),
             resends: HashMap::new(),
+            windows: 0,
             done: watch::channel(None).0,
         }
     }
@@ -225,6 +228,7 @@ impl Batch {
     /// Counts `agent`'s `windows` and their `canary` sums in this batch.
     fn add(&mut self, rollup_ms: i64, agent: &str, windows: Vec<Window>, canary: CanarySums) {
         add_sums(&mut self.canary, canary);
+        self.windows += windows.len() as u64;
         for w in windows {
             let minute = w.start_ms.div_euclid(rollup_ms) * rollup_ms;
             let key = (w.chain, w.segment, minute);
@@ -248,11 +252,13 @@ fn add_window(
 }
 
 /// What a batch's write holds: its sums (moved, or copied with the resends counted added),
-/// and the last report id of each agent (with whether it was a resend).
+/// the last report id of each agent (with whether it was a resend), and how many windows the
+/// sums count (for `budgetd_report_windows_total`, once they are stored).
 struct Writing {
     deltas: HashMap<Key, Acc>,
     canary: CanarySums,
     last: HashMap<String, ([u8; 16], bool)>,
+    windows: u64,
 }
 
 /// The merge of reports into rollups on this server process.
@@ -387,6 +393,7 @@ impl Rollups {
                     .into_iter()
                     .map(|(agent, id)| (agent, (id, false)))
                     .collect(),
+                windows: batch.windows,
             };
             return self.write(writing, (0, 0)).await;
         }
@@ -417,6 +424,7 @@ impl Rollups {
                 .iter()
                 .map(|(agent, id)| (agent.clone(), (*id, false)))
                 .collect(),
+            windows: batch.windows,
         };
         let (mut again, mut counted) = (0, 0);
         for ((agent, id), r) in &batch.resends {
@@ -425,6 +433,7 @@ impl Rollups {
                 continue;
             }
             counted += 1;
+            w.windows += r.windows.len() as u64;
             for win in &r.windows {
                 let key = (
                     win.chain.clone(),
@@ -448,6 +457,7 @@ impl Rollups {
             deltas,
             canary,
             last,
+            windows,
         } = writing;
         if deltas.is_empty() {
             crate::observe::report_resends(again, counted);
@@ -497,6 +507,7 @@ impl Rollups {
         reports.sort_by(|a, b| a.agent_id.cmp(&b.agent_id));
         self.store.write_rollups(&rows, &health, &reports).await?;
         crate::observe::report_resends(again, counted);
+        crate::observe::report_windows(windows, 0);
         Ok(())
     }
 

@@ -13,7 +13,8 @@ use crate::observe::{metrics, sample};
 use budgetd::store::feedback::{LastReport, Rollup};
 use budgetd::store::StoreError;
 
-use crate::helpers::{spawn_replica_with, Backend, TestApp, TestDb};
+use crate::helpers::{spawn_replica_with, Backend, ServerProcess, TestApp, TestDb};
+use budget_proto::v1::budget_control_client::BudgetControlClient;
 
 async fn send(
     app: &TestApp,
@@ -172,6 +173,68 @@ async fn a_report_sent_again_is_counted_once() {
         b.stop().await;
         a.stop().await;
     }
+}
+
+/// Found by attacking the server: `budgetd_report_windows_total{result="accepted"}` counted
+/// a report's windows again each time it was sent again and found stored before, though the
+/// rollups counted them once. A real process, so that no other test's reports move its
+/// counters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_stored_before_adds_no_accepted_windows() {
+    let server = ServerProcess::start_with_args(&["--demo"]);
+    let http = reqwest::Client::new();
+    let token = crate::streams::agent_token(&server, &http, "order-agent").await;
+    let mut grpc = BudgetControlClient::connect(format!("http://{}", server.grpc))
+        .await
+        .unwrap();
+    let mut watch = grpc
+        .watch(authed(
+            &token,
+            crate::grpc::watch_req("order-1", &["checkout"], "order", 0),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    watch.message().await.unwrap().expect("the demo's config");
+    let counters = || async {
+        let text = http
+            .get(server.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let value = |series: &str| sample(&text, series).unwrap_or(0.0);
+        (
+            value("budgetd_report_windows_total{result=\"accepted\"}"),
+            value("budgetd_report_resends_total{result=\"stored_before\"}"),
+        )
+    };
+    let windows = vec![
+        calls_window(now_ms() - 5_000, 100),
+        calls_window(now_ms() - 4_000, 50),
+    ];
+    for resend in [false, true, true, true] {
+        let answer = grpc
+            .report(authed(
+                &token,
+                ReportRequest {
+                    agent_id: "order-1".into(),
+                    windows: windows.clone(),
+                    report_id: vec![9; 16],
+                    resend,
+                },
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("resend {resend}: {e:?}"));
+        assert_eq!(answer.into_inner().accepted_windows, 2);
+    }
+    assert_eq!(
+        counters().await,
+        (2.0, 3.0),
+        "(accepted windows, resends stored before)"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
