@@ -24,10 +24,10 @@ const MAP_STREAM_RSS_BOUND_KIB: u64 = 64 * 1024;
 /// Server memory growth allowed while a `reader` holds 8 concurrent 8 MiB bodies open.
 const READER_BODIES_RSS_BOUND_KIB: u64 = 32 * 1024;
 
-const BOUNDARY: &str = "budgetd-hardening-boundary";
+pub(crate) const BOUNDARY: &str = "budgetd-hardening-boundary";
 
 /// The checkout topology with the oha fixtures' labels on its three children.
-fn labelled_topology() -> Value {
+pub(crate) fn labelled_topology() -> Value {
     let mut t: Value = serde_json::from_str(CHECKOUT_TOPOLOGY).unwrap();
     for (i, label) in [(1, "inventory"), (2, "payment"), (3, "user")] {
         t["segments"][i]["labels"] = json!([label]);
@@ -35,7 +35,7 @@ fn labelled_topology() -> Value {
     t
 }
 
-fn oha_parts() -> Vec<(String, Vec<u8>)> {
+pub(crate) fn oha_parts() -> Vec<(String, Vec<u8>)> {
     ["inventory", "payment", "user"]
         .iter()
         .map(|l| (l.to_string(), fixture(&format!("oha/{l}.json"))))
@@ -45,7 +45,12 @@ fn oha_parts() -> Vec<(String, Vec<u8>)> {
 /// Posts a multipart upload over a raw connection that reads the answer while it writes: a
 /// server that refuses early (without reading the rest) may close the connection, and a
 /// client that only reads after writing everything would see a reset instead of the answer.
-async fn post_multipart(app: &TestApp, token: &str, query: &str, body: Vec<u8>) -> RawAnswer {
+pub(crate) async fn post_multipart(
+    app: &TestApp,
+    token: &str,
+    query: &str,
+    body: Vec<u8>,
+) -> RawAnswer {
     let head = format!(
         "POST /api/v1/chains/checkout/runs{query} HTTP/1.1\r\nhost: {}\r\n\
          authorization: Bearer {token}\r\n\
@@ -247,7 +252,7 @@ async fn process_token(
 }
 
 /// The real binary with chain `checkout` (labelled topology) and an uploader's token.
-async fn process_with_checkout() -> (ServerProcess, reqwest::Client, String) {
+pub(crate) async fn process_with_checkout() -> (ServerProcess, reqwest::Client, String) {
     let server = start_process().await;
     let http = reqwest::Client::new();
     let uploader = process_token(&server, &http, "uploader", "uma").await;

@@ -29,6 +29,7 @@ mod keepalive;
 mod kill_rate;
 mod lifecycle;
 mod limits;
+mod multipart;
 mod observe;
 mod openapi;
 mod owners;

@@ -5,9 +5,11 @@
 //! `budget_ingest::reader`; this module is the HTTP side: limits, multipart parts, API errors.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{FromRequest, Multipart, Request};
+use axum::extract::Request;
 use axum::http::header::CONTENT_TYPE;
 use budget_api::runs::{RunSource, UploadQuery};
 use budget_ingest::reader::{FileReader, ReadError};
@@ -84,17 +86,80 @@ fn too_large(limit: u64) -> ApiError {
     .with_details(json!({"limit_bytes": limit}))
 }
 
-/// The largest `map` part (a JSON object of label → segment id) a multipart upload may carry;
-/// it counts against `max_upload_bytes` too.
+/// The most bytes of `map` parts (JSON objects of label → segment id) a multipart upload may
+/// carry, all of them together; they count against `max_upload_bytes` too.
 pub const MAX_MAP_BYTES: usize = 64 * 1024;
 
 /// The most file parts one multipart upload may carry (each keeps a parser's state).
 pub const MAX_FILES: usize = 256;
 
+/// The most of a multipart body read ahead of the parts' data handed out: its preamble, a
+/// part's headers and the boundaries, which the multipart parser holds until it has found
+/// their end.
+pub const MAX_MULTIPART_AHEAD: u64 = 1024 * 1024;
+
+/// A multipart body's bytes read so far, those of them handed out as parts' data, and why the
+/// body was stopped, if it was.
+struct Meter {
+    limit: u64,
+    read: AtomicU64,
+    handed: AtomicU64,
+    stopped: AtomicU8,
+}
+
+const TOO_LARGE: u8 = 1;
+const AHEAD: u8 = 2;
+
+impl Meter {
+    /// `data` handed out: it no longer counts as read ahead.
+    fn hand(&self, data: usize) {
+        self.handed.fetch_add(data as u64, Relaxed);
+    }
+
+    /// Counts a chunk read from the body; stops the body past `limit` in all, or when more
+    /// than [`MAX_MULTIPART_AHEAD`] of it is not parts' data handed out (the parser would hold
+    /// it all, scanning it again at every chunk, to find a boundary or a header's end).
+    fn count(&self, chunk: usize) -> Result<(), &'static str> {
+        let read = self.read.fetch_add(chunk as u64, Relaxed) + chunk as u64;
+        let (why, message) = if read > self.limit {
+            (TOO_LARGE, "the upload exceeds max_upload_bytes")
+        } else if read.saturating_sub(self.handed.load(Relaxed)) > MAX_MULTIPART_AHEAD {
+            (
+                AHEAD,
+                "the multipart body holds too much outside its parts' data",
+            )
+        } else {
+            return Ok(());
+        };
+        self.stopped.store(why, Relaxed);
+        Err(message)
+    }
+
+    /// The API error of a multipart body that could not be read: the limit that stopped it,
+    /// or what the parser found wrong.
+    fn error(&self, e: multer::Error) -> ApiError {
+        match self.stopped.load(Relaxed) {
+            TOO_LARGE => too_large(self.limit),
+            AHEAD => ApiError::new(
+                Code::PayloadTooLarge,
+                format!(
+                    "the multipart body holds more than {MAX_MULTIPART_AHEAD} bytes before a \
+                     part's data, or in a part's headers; each part starts with a boundary line \
+                     and a few header lines"
+                ),
+            )
+            .with_details(json!({"limit_bytes": MAX_MULTIPART_AHEAD})),
+            _ => ApiError::bad_request(format!("invalid multipart body: {e}")),
+        }
+    }
+}
+
 fn map_too_large() -> ApiError {
     ApiError::new(
         Code::PayloadTooLarge,
-        format!("the map part exceeds {MAX_MAP_BYTES} bytes; a label map is a small JSON object"),
+        format!(
+            "the map parts exceed {MAX_MAP_BYTES} bytes together; a label map is a small JSON object"
+        ),
     )
     .with_details(json!({"limit_bytes": MAX_MAP_BYTES}))
 }
@@ -185,34 +250,47 @@ pub async fn read_multipart(
     q: &UploadOptions,
 ) -> ApiResult<(Vec<Extracted>, Vec<RunSource>, BTreeMap<String, String>)> {
     let limit = state.settings.max_upload_bytes;
-    let mut multipart = Multipart::from_request(req, state)
-        .await
-        .map_err(|e| ApiError::bad_request(format!("invalid multipart body: {e}")))?;
+    let boundary = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| multer::parse_boundary(v).ok())
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid multipart body: Content-Type multipart/form-data needs a boundary",
+            )
+        })?;
+    // Every byte of the body counts against the limit, and no more than
+    // MAX_MULTIPART_AHEAD of it is held ahead of the parts' data.
+    let meter = Arc::new(Meter {
+        limit,
+        read: AtomicU64::new(0),
+        handed: AtomicU64::new(0),
+        stopped: AtomicU8::new(0),
+    });
+    let counted = Arc::clone(&meter);
+    let body = req.into_body().into_data_stream().map(move |chunk| {
+        let chunk = chunk.map_err(|e| e.to_string())?;
+        counted.count(chunk.len())?;
+        Ok::<_, String>(chunk)
+    });
+    let mut multipart = multer::Multipart::new(body, boundary);
     let mut files = Vec::new();
     let mut sources = Vec::new();
     let mut map = q.map.clone();
-    let mut total = 0u64;
+    // The map parts' bytes together: more parts named `map` hold no more than one.
+    let mut map_bytes = 0usize;
     // Plain (decompressed) bytes of the files so far: gzip parts count against the limit as
     // they inflate.
     let mut plain = 0u64;
-    while let Some(mut field) = multipart
-        .next_field()
-        .await
-        .map_err(|e| ApiError::bad_request(format!("invalid multipart body: {e}")))?
-    {
+    while let Some(mut field) = multipart.next_field().await.map_err(|e| meter.error(e))? {
         let name = field.name().map(str::to_owned).filter(|n| !n.is_empty());
         if name.as_deref() == Some("map") {
             let mut bytes = Vec::new();
-            while let Some(chunk) = field
-                .chunk()
-                .await
-                .map_err(|e| ApiError::bad_request(format!("invalid map part: {e}")))?
-            {
-                total += chunk.len() as u64;
-                if total > limit {
-                    return Err(too_large(limit));
-                }
-                if bytes.len() + chunk.len() > MAX_MAP_BYTES {
+            while let Some(chunk) = field.chunk().await.map_err(|e| meter.error(e))? {
+                meter.hand(chunk.len());
+                map_bytes += chunk.len();
+                if map_bytes > MAX_MAP_BYTES {
                     return Err(map_too_large());
                 }
                 bytes.extend_from_slice(&chunk);
@@ -235,15 +313,8 @@ pub async fn read_multipart(
         };
         let mut file =
             FileReader::new(label, q.format, options).with_limit(limit.saturating_sub(plain));
-        while let Some(chunk) = field
-            .chunk()
-            .await
-            .map_err(|e| ApiError::bad_request(format!("invalid multipart body: {e}")))?
-        {
-            total += chunk.len() as u64;
-            if total > limit {
-                return Err(too_large(limit));
-            }
+        while let Some(chunk) = field.chunk().await.map_err(|e| meter.error(e))? {
+            meter.hand(chunk.len());
             push(&mut file, &chunk)?;
         }
         plain += file.plain_size();
