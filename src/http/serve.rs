@@ -11,11 +11,15 @@
 //!   (`proto::h1::conn::State::idle` re-arms it as soon as a response is written), so it is
 //!   HTTP/1's keep-alive timeout as well. Before hyper has a connection at all (it reads the
 //!   first bytes to tell HTTP/1 from HTTP/2), and for an HTTP/2 connection that never opens a
-//!   stream, `Activity` applies the same deadline to the first request.
+//!   stream, `Activity` applies the same deadline to the first request: the connection is
+//!   dropped then.
 //! - `idle_timeout_secs`: `Activity` counts the requests in flight on a connection (until
 //!   their response body is written or dropped); a connection with none for this long is shut
 //!   down gracefully (HTTP/2: GOAWAY). HTTP/2 keep-alive pings additionally close a connection
-//!   whose peer stopped answering.
+//!   whose peer stopped answering. A connection whose answers wait for their peer and none of
+//!   them moved for this long is dropped (a peer that does not read, or that opens no HTTP/2
+//!   flow-control window while it answers pings), and so is one still open [`CLOSE_GRACE`]
+//!   after a graceful shutdown with nothing in flight (an answer stuck in its write buffer).
 //! - `body_read_timeout_secs`: every request body is a [`TimeoutBody`]: when no frame arrives
 //!   for this long, reading it fails and the request is aborted. Uploads of any size keep
 //!   going as long as bytes keep arriving.
@@ -76,6 +80,10 @@ const H2_MAX_HEADER_LIST: u32 = 16 * 1024;
 /// unanswered this long (a peer that vanished without closing).
 const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
 const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection shut down gracefully (idle, or the server stopping) may take to close
+/// once nothing is in flight on it: an answer still being written to a peer that does not read
+/// it is dropped then.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(10);
 
 /// [`HttpLimits`] checked and in the units the serve loop uses.
 #[derive(Debug, Clone)]
@@ -235,9 +243,10 @@ impl Conn {
             .serve_connection_with_upgrades(TokioIo::new(io), service);
         tokio::pin!(conn);
         let mut stop = self.stop;
-        let mut closing = false;
+        // Since when the connection has been shutting down gracefully.
+        let mut closing: Option<Instant> = None;
         loop {
-            let check = activity.next_check(&self.limits);
+            let check = activity.next_check(&self.limits, closing);
             tokio::select! {
                 result = conn.as_mut() => {
                     if let Err(e) = result {
@@ -245,29 +254,56 @@ impl Conn {
                     }
                     break;
                 }
-                () = async { let _ = stop.wait_for(|stop| *stop).await; }, if !closing => {
+                () = async { let _ = stop.wait_for(|stop| *stop).await; }, if closing.is_none() => {
                     conn.as_mut().graceful_shutdown();
-                    closing = true;
+                    closing = Some(Instant::now());
                 }
-                () = tokio::time::sleep_until(check), if !closing => {
-                    if activity.expired(&self.limits) {
+                () = tokio::time::sleep_until(check) => match activity.due(&self.limits, closing) {
+                    Due::Nothing => {}
+                    Due::Idle => {
                         tracing::debug!("closing an idle HTTP connection");
                         conn.as_mut().graceful_shutdown();
-                        closing = true;
+                        closing = Some(Instant::now());
                     }
-                }
+                    Due::Drop(why) => {
+                        tracing::debug!(why, "dropping an HTTP connection");
+                        break;
+                    }
+                },
             }
         }
     }
 }
 
-/// Requests in flight on one connection, and since when it has had none.
+/// What a connection's check finds due.
+enum Due {
+    Nothing,
+    /// Shut it down gracefully: nothing in flight for the idle timeout.
+    Idle,
+    /// Drop it now (its socket is closed), for this reason.
+    Drop(&'static str),
+}
+
+/// Requests in flight on one connection, since when it has had none, and whether its answers
+/// are being taken.
 struct Activity {
     opened: Instant,
     /// A request has arrived on this connection.
     served: AtomicBool,
     in_flight: AtomicUsize,
     idle_since: Mutex<Instant>,
+    /// Answers whose body has not been written out (or dropped) yet.
+    answering: AtomicUsize,
+    /// When an answer last began or handed its peer a part of its body.
+    moved: Mutex<Instant>,
+}
+
+fn at(time: &Mutex<Instant>) -> Instant {
+    *time.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn set(time: &Mutex<Instant>) {
+    *time.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Instant::now();
 }
 
 impl Activity {
@@ -278,35 +314,59 @@ impl Activity {
             served: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             idle_since: Mutex::new(now),
+            answering: AtomicUsize::new(0),
+            moved: Mutex::new(now),
         }
     }
 
-    fn idle_since(&self) -> Instant {
-        *self
-            .idle_since
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// When the connection may next be due for closing.
-    fn next_check(&self, limits: &Limits) -> Instant {
+    /// When the connection may next be due for something ([`Activity::due`]).
+    fn next_check(&self, limits: &Limits, closing: Option<Instant>) -> Instant {
+        let mut next = Instant::now() + limits.idle_timeout;
         if !self.served.load(Ordering::SeqCst) {
-            self.opened + limits.header_read_timeout
-        } else if self.in_flight.load(Ordering::SeqCst) > 0 {
-            Instant::now() + limits.idle_timeout
-        } else {
-            self.idle_since() + limits.idle_timeout
+            next = next.min(self.opened + limits.header_read_timeout);
         }
+        if self.answering.load(Ordering::SeqCst) > 0 {
+            next = next.min(at(&self.moved) + limits.idle_timeout);
+        }
+        match closing {
+            Some(since) => next = next.min(since + CLOSE_GRACE),
+            None if self.in_flight.load(Ordering::SeqCst) == 0 => {
+                next = next.min(at(&self.idle_since) + limits.idle_timeout);
+            }
+            None => {}
+        }
+        next
     }
 
-    /// No first request within the header-read timeout, or nothing in flight for the idle
-    /// timeout.
-    fn expired(&self, limits: &Limits) -> bool {
-        if !self.served.load(Ordering::SeqCst) {
-            return self.opened.elapsed() >= limits.header_read_timeout;
+    /// Dropped: no first request within the header-read timeout; answers waiting and none of
+    /// them moved for the idle timeout (a peer that does not take them: an HTTP/2 peer that
+    /// opens no flow-control window answers pings all the same); or shutting down for
+    /// [`CLOSE_GRACE`] with nothing in flight (an answer stuck in the write buffer). Shut
+    /// down gracefully: nothing in flight for the idle timeout.
+    fn due(&self, limits: &Limits, closing: Option<Instant>) -> Due {
+        let in_flight = self.in_flight.load(Ordering::SeqCst);
+        if !self.served.load(Ordering::SeqCst)
+            && self.opened.elapsed() >= limits.header_read_timeout
+        {
+            return Due::Drop("no request within the header-read timeout");
         }
-        self.in_flight.load(Ordering::SeqCst) == 0
-            && self.idle_since().elapsed() >= limits.idle_timeout
+        if self.answering.load(Ordering::SeqCst) > 0
+            && at(&self.moved).elapsed() >= limits.idle_timeout
+        {
+            return Due::Drop("its answers were not taken for the idle timeout");
+        }
+        match closing {
+            Some(since) if in_flight == 0 && since.elapsed() >= CLOSE_GRACE => {
+                Due::Drop("still open after its graceful shutdown")
+            }
+            None if self.served.load(Ordering::SeqCst)
+                && in_flight == 0
+                && at(&self.idle_since).elapsed() >= limits.idle_timeout =>
+            {
+                Due::Idle
+            }
+            _ => Due::Nothing,
+        }
     }
 }
 
@@ -324,11 +384,7 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         // The time first, so a check that sees no request in flight never sees an old time.
-        *self
-            .0
-            .idle_since
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Instant::now();
+        set(&self.0.idle_since);
         self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -358,20 +414,31 @@ impl tower::Service<hyper::Request<Incoming>> for ConnService {
         let response = self.router.clone().oneshot(req);
         Box::pin(async move {
             let response = response.await?;
-            Ok(response.map(|body| {
-                Body::new(Tracked {
-                    body,
-                    _in_flight: in_flight,
-                })
-            }))
+            Ok(response.map(|body| Body::new(Tracked::new(body, in_flight))))
         })
     }
 }
 
-/// A response body holding its request's [`InFlight`].
+/// A response body holding its request's [`InFlight`], counted as an answer of its
+/// connection that moves when a part of it is handed to the peer.
 struct Tracked {
     body: Body,
-    _in_flight: InFlight,
+    in_flight: InFlight,
+}
+
+impl Tracked {
+    fn new(body: Body, in_flight: InFlight) -> Self {
+        let activity = &in_flight.0;
+        set(&activity.moved);
+        activity.answering.fetch_add(1, Ordering::SeqCst);
+        Self { body, in_flight }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.in_flight.0.answering.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl hyper::body::Body for Tracked {
@@ -382,7 +449,11 @@ impl hyper::body::Body for Tracked {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+        let frame = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(frame, Poll::Ready(Some(Ok(_)))) {
+            set(&self.in_flight.0.moved);
+        }
+        frame
     }
 
     fn is_end_stream(&self) -> bool {

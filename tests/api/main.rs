@@ -40,6 +40,7 @@ mod replicas;
 mod report_resends;
 mod review;
 mod s3;
+mod slow_readers;
 mod store_contract;
 mod streams;
 mod tls;

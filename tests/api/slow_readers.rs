@@ -1,0 +1,154 @@
+//! HTTP peers that do not take what the server sends them hold neither a connection nor its
+//! answers for long (docs/limits.md, "What this bounds"): an HTTP/2 peer that never opens a
+//! stream, one that opens no flow-control window while it answers pings, and an HTTP/1.1 peer
+//! that never reads its answers.
+
+use std::time::{Duration, Instant};
+
+use budgetd::config::HttpLimits;
+use budgetd::http::serve::CLOSE_GRACE;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use crate::helpers::{settings_for, spawn_app_on, Backend, TestApp, TestDb};
+
+async fn app_with(limits: HttpLimits) -> TestApp {
+    let db = TestDb::new(Backend::Sqlite).await.unwrap();
+    spawn_app_on(db, move |url| budgetd::Settings {
+        http_limits: limits,
+        ..settings_for(url)
+    })
+    .await
+}
+
+/// Reads (and drops) what the server sends until it closes the connection; how long that
+/// took, or `None` when it is still open after `limit`.
+async fn closed_within(rd: &mut tokio::net::TcpStream, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at((start + limit).into(), rd.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(start.elapsed()),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Found by attacking the server: an HTTP/2 connection that sent its preface and settings
+/// and then nothing (not even a ping's answer) got a GOAWAY at the header-read timeout but
+/// stayed open until the keep-alive gave up on it, 30 s in; it is closed at the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_http2_connection_is_closed_at_the_header_read_timeout() {
+    let app = app_with(HttpLimits {
+        header_read_timeout_secs: 1,
+        idle_timeout_secs: 30,
+        ..HttpLimits::default()
+    })
+    .await;
+    let mut tcp = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    // The client preface, then an empty SETTINGS frame.
+    tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    let after = closed_within(&mut tcp, Duration::from_secs(8)).await;
+    let after = after.expect("the silent HTTP/2 connection is closed within 8 s");
+    assert!(
+        after < Duration::from_secs(4),
+        "closed after {after:?}, well past the 1 s header-read timeout"
+    );
+    app.stop().await;
+}
+
+/// Found by attacking the server: an HTTP/2 peer that opens no flow-control window for the
+/// answers it asked for, while it answers the server's pings, held its connection and the
+/// answers waiting in it for ever (100 such connections of 100 streams each grew the server
+/// by about 130 MB). With no answer moving for the idle timeout, the connection is closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_peer_that_takes_no_answer_is_closed_after_the_idle_timeout() {
+    let app = app_with(HttpLimits {
+        header_read_timeout_secs: 1,
+        idle_timeout_secs: 2,
+        ..HttpLimits::default()
+    })
+    .await;
+    // Windows of 0 bytes: no DATA frame can be sent; the driver answers pings.
+    let (mut client, driver) = crate::streams::connect(app.addr, Some(0)).await;
+    let driver = tokio::spawn(driver);
+    let mut answers = Vec::new();
+    for _ in 0..10 {
+        let request = http::Request::get(format!("http://{}/openapi.json", app.addr))
+            .body(())
+            .unwrap();
+        let (answer, _) = client.send_request(request, true).unwrap();
+        answers.push(answer);
+    }
+    // The answers' bodies are kept: a body dropped resets its stream.
+    let mut bodies = Vec::new();
+    for head in futures_util::future::join_all(answers).await {
+        let head = head.expect("an answer's head");
+        assert_eq!(head.status(), 200);
+        bodies.push(head.into_body());
+    }
+    let waiting = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(10), driver).await;
+    let after = waiting.elapsed();
+    ended
+        .expect("the connection is closed within 10 s")
+        .unwrap()
+        .ok();
+    assert!(
+        after >= Duration::from_millis(1500),
+        "closed after {after:?}, before the 2 s idle timeout"
+    );
+    app.stop().await;
+}
+
+/// Found by attacking the server: HTTP/1.1 peers that send requests and never read the
+/// answers held their connections for ever, so that at `max_connections` nobody else was
+/// served. At a limit of one connection, such a peer's connection is closed within the idle
+/// timeout and [`CLOSE_GRACE`], and the next client is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http1_peer_that_reads_no_answer_gives_its_connection_back() {
+    let app = app_with(HttpLimits {
+        max_connections: 1,
+        header_read_timeout_secs: 1,
+        idle_timeout_secs: 2,
+        ..HttpLimits::default()
+    })
+    .await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stuck = socket.connect(app.addr).await.unwrap();
+    let request = format!("GET /openapi.json HTTP/1.1\r\nhost: {}\r\n\r\n", app.addr);
+    stuck
+        .write_all(request.repeat(20).as_bytes())
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let limit = Duration::from_secs(2) + CLOSE_GRACE + Duration::from_secs(6);
+    let served = tokio::time::timeout(limit, async {
+        let mut next = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+        let request = format!(
+            "GET /healthz HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n",
+            app.addr
+        );
+        next.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        next.read_to_end(&mut answer).await.unwrap();
+        answer
+    })
+    .await;
+    let after = started.elapsed();
+    let answer = served.unwrap_or_else(|_| panic!("no other client served within {limit:?}"));
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&answer[..answer.len().min(200)])
+    );
+    assert!(
+        after >= Duration::from_millis(1500),
+        "served after {after:?}, before the stuck connection's idle timeout"
+    );
+    drop(stuck);
+    app.stop().await;
+}
