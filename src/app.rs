@@ -106,7 +106,9 @@ impl App {
             writer,
             settings.feedback.rollup_ms,
         )));
+        let bodies = crate::http::extract::Bodies::new(settings.max_body_bytes);
         let state = AppState {
+            bodies,
             store,
             settings: Arc::new(settings),
             hub,

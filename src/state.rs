@@ -26,4 +26,6 @@ pub struct AppState {
     pub agent_tokens: Arc<crate::auth::TokenCache>,
     /// The approved baselines uploads compare with, kept parsed.
     pub approved: Arc<crate::service::approved::ApprovedBaselines>,
+    /// Request bodies read whole (JSON), all requests together ([`crate::http::extract::Bodies`]).
+    pub bodies: crate::http::extract::Bodies,
 }

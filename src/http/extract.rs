@@ -4,15 +4,19 @@
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
+use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
+use bytes::BytesMut;
+use http_body_util::BodyExt as _;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::api::page::MAX_LIMIT;
 use super::fields::{self, FieldError, Param, MAX_TEXT};
@@ -142,7 +146,7 @@ impl<T: RequestBody> FromRequest<AppState> for Json<T> {
         let raw = match T::empty() {
             // A body that may be empty is read before its content type counts.
             Some(empty) => {
-                let raw = read_body(req, limit).await?;
+                let (raw, _held) = read_body(req, limit, &state.bodies).await?;
                 if raw.iter().all(u8::is_ascii_whitespace) {
                     return Ok(Self(empty));
                 }
@@ -151,7 +155,7 @@ impl<T: RequestBody> FromRequest<AppState> for Json<T> {
             }
             None => {
                 require_json(content_type.as_deref())?;
-                read_body(req, limit).await?
+                read_body(req, limit, &state.bodies).await?.0
             }
         };
         let Value::Object(object) = parse(&raw)? else {
@@ -203,6 +207,8 @@ impl<T: Serialize> IntoResponse for Json<T> {
 pub struct JsonBody {
     pub value: Value,
     pub raw: Bytes,
+    /// Its charge to [`Bodies`], until the handler is done with it.
+    _held: Held,
 }
 
 impl FromRequest<AppState> for JsonBody {
@@ -210,17 +216,107 @@ impl FromRequest<AppState> for JsonBody {
 
     async fn from_request(req: Request, state: &AppState) -> ApiResult<Self> {
         require_json(content_type(&req).as_deref())?;
-        let raw = read_body(req, state.settings.max_body_bytes).await?;
+        let (raw, held) = read_body(req, state.settings.max_body_bytes, &state.bodies).await?;
         let value = parse(&raw)?;
-        Ok(Self { value, raw })
+        Ok(Self {
+            value,
+            raw,
+            _held: held,
+        })
     }
 }
 
-async fn read_body(req: Request, limit: usize) -> ApiResult<Bytes> {
-    let body: Body = req.into_body();
-    axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|e| body_error(e, limit, "max_body_bytes"))
+/// The memory that request bodies read whole (JSON bodies, and every body with an
+/// `Idempotency-Key`) may hold together: [`BODIES_HELD`], or `max_body_bytes` when that is
+/// larger. A body is charged as its bytes arrive, until its handler has parsed it (a schema-
+/// checked body: until the handler is done); one that does not fit is answered 503 at once
+/// and not read further.
+#[derive(Clone)]
+pub struct Bodies {
+    kib: Arc<Semaphore>,
+    mib: usize,
+}
+
+/// What [`Bodies`] holds at most, unless `max_body_bytes` is larger.
+pub const BODIES_HELD: usize = 64 * 1024 * 1024;
+
+/// A body's charge, in KiB.
+pub struct Held {
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+/// Marks a request whose body its reader has charged already (the idempotency layer).
+#[derive(Clone)]
+pub struct Charged;
+
+impl Bodies {
+    pub fn new(max_body_bytes: usize) -> Self {
+        let bytes = BODIES_HELD.max(max_body_bytes);
+        Self {
+            kib: Arc::new(Semaphore::new(bytes.div_ceil(1024))),
+            mib: bytes >> 20,
+        }
+    }
+
+    /// Reads `body` whole, at most `limit` bytes, charging it as it arrives unless it is
+    /// `charged` already.
+    pub async fn read(
+        &self,
+        mut body: Body,
+        limit: usize,
+        charged: bool,
+    ) -> ApiResult<(Bytes, Held)> {
+        let mut bytes = BytesMut::new();
+        let mut held: Option<OwnedSemaphorePermit> = None;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| body_error(e, limit, "max_body_bytes"))?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            let len = bytes.len() + data.len();
+            if len > limit {
+                return Err(too_large(limit, "max_body_bytes"));
+            }
+            let has = held.as_ref().map_or(0, |p| p.num_permits());
+            let need = len.div_ceil(1024).saturating_sub(has);
+            if !charged && need > 0 {
+                let more = u32::try_from(need)
+                    .ok()
+                    .and_then(|n| self.kib.clone().try_acquire_many_owned(n).ok())
+                    .ok_or_else(|| self.busy())?;
+                match held.as_mut() {
+                    Some(held) => held.merge(more),
+                    None => held = Some(more),
+                }
+            }
+            bytes.extend_from_slice(&data);
+        }
+        Ok((bytes.freeze(), Held { _permit: held }))
+    }
+
+    fn busy(&self) -> ApiError {
+        ApiError::new(
+            Code::Unavailable,
+            format!(
+                "the server holds as many request bodies as it may at once ({} MiB together); \
+                 send this one again shortly",
+                self.mib
+            ),
+        )
+    }
+}
+
+async fn read_body(req: Request, limit: usize, bodies: &Bodies) -> ApiResult<(Bytes, Held)> {
+    let charged = req.extensions().get::<Charged>().is_some();
+    bodies.read(req.into_body(), limit, charged).await
+}
+
+fn too_large(limit: usize, setting: &str) -> ApiError {
+    ApiError::new(
+        Code::PayloadTooLarge,
+        format!("request body exceeds the limit of {limit} bytes ({setting})"),
+    )
+    .with_details(json!({"limit_bytes": limit}))
 }
 
 /// Why a request body could not be read: over `limit` (413), stalled past the body-read

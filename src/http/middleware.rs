@@ -13,6 +13,7 @@ use sha2::Digest;
 
 use crate::auth::{self, Principal, Via};
 use crate::error::{ApiError, Code};
+use crate::http::extract::Charged;
 use crate::service::idempotency::{self, with_idempotency, IdemClaim, IdemLookup, IdemResponse};
 use crate::state::AppState;
 
@@ -109,12 +110,13 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
     else {
         return next.run(req).await;
     };
-    let (parts, body) = req.into_parts();
     let limit = state.settings.max_body_bytes;
-    let bytes = match axum::body::to_bytes(body, limit).await {
-        Ok(bytes) => bytes,
-        Err(e) => {
-            let mut error = crate::http::extract::body_error(e, limit, "max_body_bytes");
+    let (mut parts, body) = req.into_parts();
+    // The body's charge is held until the request is done; the handler's reader is told so
+    // and does not charge its bytes again.
+    let (bytes, _held) = match state.bodies.read(body, limit, false).await {
+        Ok(read) => read,
+        Err(mut error) => {
             if error.code == Code::PayloadTooLarge {
                 error.message = format!(
                     "a request with an Idempotency-Key is kept whole to compare repeats, so its body \
@@ -138,6 +140,7 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
     }
     hasher.update(&bytes);
     let request_hash = hex::encode(hasher.finalize());
+    parts.extensions.insert(Charged);
 
     let slot = (scope.clone(), key.clone());
     let lock = {

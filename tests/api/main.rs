@@ -7,6 +7,7 @@ mod agent;
 mod aliases;
 mod auth;
 mod bad_input;
+mod bodies;
 mod canary;
 mod canary_health;
 mod crash;
