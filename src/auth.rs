@@ -112,6 +112,10 @@ impl Via {
     }
 }
 
+/// What a caller is told of an authorization value that holds no bearer token.
+pub const MALFORMED: &str =
+    "the authorization value is not `Bearer <token>` (the word Bearer, one space, the token)";
+
 /// The token of an `Authorization` value `Bearer <token>` (or `bearer <token>`), trimmed;
 /// `None` when absent or empty.
 pub fn bearer(authorization: Option<&str>) -> Option<&str> {
@@ -131,8 +135,11 @@ pub async fn authenticate(
     authorization: Option<&str>,
     via: Via,
 ) -> ApiResult<Principal> {
-    let token =
-        bearer(authorization).ok_or_else(|| ApiError::new(Code::Unauthorized, via.missing()))?;
+    let token = match (authorization, bearer(authorization)) {
+        (_, Some(token)) => token,
+        (None, None) => return Err(ApiError::new(Code::Unauthorized, via.missing())),
+        (Some(_), None) => return Err(ApiError::new(Code::Unauthorized, MALFORMED)),
+    };
     match state.store.find_token(&hash_token(token)).await? {
         Some(record) => Ok(Principal::from(record)),
         None => Err(ApiError::new(

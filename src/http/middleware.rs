@@ -20,10 +20,12 @@ use crate::state::AppState;
 /// Resolves the bearer token to a [`Principal`] ([`auth::authenticate`]); `401` when missing
 /// or unknown.
 pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    // A value of bytes that are not visible ASCII holds no token either: said so, not
+    // "missing".
     let authorization = req
         .headers()
         .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
+        .map(|v| v.to_str().unwrap_or(""));
     match auth::authenticate(&state, authorization, Via::Header).await {
         Ok(principal) => {
             req.extensions_mut().insert(principal);

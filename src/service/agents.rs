@@ -105,7 +105,7 @@ pub fn require_agent(principal: &Principal) -> ApiResult<()> {
         Ok(())
     } else {
         Err(ApiError::forbidden(format!(
-            "token {:?} has role {}; Watch and Ack need agent",
+            "token {:?} has role {}; Watch, Ack and Report need agent",
             principal.name, principal.role
         )))
     }

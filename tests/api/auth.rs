@@ -15,6 +15,24 @@ async fn tokens_and_roles(app: &TestApp) {
     assert_eq!(none.code(), "unauthorized");
     assert!(none.headers.contains_key("www-authenticate"));
     app.get("/api/v1/chains", "bgt_nope").await.expect(401);
+    // Found by attacking the server: a value that is not `Bearer <token>` (a tab after the
+    // word, bytes that are not visible ASCII) was answered "missing bearer token".
+    for value in [&b"Bearer\tbgt_x"[..], b"Bearer bgt_x\xff", b"Basic YTpi"] {
+        let value = reqwest::header::HeaderValue::from_bytes(value).unwrap();
+        let answer = app
+            .raw(
+                app.http
+                    .get(app.url("/api/v1/chains"))
+                    .header("authorization", value.clone()),
+            )
+            .await
+            .expect(401);
+        assert_eq!(
+            answer.json()["error"]["message"],
+            budgetd::auth::MALFORMED,
+            "{value:?}"
+        );
+    }
 
     let reader = app.token("reader", "rita").await;
     assert!(reader.starts_with("bgt_"));
