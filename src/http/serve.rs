@@ -16,10 +16,11 @@
 //! - `idle_timeout_secs`: `Activity` counts the requests in flight on a connection (until
 //!   their response body is written or dropped); a connection with none for this long is shut
 //!   down gracefully (HTTP/2: GOAWAY). HTTP/2 keep-alive pings additionally close a connection
-//!   whose peer stopped answering. A connection whose answers wait for their peer and none of
-//!   them moved for this long is dropped (a peer that does not read, or that opens no HTTP/2
-//!   flow-control window while it answers pings), and so is one still open [`CLOSE_GRACE`]
-//!   after a graceful shutdown with nothing in flight (an answer stuck in its write buffer).
+//!   whose peer stopped answering. A connection with an answer that has not handed out a part
+//!   of its body (16 KiB at most) for this long is dropped (a peer that does not read, or that opens
+//!   no HTTP/2 flow-control window while it answers pings), and so is one still open
+//!   [`CLOSE_GRACE`] after a graceful shutdown and the end of its last request (an answer stuck
+//!   in its write buffer).
 //! - `body_read_timeout_secs`: every request body is a [`TimeoutBody`]: when no frame arrives
 //!   for this long, reading it fails and the request is aborted. Uploads of any size keep
 //!   going as long as bytes keep arriving.
@@ -27,6 +28,7 @@
 //!   answered 503; not applied to the routes in [`UNTIMED`] (load-test uploads stream
 //!   gigabytes; archive verification reads every object).
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -292,10 +294,16 @@ struct Activity {
     served: AtomicBool,
     in_flight: AtomicUsize,
     idle_since: Mutex<Instant>,
-    /// Answers whose body has not been written out (or dropped) yet.
-    answering: AtomicUsize,
-    /// When an answer last began or handed its peer a part of its body.
-    moved: Mutex<Instant>,
+    /// Answers whose body has not been handed out whole (or dropped) yet, each with when it
+    /// began or last handed out a part of its body (at most [`PART`]).
+    answering: Mutex<Answers>,
+}
+
+/// A connection's answers being written, by a number of their own.
+#[derive(Default)]
+struct Answers {
+    next: u64,
+    moved: HashMap<u64, Instant>,
 }
 
 fn at(time: &Mutex<Instant>) -> Instant {
@@ -314,8 +322,7 @@ impl Activity {
             served: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             idle_since: Mutex::new(now),
-            answering: AtomicUsize::new(0),
-            moved: Mutex::new(now),
+            answering: Mutex::default(),
         }
     }
 
@@ -325,17 +332,30 @@ impl Activity {
         if !self.served.load(Ordering::SeqCst) {
             next = next.min(self.opened + limits.header_read_timeout);
         }
-        if self.answering.load(Ordering::SeqCst) > 0 {
-            next = next.min(at(&self.moved) + limits.idle_timeout);
+        if let Some(stalled) = self.stalled_since() {
+            next = next.min(stalled + limits.idle_timeout);
         }
-        match closing {
-            Some(since) => next = next.min(since + CLOSE_GRACE),
-            None if self.in_flight.load(Ordering::SeqCst) == 0 => {
-                next = next.min(at(&self.idle_since) + limits.idle_timeout);
+        if self.in_flight.load(Ordering::SeqCst) == 0 {
+            match closing {
+                Some(since) => next = next.min(since.max(at(&self.idle_since)) + CLOSE_GRACE),
+                None if self.served.load(Ordering::SeqCst) => {
+                    next = next.min(at(&self.idle_since) + limits.idle_timeout);
+                }
+                None => {}
             }
-            None => {}
         }
-        next
+        // Never a deadline already past: a check finds nothing due until something changes.
+        next.max(Instant::now() + Duration::from_millis(10))
+    }
+
+    /// When the answer that has gone longest without handing out a part of its body last did
+    /// (or began).
+    fn stalled_since(&self) -> Option<Instant> {
+        let answers = self
+            .answering
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        answers.moved.values().min().copied()
     }
 
     /// Dropped: no first request within the header-read timeout; answers waiting and none of
@@ -350,13 +370,17 @@ impl Activity {
         {
             return Due::Drop("no request within the header-read timeout");
         }
-        if self.answering.load(Ordering::SeqCst) > 0
-            && at(&self.moved).elapsed() >= limits.idle_timeout
+        if self
+            .stalled_since()
+            .is_some_and(|since| since.elapsed() >= limits.idle_timeout)
         {
-            return Due::Drop("its answers were not taken for the idle timeout");
+            return Due::Drop("an answer was not taken for the idle timeout");
         }
         match closing {
-            Some(since) if in_flight == 0 && since.elapsed() >= CLOSE_GRACE => {
+            // The grace runs from the later of the shutdown and the end of the last request.
+            Some(since)
+                if in_flight == 0 && since.max(at(&self.idle_since)).elapsed() >= CLOSE_GRACE =>
+            {
                 Due::Drop("still open after its graceful shutdown")
             }
             None if self.served.load(Ordering::SeqCst)
@@ -419,25 +443,73 @@ impl tower::Service<hyper::Request<Incoming>> for ConnService {
     }
 }
 
+/// The most of an answer's body handed to hyper at once: hyper takes the next part only as its
+/// peer takes what it has (HTTP/1: its write buffer; HTTP/2: the stream's flow-control
+/// window), so an answer's progress is seen part by part, and a peer that takes nothing holds
+/// no more than a part in hyper's buffers.
+const PART: usize = 16 * 1024;
+
 /// A response body holding its request's [`InFlight`], counted as an answer of its
-/// connection that moves when a part of it is handed to the peer.
+/// connection that moves when a part of it is handed out ([`PART`] at most).
 struct Tracked {
     body: Body,
+    /// What is left of a data frame larger than [`PART`].
+    rest: Bytes,
     in_flight: InFlight,
+    /// Its number among the connection's [`Answers`].
+    id: u64,
 }
 
 impl Tracked {
     fn new(body: Body, in_flight: InFlight) -> Self {
-        let activity = &in_flight.0;
-        set(&activity.moved);
-        activity.answering.fetch_add(1, Ordering::SeqCst);
-        Self { body, in_flight }
+        let id = {
+            let mut answers = in_flight
+                .0
+                .answering
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let id = answers.next;
+            answers.next += 1;
+            answers.moved.insert(id, Instant::now());
+            id
+        };
+        Self {
+            body,
+            rest: Bytes::new(),
+            in_flight,
+            id,
+        }
+    }
+
+    fn moved(&self) {
+        let mut answers = self
+            .in_flight
+            .0
+            .answering
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        answers.moved.insert(self.id, Instant::now());
+    }
+
+    /// The next part of `data`, keeping the rest for the next poll.
+    fn part(&mut self, mut data: Bytes) -> Frame<Bytes> {
+        if data.len() > PART {
+            self.rest = data.split_off(PART);
+        }
+        self.moved();
+        Frame::data(data)
     }
 }
 
 impl Drop for Tracked {
     fn drop(&mut self) {
-        self.in_flight.0.answering.fetch_sub(1, Ordering::SeqCst);
+        let mut answers = self
+            .in_flight
+            .0
+            .answering
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        answers.moved.remove(&self.id);
     }
 }
 
@@ -449,19 +521,35 @@ impl hyper::body::Body for Tracked {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        let frame = Pin::new(&mut self.body).poll_frame(cx);
-        if matches!(frame, Poll::Ready(Some(Ok(_)))) {
-            set(&self.in_flight.0.moved);
+        if !self.rest.is_empty() {
+            let rest = std::mem::take(&mut self.rest);
+            return Poll::Ready(Some(Ok(self.part(rest))));
         }
-        frame
+        match Pin::new(&mut self.body).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => Poll::Ready(Some(Ok(self.part(data)))),
+                Err(frame) => {
+                    self.moved();
+                    Poll::Ready(Some(Ok(frame)))
+                }
+            },
+            other => other,
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.rest.is_empty() && self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        let inner = self.body.size_hint();
+        let rest = self.rest.len() as u64;
+        let mut hint = SizeHint::new();
+        hint.set_lower(inner.lower() + rest);
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + rest);
+        }
+        hint
     }
 }
 

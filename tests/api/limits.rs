@@ -70,7 +70,7 @@ async fn read_status<R: AsyncRead + Unpin>(rd: &mut R) -> Result<u16, String> {
 
 /// Sends `body` in `pieces` with `gap` between them (every gap shorter than the body-read
 /// timeout, the whole longer than the request timeout); the answer's status and when it came.
-async fn trickle(
+pub(crate) async fn trickle(
     addr: std::net::SocketAddr,
     head: &str,
     body: &[u8],
