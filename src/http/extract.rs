@@ -143,19 +143,20 @@ impl<T: RequestBody> FromRequest<AppState> for Json<T> {
     async fn from_request(req: Request, state: &AppState) -> ApiResult<Self> {
         let content_type = content_type(&req);
         let limit = state.settings.max_body_bytes;
-        let raw = match T::empty() {
+        // The body's charge is held until it has been read into `T`.
+        let (raw, _held) = match T::empty() {
             // A body that may be empty is read before its content type counts.
             Some(empty) => {
-                let (raw, _held) = read_body(req, limit, &state.bodies).await?;
-                if raw.iter().all(u8::is_ascii_whitespace) {
+                let read = read_body(req, limit, &state.bodies).await?;
+                if read.0.iter().all(u8::is_ascii_whitespace) {
                     return Ok(Self(empty));
                 }
                 require_json(content_type.as_deref())?;
-                raw
+                read
             }
             None => {
                 require_json(content_type.as_deref())?;
-                read_body(req, limit, &state.bodies).await?.0
+                read_body(req, limit, &state.bodies).await?
             }
         };
         let Value::Object(object) = parse(&raw)? else {
@@ -227,7 +228,7 @@ impl FromRequest<AppState> for JsonBody {
 }
 
 /// The memory that request bodies read whole (JSON bodies, and every body with an
-/// `Idempotency-Key`) may hold together: [`BODIES_HELD`], or `max_body_bytes` when that is
+/// `Idempotency-Key`) may hold together: [`BODIES_HELD`], or twice `max_body_bytes` when that is
 /// larger. A body is charged as its bytes arrive, until its handler has parsed it (a schema-
 /// checked body: until the handler is done); one that does not fit is answered 503 at once
 /// and not read further.
@@ -237,7 +238,7 @@ pub struct Bodies {
     mib: usize,
 }
 
-/// What [`Bodies`] holds at most, unless `max_body_bytes` is larger.
+/// What [`Bodies`] holds at most, unless twice `max_body_bytes` is larger (a body of unknown length grows by doubling).
 pub const BODIES_HELD: usize = 64 * 1024 * 1024;
 
 /// A body's charge, in KiB.
@@ -251,7 +252,7 @@ pub struct Charged;
 
 impl Bodies {
     pub fn new(max_body_bytes: usize) -> Self {
-        let bytes = BODIES_HELD.max(max_body_bytes);
+        let bytes = BODIES_HELD.max(max_body_bytes.saturating_mul(2));
         Self {
             kib: Arc::new(Semaphore::new(bytes.div_ceil(1024))),
             mib: bytes >> 20,
@@ -259,13 +260,17 @@ impl Bodies {
     }
 
     /// Reads `body` whole, at most `limit` bytes, charging it as it arrives unless it is
-    /// `charged` already.
+    /// `charged` already; `known` is its length when its headers say it (`Content-Length`).
     pub async fn read(
         &self,
         mut body: Body,
+        known: Option<usize>,
         limit: usize,
         charged: bool,
     ) -> ApiResult<(Bytes, Held)> {
+        // Sized once when the length is known, at its first bytes; what is charged is what is
+        // allocated.
+        let known = known.unwrap_or(0).min(limit);
         let mut bytes = BytesMut::new();
         let mut held: Option<OwnedSemaphorePermit> = None;
         while let Some(frame) = body.frame().await {
@@ -277,8 +282,13 @@ impl Bodies {
             if len > limit {
                 return Err(too_large(limit, "max_body_bytes"));
             }
+            if bytes.capacity() == 0 {
+                bytes.reserve(known.max(data.len()));
+            } else {
+                bytes.reserve(data.len());
+            }
             let has = held.as_ref().map_or(0, |p| p.num_permits());
-            let need = len.div_ceil(1024).saturating_sub(has);
+            let need = bytes.capacity().div_ceil(1024).saturating_sub(has);
             if !charged && need > 0 {
                 let more = u32::try_from(need)
                     .ok()
@@ -308,7 +318,18 @@ impl Bodies {
 
 async fn read_body(req: Request, limit: usize, bodies: &Bodies) -> ApiResult<(Bytes, Held)> {
     let charged = req.extensions().get::<Charged>().is_some();
-    bodies.read(req.into_body(), limit, charged).await
+    let known = content_length(req.headers());
+    bodies.read(req.into_body(), known, limit, charged).await
+}
+
+/// The `Content-Length` a request's headers give, if they give one.
+pub fn content_length(headers: &axum::http::HeaderMap) -> Option<usize> {
+    headers
+        .get(axum::http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
 }
 
 fn too_large(limit: usize, setting: &str) -> ApiError {
