@@ -128,6 +128,16 @@ pub fn bearer(authorization: Option<&str>) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
+/// The bearer token of `authorization`: unauthorized when there is none, saying whether the
+/// value is missing or holds something else.
+fn token_of(authorization: Option<&str>, via: Via) -> ApiResult<&str> {
+    match (authorization, bearer(authorization)) {
+        (_, Some(token)) => Ok(token),
+        (None, None) => Err(ApiError::new(Code::Unauthorized, via.missing())),
+        (Some(_), None) => Err(ApiError::new(Code::Unauthorized, MALFORMED)),
+    }
+}
+
 /// The caller whose token is in `authorization` (the header's or metadata's value):
 /// `unauthorized` when it is missing, unknown or revoked. Roles are checked by the caller.
 pub async fn authenticate(
@@ -135,11 +145,7 @@ pub async fn authenticate(
     authorization: Option<&str>,
     via: Via,
 ) -> ApiResult<Principal> {
-    let token = match (authorization, bearer(authorization)) {
-        (_, Some(token)) => token,
-        (None, None) => return Err(ApiError::new(Code::Unauthorized, via.missing())),
-        (Some(_), None) => return Err(ApiError::new(Code::Unauthorized, MALFORMED)),
-    };
+    let token = token_of(authorization, via)?;
     match state.store.find_token(&hash_token(token)).await? {
         Some(record) => Ok(Principal::from(record)),
         None => Err(ApiError::new(
@@ -177,8 +183,7 @@ impl TokenCache {
         authorization: Option<&str>,
         via: Via,
     ) -> ApiResult<Principal> {
-        let token = bearer(authorization)
-            .ok_or_else(|| ApiError::new(Code::Unauthorized, via.missing()))?;
+        let token = token_of(authorization, via)?;
         let hash = hash_token(token);
         let cell = {
             let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());

@@ -272,6 +272,14 @@ async fn grpc_auth_and_input(app: &TestApp) {
         .await
         .unwrap_err();
     assert_eq!(none.code(), Code::Unauthenticated);
+    // Found by attacking the server: a value that holds no bearer token was told "missing".
+    let mut basic = tonic::Request::new(watch_req("a", &["checkout"], "order", 0));
+    basic
+        .metadata_mut()
+        .insert("authorization", "Basic YTpi".parse().unwrap());
+    let basic = c.watch(basic).await.unwrap_err();
+    assert_eq!(basic.code(), Code::Unauthenticated);
+    assert_eq!(basic.message(), budgetd::auth::MALFORMED);
     let reader = app.token("reader", "rita").await;
     let denied = c
         .watch(authed(&reader, watch_req("a", &["checkout"], "order", 0)))

@@ -106,7 +106,7 @@ async fn held_ahead_is_refused(what: &str, prefix: String, suffix: String) {
         error["message"]
             .as_str()
             .unwrap()
-            .contains(&format!("more than {MAX_MULTIPART_AHEAD} bytes")),
+            .contains(&format!("more than {MAX_MULTIPART_AHEAD} bytes outside")),
         "{what}: {error}"
     );
     assert_eq!(error["details"]["limit_bytes"], MAX_MULTIPART_AHEAD);

@@ -93,9 +93,8 @@ pub const MAX_MAP_BYTES: usize = 64 * 1024;
 /// The most file parts one multipart upload may carry (each keeps a parser's state).
 pub const MAX_FILES: usize = 256;
 
-/// The most of a multipart body read ahead of the parts' data handed out: its preamble, a
-/// part's headers and the boundaries, which the multipart parser holds until it has found
-/// their end.
+/// The most of a multipart body that is not its parts' data: its preamble, the parts' headers
+/// and the boundaries, which the multipart parser holds until it has found their end.
 pub const MAX_MULTIPART_AHEAD: u64 = 1024 * 1024;
 
 /// A multipart body's bytes read so far, those of them handed out as parts' data, and why the
@@ -143,9 +142,9 @@ impl Meter {
             AHEAD => ApiError::new(
                 Code::PayloadTooLarge,
                 format!(
-                    "the multipart body holds more than {MAX_MULTIPART_AHEAD} bytes before a \
-                     part's data, or in a part's headers; each part starts with a boundary line \
-                     and a few header lines"
+                    "the multipart body holds more than {MAX_MULTIPART_AHEAD} bytes outside its \
+                     parts' data (a preamble, part headers, boundaries); each part starts with a \
+                     boundary line and a few header lines"
                 ),
             )
             .with_details(json!({"limit_bytes": MAX_MULTIPART_AHEAD})),
