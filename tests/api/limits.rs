@@ -21,7 +21,7 @@ use crate::helpers::{
     raw_request, settings_for, spawn_app_on, Backend, RawBody, TestApp, TestDb, ADMIN_TOKEN,
 };
 
-async fn app_with(limits: HttpLimits) -> TestApp {
+pub(crate) async fn app_with(limits: HttpLimits) -> TestApp {
     let db = TestDb::new(Backend::Sqlite).await.unwrap();
     spawn_app_on(db, move |url| budgetd::Settings {
         http_limits: limits,
@@ -32,7 +32,10 @@ async fn app_with(limits: HttpLimits) -> TestApp {
 
 /// Reads (and drops) whatever the server sends until it closes the connection (EOF or
 /// reset); how long that took, or `None` when it is still open after `limit`.
-async fn closed_within<R: AsyncRead + Unpin>(rd: &mut R, limit: Duration) -> Option<Duration> {
+pub(crate) async fn closed_within<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    limit: Duration,
+) -> Option<Duration> {
     let start = Instant::now();
     let mut buf = [0u8; 4096];
     loop {

@@ -9,30 +9,7 @@ use budgetd::config::HttpLimits;
 use budgetd::http::serve::CLOSE_GRACE;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use crate::helpers::{settings_for, spawn_app_on, Backend, TestApp, TestDb};
-
-async fn app_with(limits: HttpLimits) -> TestApp {
-    let db = TestDb::new(Backend::Sqlite).await.unwrap();
-    spawn_app_on(db, move |url| budgetd::Settings {
-        http_limits: limits,
-        ..settings_for(url)
-    })
-    .await
-}
-
-/// Reads (and drops) what the server sends until it closes the connection; how long that
-/// took, or `None` when it is still open after `limit`.
-async fn closed_within(rd: &mut tokio::net::TcpStream, limit: Duration) -> Option<Duration> {
-    let start = Instant::now();
-    let mut buf = [0u8; 4096];
-    loop {
-        match tokio::time::timeout_at((start + limit).into(), rd.read(&mut buf)).await {
-            Err(_) => return None,
-            Ok(Ok(0)) | Ok(Err(_)) => return Some(start.elapsed()),
-            Ok(Ok(_)) => {}
-        }
-    }
-}
+use crate::limits::{app_with, closed_within};
 
 /// Found by attacking the server: an HTTP/2 connection that sent its preface and settings
 /// and then nothing (not even a ping's answer) got a GOAWAY at the header-read timeout but
