@@ -358,11 +358,11 @@ impl Activity {
         answers.moved.values().min().copied()
     }
 
-    /// Dropped: no first request within the header-read timeout; answers waiting and none of
-    /// them moved for the idle timeout (a peer that does not take them: an HTTP/2 peer that
-    /// opens no flow-control window answers pings all the same); or shutting down for
-    /// [`CLOSE_GRACE`] with nothing in flight (an answer stuck in the write buffer). Shut
-    /// down gracefully: nothing in flight for the idle timeout.
+    /// Dropped: no first request within the header-read timeout; an answer that has not moved
+    /// for the idle timeout, whatever the others do (a peer that does not take it: an HTTP/2
+    /// peer that opens no flow-control window answers pings all the same); or shut down
+    /// gracefully [`CLOSE_GRACE`] ago, and as long since its last request ended (an answer
+    /// stuck in the write buffer). Shut down gracefully: nothing in flight for the idle timeout.
     fn due(&self, limits: &Limits, closing: Option<Instant>) -> Due {
         let in_flight = self.in_flight.load(Ordering::SeqCst);
         if !self.served.load(Ordering::SeqCst)
