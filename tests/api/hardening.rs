@@ -68,7 +68,7 @@ pub(crate) async fn post_multipart(
 }
 
 #[track_caller]
-fn expect_status(a: RawAnswer, status: u16) -> RawAnswer {
+pub(crate) fn expect_status(a: RawAnswer, status: u16) -> RawAnswer {
     assert_eq!(
         a.status,
         status,

@@ -8,7 +8,7 @@ use budgetd::http::api::upload::{MAX_MAP_BYTES, MAX_MULTIPART_AHEAD};
 use serde_json::json;
 
 use crate::hardening::{
-    labelled_topology, oha_parts, post_multipart, process_with_checkout, BOUNDARY,
+    expect_status, labelled_topology, oha_parts, post_multipart, process_with_checkout, BOUNDARY,
 };
 use crate::helpers::{multipart_body, raw_request, RawBody, RssSampler, TestApp};
 
@@ -38,12 +38,9 @@ async fn map_parts_are_bounded_together(app: &TestApp) {
     assert!(parts.iter().all(|(_, m)| m.len() < MAX_MAP_BYTES));
     parts.extend(oha_parts());
     let body = multipart_body(BOUNDARY, &parts);
-    let answer = post_multipart(app, &p.uploader, "?format=oha", body).await;
-    assert_eq!(
-        answer.status,
+    let answer = expect_status(
+        post_multipart(app, &p.uploader, "?format=oha", body).await,
         413,
-        "{}",
-        String::from_utf8_lossy(&answer.body)
     );
     let message = answer.json()["error"]["message"]
         .as_str()
