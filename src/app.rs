@@ -109,6 +109,7 @@ impl App {
         let bodies = crate::http::extract::Bodies::new(settings.max_body_bytes);
         let state = AppState {
             bodies,
+            uploads: Default::default(),
             store,
             settings: Arc::new(settings),
             hub,

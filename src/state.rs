@@ -28,4 +28,6 @@ pub struct AppState {
     pub approved: Arc<crate::service::approved::ApprovedBaselines>,
     /// Request bodies read whole (JSON), all requests together ([`crate::http::extract::Bodies`]).
     pub bodies: crate::http::extract::Bodies,
+    /// Turns of load-tool uploads ([`crate::http::api::upload::Uploads`]).
+    pub uploads: crate::http::api::upload::Uploads,
 }

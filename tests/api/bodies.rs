@@ -1,14 +1,17 @@
-//! Request bodies read whole (JSON) hold a bounded part of the server's memory all together
-//! (docs/limits.md, "What this bounds"), however many requests send them at once.
+//! Request bodies read whole (JSON), and load-tool uploads, hold a bounded part of the
+//! server's memory all together (docs/limits.md, "What this bounds"), however many requests
+//! send them at once.
 
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use budget_core::example::CHECKOUT_TOPOLOGY;
+use budgetd::http::api::upload::{UPLOADS_AT_ONCE, UPLOADS_PER_TOKEN};
 use budgetd::http::extract::BODIES_HELD;
 
-use crate::helpers::{example, settings_for, spawn_app_on, Backend, TestApp, TestDb};
+use crate::formats::{fixture, labelled_topology, send, Upload};
+use crate::helpers::{example, settings_for, spawn_app_on, Answer, Backend, TestApp, TestDb};
 
 /// Found by attacking the server: each JSON body was held to `max_body_bytes` (8 MiB), but
 /// nothing bounded them together (one HTTP/2 connection of 60 such bodies grew the server by
@@ -53,7 +56,14 @@ async fn bodies_being_read_are_bounded_together() {
         })
         .collect();
     let topology = example(CHECKOUT_TOPOLOGY);
-    let refused = put_until(&app, &p.uploader, &topology, 30, |status| status == 503).await;
+    let put = || {
+        app.put(
+            "/api/v1/chains/checkout/topology",
+            &p.uploader,
+            topology.clone(),
+        )
+    };
+    let refused = answer_until(30, |status| status == 503, put).await;
     let refused = refused.unwrap_or_else(|status| {
         panic!(
             "still served after 30 s with {} MiB of bodies being read: {status}",
@@ -71,27 +81,133 @@ async fn bodies_being_read_are_bounded_together() {
     for held in stalled {
         held.abort();
     }
-    let served = put_until(&app, &p.uploader, &topology, 15, |status| status < 300).await;
+    let served = answer_until(15, |status| status < 300, put).await;
     if let Err(status) = served {
         panic!("not served within 15 s of the stalled bodies' clients going: {status}");
     }
     app.stop().await;
 }
 
-/// Puts `topology` on `checkout` every 50 ms until its answer's status is `wanted`: that
-/// answer, or after `secs` seconds the last status.
-async fn put_until(
-    app: &TestApp,
-    token: &str,
-    topology: &serde_json::Value,
+/// Found by reading the limits: a load-tool upload holds a latency histogram per label
+/// (about 190 KiB; 256 labels: about 50 MB) while it is read, and nothing bounded uploads
+/// together. Four uploads stalled halfway, two of one token and two of another, hold every
+/// turn: a third token's upload waits `request_timeout_secs` (2 s here), then is answered 503;
+/// once one of them is gone it is served. The first token's third upload waits for one of its
+/// own two turns, though one of all is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_tool_uploads_take_turns() {
+    assert_eq!(
+        (UPLOADS_AT_ONCE, UPLOADS_PER_TOKEN),
+        (4, 2),
+        "the test's arithmetic"
+    );
+    let db = TestDb::new(Backend::Sqlite).await.unwrap();
+    let app = spawn_app_on(db, |url| {
+        let mut settings = settings_for(url);
+        settings.http_limits.request_timeout_secs = 2;
+        settings.http_limits.body_read_timeout_secs = 300;
+        settings
+    })
+    .await;
+    let p = app.people().await;
+    let topology = app
+        .put(
+            "/api/v1/chains/checkout/topology",
+            &p.uploader,
+            labelled_topology(),
+        )
+        .await;
+    assert!(topology.status.is_success(), "{}", topology.status);
+    let (first, second, third) = (
+        p.uploader.clone(),
+        app.token("uploader", "bo").await,
+        app.token("uploader", "cy").await,
+    );
+    let stalled: Vec<_> = [&first, &first, &second, &second]
+        .into_iter()
+        .map(|token| stall_upload(&app, token))
+        .collect();
+    let jtl = Upload::Raw {
+        query: "?format=jmeter&dry_run=true",
+        body: fixture("jmeter/shop_2x_default.jtl"),
+    };
+    let refused = answer_until(
+        30,
+        |status| status == 503,
+        || send(&app, &third, "checkout", &jtl),
+    )
+    .await
+    .unwrap_or_else(|status| panic!("an upload still served after 30 s: {status}"));
+    let message = refused.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("at most 4 load-tool uploads at once, 2 per token")
+            && message.contains("turn of all tokens'"),
+        "{message}"
+    );
+    stalled[3].abort();
+    if let Err(status) = answer_until(
+        15,
+        |status| status == 200,
+        || send(&app, &third, "checkout", &jtl),
+    )
+    .await
+    {
+        panic!("not served within 15 s of a stalled upload going: {status}");
+    }
+    let own = send(&app, &first, "checkout", &jtl).await.expect(503);
+    let message = own.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("turn of this token's"), "{message}");
+    for upload in stalled {
+        upload.abort();
+    }
+    if let Err(status) = answer_until(
+        15,
+        |status| status == 200,
+        || send(&app, &first, "checkout", &jtl),
+    )
+    .await
+    {
+        panic!("not served within 15 s of its stalled uploads going: {status}");
+    }
+    app.stop().await;
+}
+
+/// A JMeter upload of `token` that sends a few lines and holds its connection until aborted;
+/// one refused (its connection answered or closed) is sent again.
+fn stall_upload(app: &TestApp, token: &str) -> tokio::task::JoinHandle<()> {
+    let lines = "1796023253086,72,inventory,200,OK,Shop 1-1,text,true,176,2,2,72\n";
+    let head = format!(
+        "POST /api/v1/chains/checkout/runs?format=jmeter HTTP/1.1\r\nhost: {}\r\n\
+         authorization: Bearer {token}\r\ncontent-type: application/octet-stream\r\n\
+         transfer-encoding: chunked\r\n\r\n{:x}\r\n{lines}\r\n",
+        app.addr,
+        lines.len()
+    );
+    let addr = app.addr;
+    tokio::spawn(async move {
+        loop {
+            let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            if tcp.write_all(head.as_bytes()).await.is_ok() {
+                let _ = tcp.read(&mut [0; 1]).await;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+}
+
+/// Sends a request every 50 ms until its answer's status is `wanted`: that answer, or after
+/// `secs` seconds the last status.
+async fn answer_until<F: std::future::Future<Output = Answer>>(
     secs: u64,
     wanted: impl Fn(u16) -> bool,
-) -> Result<crate::helpers::Answer, u16> {
+    request: impl Fn() -> F,
+) -> Result<Answer, u16> {
     let started = Instant::now();
     loop {
-        let answer = app
-            .put("/api/v1/chains/checkout/topology", token, topology.clone())
-            .await;
+        let answer = request().await;
         let status = answer.status.as_u16();
         if wanted(status) {
             return Ok(answer);

@@ -4,9 +4,10 @@
 //! the whole file. Reading one file (format detection, parsing, SHA-256) is
 //! `budget_ingest::reader`; this module is the HTTP side: limits, multipart parts, API errors.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -16,6 +17,7 @@ use budget_ingest::reader::{FileReader, ReadError};
 use budget_ingest::{Extracted, Format, IngestError, Options, TimeUnit};
 use futures_util::StreamExt;
 use serde_json::json;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{ApiError, ApiResult, Code};
 use crate::http::extract::body_error;
@@ -389,5 +391,83 @@ pub fn is_json(req: &Request<Body>) -> bool {
         req.headers()
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok()),
+    )
+}
+
+/// Load-tool uploads read at once, all tokens together: each holds a parser and a latency
+/// histogram per label (about 190 KiB each, up to 256 labels: about 50 MB), so together they
+/// hold at most about 200 MB.
+pub const UPLOADS_AT_ONCE: usize = 4;
+
+/// Load-tool uploads of one token read at once, so that one pipeline cannot take every turn.
+pub const UPLOADS_PER_TOKEN: usize = 2;
+
+/// The turns of load-tool uploads ([`UPLOADS_AT_ONCE`], [`UPLOADS_PER_TOKEN`]): an upload
+/// waits for its turn before any of its body is read, at most `request_timeout_secs`, then is
+/// answered 503.
+#[derive(Clone)]
+pub struct Uploads {
+    all: Arc<Semaphore>,
+    /// Each token uploading or waiting: its share of the turns. An entry nobody holds is
+    /// dropped at the next upload.
+    tokens: Arc<Mutex<HashMap<String, Arc<Semaphore>>>>,
+}
+
+/// An upload's turn, until it is dropped.
+pub struct Turn {
+    _token: OwnedSemaphorePermit,
+    _all: OwnedSemaphorePermit,
+}
+
+impl Default for Uploads {
+    fn default() -> Self {
+        Self {
+            all: Arc::new(Semaphore::new(UPLOADS_AT_ONCE)),
+            tokens: Arc::default(),
+        }
+    }
+}
+
+impl Uploads {
+    /// Waits, at most `wait`, for a turn of the token `token_id`: one of its own, then one of
+    /// all (in the order asked).
+    pub async fn turn(&self, token_id: &str, wait: Duration) -> ApiResult<Turn> {
+        let share = {
+            let mut tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
+            tokens.retain(|_, share| Arc::strong_count(share) > 1);
+            Arc::clone(
+                tokens
+                    .entry(token_id.to_owned())
+                    .or_insert_with(|| Arc::new(Semaphore::new(UPLOADS_PER_TOKEN))),
+            )
+        };
+        let deadline = tokio::time::Instant::now() + wait;
+        let own = tokio::time::timeout_at(deadline, share.acquire_owned())
+            .await
+            .map_err(|_| busy(wait, "this token's"))?
+            .map_err(|_| busy(wait, "this token's"))?;
+        let all = tokio::time::timeout_at(deadline, Arc::clone(&self.all).acquire_owned())
+            .await
+            .map_err(|_| busy(wait, "all tokens'"))?
+            .map_err(|_| busy(wait, "all tokens'"))?;
+        Ok(Turn {
+            _token: own,
+            _all: all,
+        })
+    }
+}
+
+fn busy(wait: Duration, whose: &str) -> ApiError {
+    ApiError::new(
+        Code::Unavailable,
+        format!(
+            "the server reads at most {UPLOADS_AT_ONCE} load-tool uploads at once, \
+             {UPLOADS_PER_TOKEN} per token; this one waited {} s for a turn of {whose} \
+             (request_timeout_secs): send it again later",
+            wait.as_secs()
+        ),
+    )
+    .with_details(
+        json!({"uploads_at_once": UPLOADS_AT_ONCE, "uploads_per_token": UPLOADS_PER_TOKEN}),
     )
 }
