@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, FromRequestParts, Request};
@@ -229,21 +229,27 @@ impl FromRequest<AppState> for JsonBody {
 
 /// The memory that request bodies read whole (JSON bodies, and every body with an
 /// `Idempotency-Key`) may hold together: [`BODIES_HELD`], or twice `max_body_bytes` when that is
-/// larger. A body is charged as its bytes arrive, until its handler has parsed it (a schema-
-/// checked body: until the handler is done); one that does not fit is answered 503 at once
-/// and not read further.
+/// larger; one token's bodies a quarter of it, or `max_body_bytes` when that is larger. A body
+/// is charged as its bytes arrive, until its handler has parsed it (a schema-checked body:
+/// until the handler is done); one that does not fit is answered 503 at once and not read
+/// further.
 #[derive(Clone)]
 pub struct Bodies {
     kib: Arc<Semaphore>,
     mib: usize,
+    /// Each token whose bodies are being read: its share, of `share_kib`. An entry nobody
+    /// holds is dropped at the next body.
+    tokens: Arc<Mutex<HashMap<String, Arc<Semaphore>>>>,
+    share_kib: usize,
 }
 
 /// What [`Bodies`] holds at most, unless twice `max_body_bytes` is larger (a body of unknown length grows by doubling).
 pub const BODIES_HELD: usize = 64 * 1024 * 1024;
 
-/// A body's charge, in KiB.
+/// A body's charge, in KiB: to all bodies, and to its token's share.
 pub struct Held {
     _permit: Option<OwnedSemaphorePermit>,
+    _share: Option<OwnedSemaphorePermit>,
 }
 
 /// Marks a request whose body its reader has charged already (the idempotency layer).
@@ -253,26 +259,44 @@ pub struct Charged;
 impl Bodies {
     pub fn new(max_body_bytes: usize) -> Self {
         let bytes = BODIES_HELD.max(max_body_bytes.saturating_mul(2));
+        let share = (bytes / 4).max(max_body_bytes);
         Self {
             kib: Arc::new(Semaphore::new(bytes.div_ceil(1024))),
             mib: bytes >> 20,
+            tokens: Arc::default(),
+            share_kib: share.div_ceil(1024),
         }
     }
 
-    /// Reads `body` whole, at most `limit` bytes, charging it as it arrives unless it is
-    /// `charged` already; `known` is its length when its headers say it (`Content-Length`).
+    /// The share of the token `token_id`.
+    fn share(&self, token_id: &str) -> Arc<Semaphore> {
+        let mut tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
+        tokens.retain(|_, share| Arc::strong_count(share) > 1);
+        Arc::clone(
+            tokens
+                .entry(token_id.to_owned())
+                .or_insert_with(|| Arc::new(Semaphore::new(self.share_kib))),
+        )
+    }
+
+    /// Reads `body` whole, at most `limit` bytes, charging it as it arrives (to the share of
+    /// the token `token_id`, when the caller is known) unless it is `charged` already; `known`
+    /// is its length when its headers say it (`Content-Length`).
     pub async fn read(
         &self,
         mut body: Body,
         known: Option<usize>,
         limit: usize,
         charged: bool,
+        token_id: Option<&str>,
     ) -> ApiResult<(Bytes, Held)> {
         // Sized once when the length is known, at its first bytes; what is charged is what is
         // allocated.
         let known = known.unwrap_or(0).min(limit);
         let mut bytes = BytesMut::new();
         let mut held: Option<OwnedSemaphorePermit> = None;
+        let share = token_id.filter(|_| !charged).map(|id| self.share(id));
+        let mut shared: Option<OwnedSemaphorePermit> = None;
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| body_error(e, limit, "max_body_bytes"))?;
             let Ok(data) = frame.into_data() else {
@@ -290,18 +314,41 @@ impl Bodies {
             let has = held.as_ref().map_or(0, |p| p.num_permits());
             let need = bytes.capacity().div_ceil(1024).saturating_sub(has);
             if !charged && need > 0 {
-                let more = u32::try_from(need)
-                    .ok()
-                    .and_then(|n| self.kib.clone().try_acquire_many_owned(n).ok())
-                    .ok_or_else(|| self.busy())?;
-                match held.as_mut() {
-                    Some(held) => held.merge(more),
-                    None => held = Some(more),
+                let n = u32::try_from(need).map_err(|_| self.busy())?;
+                if let Some(share) = &share {
+                    let more = Arc::clone(share)
+                        .try_acquire_many_owned(n)
+                        .map_err(|_| self.token_busy())?;
+                    merge(&mut shared, more);
                 }
+                let more = self
+                    .kib
+                    .clone()
+                    .try_acquire_many_owned(n)
+                    .map_err(|_| self.busy())?;
+                merge(&mut held, more);
             }
             bytes.extend_from_slice(&data);
         }
-        Ok((bytes.freeze(), Held { _permit: held }))
+        Ok((
+            bytes.freeze(),
+            Held {
+                _permit: held,
+                _share: shared,
+            },
+        ))
+    }
+
+    fn token_busy(&self) -> ApiError {
+        ApiError::new(
+            Code::Unavailable,
+            format!(
+                "this token's request bodies being read hold its share of the server's ({} MiB \
+                 of {} MiB together); send this one again once they are answered",
+                self.share_kib >> 10,
+                self.mib
+            ),
+        )
     }
 
     fn busy(&self) -> ApiError {
@@ -316,10 +363,23 @@ impl Bodies {
     }
 }
 
+fn merge(held: &mut Option<OwnedSemaphorePermit>, more: OwnedSemaphorePermit) {
+    match held.as_mut() {
+        Some(held) => held.merge(more),
+        None => *held = Some(more),
+    }
+}
+
 async fn read_body(req: Request, limit: usize, bodies: &Bodies) -> ApiResult<(Bytes, Held)> {
     let charged = req.extensions().get::<Charged>().is_some();
     let known = content_length(req.headers());
-    bodies.read(req.into_body(), known, limit, charged).await
+    let token = req
+        .extensions()
+        .get::<Principal>()
+        .map(|p| p.token_id.clone());
+    bodies
+        .read(req.into_body(), known, limit, charged, token.as_deref())
+        .await
 }
 
 /// The `Content-Length` a request's headers give, if they give one.

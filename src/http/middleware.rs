@@ -117,7 +117,11 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
     // The body's charge is held until the request is done; the handler's reader is told so
     // and does not charge its bytes again.
     let known = crate::http::extract::content_length(&parts.headers);
-    let (bytes, _held) = match state.bodies.read(body, known, limit, false).await {
+    let (bytes, _held) = match state
+        .bodies
+        .read(body, known, limit, false, Some(&scope))
+        .await
+    {
         Ok(read) => read,
         Err(mut error) => {
             if error.code == Code::PayloadTooLarge {

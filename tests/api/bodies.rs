@@ -15,9 +15,10 @@ use crate::helpers::{example, settings_for, spawn_app_on, Answer, Backend, TestA
 
 /// Found by attacking the server: each JSON body was held to `max_body_bytes` (8 MiB), but
 /// nothing bounded them together (one HTTP/2 connection of 60 such bodies grew the server by
-/// about 630 MB). Eight topology bodies of 8 MiB stalled just before their end hold the 64
-/// MiB: the next request with a body is answered 503 at once; once their clients are gone,
-/// it is served.
+/// about 630 MB), and then one token could take all of the bound. Two topology bodies of 8
+/// MiB stalled just before their end hold a token's share (16 MiB): its next body is answered
+/// 503 at once, another token's is served. Eight, of four tokens, hold the 64 MiB: the next
+/// request with a body is answered 503 at once; once their clients are gone, it is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_being_read_are_bounded_together() {
     let db = TestDb::new(Backend::Sqlite).await.unwrap();
@@ -27,43 +28,39 @@ async fn bodies_being_read_are_bounded_together() {
     })
     .await;
     let p = app.people().await;
-    let body = 8 * 1024 * 1024 - 1;
-    // Each sends all of its body but its last byte, and holds its connection until aborted.
-    // One refused because a probe below held part of the pool at its first bytes (its
-    // connection answered or closed) sends again.
-    let stalled: Vec<_> = (0..BODIES_HELD / (8 * 1024 * 1024))
-        .map(|i| {
-            let head = format!(
-                "PUT /api/v1/chains/held-{i}/topology HTTP/1.1\r\nhost: {}\r\n\
-                 authorization: Bearer {}\r\ncontent-type: application/json\r\n\
-                 content-length: {body}\r\n\r\n{{\"pad\": \"",
-                app.addr, p.uploader
-            );
-            let addr = app.addr;
-            tokio::spawn(async move {
-                let pad = vec![b'a'; body - 10];
-                loop {
-                    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-                    if tcp.write_all(head.as_bytes()).await.is_ok()
-                        && tcp.write_all(&pad).await.is_ok()
-                    {
-                        // Held until the server answers or closes, or the task is aborted.
-                        let _ = tcp.read(&mut [0; 1]).await;
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            })
-        })
-        .collect();
+    let share = BODIES_HELD / 4 / BODY;
+    let mut writers = vec![p.uploader.clone()];
+    for i in 1..BODIES_HELD / BODY / share {
+        writers.push(app.token("uploader", &format!("writer-{i}")).await);
+    }
     let topology = example(CHECKOUT_TOPOLOGY);
-    let put = || {
-        app.put(
-            "/api/v1/chains/checkout/topology",
-            &p.uploader,
-            topology.clone(),
-        )
-    };
-    let refused = answer_until(30, |status| status == 503, put).await;
+    let mut stalled: Vec<_> = (0..share)
+        .map(|i| stall_body(&app, &writers[0], i))
+        .collect();
+    let own = answer_until(
+        30,
+        |status| status == 503,
+        || put(&app, &writers[0], &topology),
+    )
+    .await
+    .unwrap_or_else(|status| {
+        panic!("a token still served after 30 s with {share} of its bodies being read: {status}")
+    });
+    let message = own.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(
+        message.contains(&format!(
+            "its share of the server's ({} MiB of",
+            BODIES_HELD >> 22
+        )),
+        "{message}"
+    );
+    let other = put(&app, &writers[1], &topology).await;
+    assert!(other.status.is_success(), "{}", other.status);
+    for (i, token) in writers.iter().enumerate().skip(1) {
+        stalled.extend((0..share).map(|j| stall_body(&app, token, i * share + j)));
+    }
+    let prober = app.token("uploader", "prober").await;
+    let refused = answer_until(30, |status| status == 503, || put(&app, &prober, &topology)).await;
     let refused = refused.unwrap_or_else(|status| {
         panic!(
             "still served after 30 s with {} MiB of bodies being read: {status}",
@@ -81,11 +78,43 @@ async fn bodies_being_read_are_bounded_together() {
     for held in stalled {
         held.abort();
     }
-    let served = answer_until(15, |status| status < 300, put).await;
+    let served = answer_until(15, |status| status < 300, || put(&app, &prober, &topology)).await;
     if let Err(status) = served {
         panic!("not served within 15 s of the stalled bodies' clients going: {status}");
     }
     app.stop().await;
+}
+
+async fn put(app: &TestApp, token: &str, topology: &serde_json::Value) -> Answer {
+    app.put("/api/v1/chains/checkout/topology", token, topology.clone())
+        .await
+}
+
+/// The stalled bodies' size: `max_body_bytes`.
+const BODY: usize = 8 * 1024 * 1024;
+
+/// A topology body of `token`, of [`BODY`] bytes, that sends all but its last byte and holds
+/// its connection until aborted. One refused because a probe held part of the pool at its
+/// first bytes (its connection answered or closed) is sent again.
+fn stall_body(app: &TestApp, token: &str, i: usize) -> tokio::task::JoinHandle<()> {
+    let body = BODY - 1;
+    let head = format!(
+        "PUT /api/v1/chains/held-{i}/topology HTTP/1.1\r\nhost: {}\r\n\
+         authorization: Bearer {token}\r\ncontent-type: application/json\r\n\
+         content-length: {body}\r\n\r\n{{\"pad\": \"",
+        app.addr
+    );
+    let addr = app.addr;
+    tokio::spawn(async move {
+        let pad = vec![b'a'; body - 10];
+        loop {
+            let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            if tcp.write_all(head.as_bytes()).await.is_ok() && tcp.write_all(&pad).await.is_ok() {
+                let _ = tcp.read(&mut [0; 1]).await;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
 }
 
 /// Found by reading the limits: a load-tool upload holds a latency histogram per label
