@@ -1,7 +1,7 @@
 //! HTTP peers that do not take what the server sends them hold neither a connection nor its
 //! answers for long (docs/limits.md, "What this bounds"): an HTTP/2 peer that never opens a
 //! stream, one that opens no flow-control window while it answers pings, and an HTTP/1.1 peer
-//! that never reads its answers.
+//! that never reads its answers; and a slow reader that reads keeps its download.
 
 use std::time::{Duration, Instant};
 
@@ -142,6 +142,60 @@ async fn an_http1_peer_that_reads_no_answer_gives_its_connection_back() {
         "served after {after:?}, before the stuck connection's idle timeout"
     );
     drop(stuck);
+    app.stop().await;
+}
+
+/// The other side of the two tests above: a client that takes its answer slowly, but takes
+/// it, keeps its download however long it takes. An HTTP/2 client whose stream window is
+/// 8 KiB, that gives back what it read every 150 ms, reads the OpenAPI document (about 175
+/// KiB) for about three times the 1 s idle timeout and gets all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reader_that_reads_keeps_its_download() {
+    let app = app_with(HttpLimits {
+        header_read_timeout_secs: 1,
+        idle_timeout_secs: 1,
+        ..HttpLimits::default()
+    })
+    .await;
+    let whole = app.http.get(app.url("/openapi.json")).send().await.unwrap();
+    assert_eq!(whole.status(), 200);
+    let whole = whole.bytes().await.unwrap();
+    let (mut client, driver) = crate::streams::connect(app.addr, Some(8192)).await;
+    let driver = tokio::spawn(driver);
+    let request = http::Request::get(format!("http://{}/openapi.json", app.addr))
+        .body(())
+        .unwrap();
+    let (answer, _) = client.send_request(request, true).unwrap();
+    let started = Instant::now();
+    let head = answer.await.expect("the answer's head");
+    assert_eq!(head.status(), 200);
+    let mut body = head.into_body();
+    let mut read = Vec::new();
+    while let Some(data) = body.data().await {
+        let data = data.unwrap_or_else(|e| {
+            panic!(
+                "cut off after {:?} and {} bytes: {e}",
+                started.elapsed(),
+                read.len()
+            )
+        });
+        read.extend_from_slice(&data);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        body.flow_control().release_capacity(data.len()).unwrap();
+    }
+    let took = started.elapsed();
+    assert!(
+        read == whole,
+        "{} bytes after {took:?}, not the {} of the document",
+        read.len(),
+        whole.len()
+    );
+    assert!(
+        took > Duration::from_secs(3),
+        "read in {took:?}: not slowly"
+    );
+    drop(client);
+    driver.abort();
     app.stop().await;
 }
 
