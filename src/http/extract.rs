@@ -229,7 +229,7 @@ impl FromRequest<AppState> for JsonBody {
 
 /// The memory that request bodies read whole (JSON bodies, and every body with an
 /// `Idempotency-Key`) may hold together: [`BODIES_HELD`], or twice `max_body_bytes` when that is
-/// larger; one token's bodies a quarter of it, or `max_body_bytes` when that is larger. A body
+/// larger; one token's bodies a quarter of it, or twice `max_body_bytes` when that is larger. A body
 /// is charged as its bytes arrive, until its handler has parsed it (a schema-checked body:
 /// until the handler is done); one that does not fit is answered 503 at once and not read
 /// further.
@@ -259,7 +259,8 @@ pub struct Charged;
 impl Bodies {
     pub fn new(max_body_bytes: usize) -> Self {
         let bytes = BODIES_HELD.max(max_body_bytes.saturating_mul(2));
-        let share = (bytes / 4).max(max_body_bytes);
+        // A body of unknown length may take twice its bytes as it grows.
+        let share = (bytes / 4).max(max_body_bytes.saturating_mul(2)).min(bytes);
         Self {
             kib: Arc::new(Semaphore::new(bytes.div_ceil(1024))),
             mib: bytes >> 20,
@@ -343,9 +344,9 @@ impl Bodies {
         ApiError::new(
             Code::Unavailable,
             format!(
-                "this token's request bodies being read hold its share of the server's ({} MiB \
-                 of {} MiB together); send this one again once they are answered",
-                self.share_kib >> 10,
+                "this token's request bodies being read hold its share of the server's ({} of \
+                 {} MiB together); send this one again once they are answered",
+                mib(self.share_kib),
                 self.mib
             ),
         )
@@ -360,6 +361,16 @@ impl Bodies {
                 self.mib
             ),
         )
+    }
+}
+
+/// `kib` in MiB: `16 MiB`, `23.5 MiB`.
+fn mib(kib: usize) -> String {
+    let tenths = (kib * 10).div_ceil(1024);
+    if tenths % 10 == 0 {
+        format!("{} MiB", tenths / 10)
+    } else {
+        format!("{}.{} MiB", tenths / 10, tenths % 10)
     }
 }
 

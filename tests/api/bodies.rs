@@ -33,6 +33,7 @@ async fn bodies_being_read_are_bounded_together() {
     for i in 1..BODIES_HELD / BODY / share {
         writers.push(app.token("uploader", &format!("writer-{i}")).await);
     }
+    let prober = app.token("uploader", "prober").await;
     let topology = example(CHECKOUT_TOPOLOGY);
     let mut stalled: Vec<_> = (0..share)
         .map(|i| stall_body(&app, &writers[0], i))
@@ -59,7 +60,6 @@ async fn bodies_being_read_are_bounded_together() {
     for (i, token) in writers.iter().enumerate().skip(1) {
         stalled.extend((0..share).map(|j| stall_body(&app, token, i * share + j)));
     }
-    let prober = app.token("uploader", "prober").await;
     let refused = answer_until(30, |status| status == 503, || put(&app, &prober, &topology)).await;
     let refused = refused.unwrap_or_else(|status| {
         panic!(
@@ -201,6 +201,71 @@ async fn load_tool_uploads_take_turns() {
     {
         panic!("not served within 15 s of its stalled uploads going: {status}");
     }
+    app.stop().await;
+}
+
+/// Found by attacking the server: uploads waiting for a turn on an HTTP/2 connection held part
+/// of its flow-control window (their data not read) from the uploads that had their turns,
+/// which stalled until the body-read timeout (408). Four uploads of one token at once on one
+/// HTTP/2 connection: each is answered 200 (a dry run) or 503 at once, none 408.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_uploads_are_not_kept_waiting() {
+    let db = TestDb::new(Backend::Sqlite).await.unwrap();
+    let app = spawn_app_on(db, |url| {
+        let mut settings = settings_for(url);
+        settings.http_limits.body_read_timeout_secs = 3;
+        settings.http_limits.request_timeout_secs = 30;
+        settings
+    })
+    .await;
+    let p = app.people().await;
+    let topology = app
+        .put(
+            "/api/v1/chains/checkout/topology",
+            &p.uploader,
+            labelled_topology(),
+        )
+        .await;
+    assert!(topology.status.is_success(), "{}", topology.status);
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let one = fixture("jmeter/shop_2x_default.jtl");
+    let jtl = one.repeat(4 * 1024 * 1024 / one.len());
+    let url = app.url("/api/v1/chains/checkout/runs?format=jmeter&dry_run=true");
+    let uploads = (0..4).map(|_| {
+        h2.post(&url)
+            .bearer_auth(&p.uploader)
+            .header("content-type", "application/octet-stream")
+            .body(jtl.clone())
+            .send()
+    });
+    let answers = tokio::time::timeout(
+        Duration::from_secs(60),
+        futures_util::future::join_all(uploads),
+    )
+    .await
+    .expect("four uploads answered within 60 s");
+    let mut statuses = Vec::new();
+    for answer in answers {
+        let answer = answer.unwrap();
+        assert_eq!(answer.version(), reqwest::Version::HTTP_2);
+        let status = answer.status().as_u16();
+        let body: serde_json::Value = answer.json().await.unwrap();
+        if status == 503 {
+            let message = body["error"]["message"].as_str().unwrap();
+            assert!(
+                message.contains("over HTTP/2 is not kept waiting"),
+                "{message}"
+            );
+        }
+        statuses.push(status);
+    }
+    assert!(
+        statuses.iter().all(|s| [200, 503].contains(s)) && statuses.contains(&200),
+        "{statuses:?}"
+    );
     app.stop().await;
 }
 

@@ -51,7 +51,7 @@ async fn upload(
     let outcome = if upload::is_multipart(&req) {
         // An unknown chain is refused before its files are read.
         service::chains::require(&state, &chain).await?;
-        let _turn = upload_turn(&state, &principal).await?;
+        let _turn = upload_turn(&state, &principal, req.version()).await?;
         let (files, sources, map) = upload::read_multipart(&state, req, &q).await?;
         service::upload_tool_run(&state, &principal, &chain, files, sources, &map, dry_run).await?
     } else if native {
@@ -59,7 +59,7 @@ async fn upload(
         service::upload_run(&state, &principal, &chain, body.value, &body.raw, dry_run).await?
     } else {
         service::chains::require(&state, &chain).await?;
-        let _turn = upload_turn(&state, &principal).await?;
+        let _turn = upload_turn(&state, &principal, req.version()).await?;
         let (files, sources) = upload::read_raw(&state, req, &q).await?;
         service::upload_tool_run(&state, &principal, &chain, files, sources, &q.map, dry_run)
             .await?
@@ -73,9 +73,15 @@ async fn upload(
 }
 
 /// A load-tool upload's turn, waited for at most `request_timeout_secs` (which does not
-/// apply to uploads otherwise).
-async fn upload_turn(state: &AppState, principal: &Principal) -> ApiResult<upload::Turn> {
-    let wait = Duration::from_secs(state.settings.http_limits.request_timeout_secs);
+/// apply to uploads otherwise); not waited for over HTTP/2, where a stream whose data is not
+/// read holds part of its connection's flow-control window.
+async fn upload_turn(
+    state: &AppState,
+    principal: &Principal,
+    version: axum::http::Version,
+) -> ApiResult<upload::Turn> {
+    let wait = (version < axum::http::Version::HTTP_2)
+        .then(|| Duration::from_secs(state.settings.http_limits.request_timeout_secs));
     state.uploads.turn(&principal.token_id, wait).await
 }
 

@@ -403,8 +403,8 @@ pub const UPLOADS_AT_ONCE: usize = 4;
 pub const UPLOADS_PER_TOKEN: usize = 2;
 
 /// The turns of load-tool uploads ([`UPLOADS_AT_ONCE`], [`UPLOADS_PER_TOKEN`]): an upload
-/// waits for its turn before any of its body is read, at most `request_timeout_secs`, then is
-/// answered 503.
+/// waits for its turn before its file is read, at most `request_timeout_secs`, then is
+/// answered 503; over HTTP/2 it is answered 503 at once.
 #[derive(Clone)]
 pub struct Uploads {
     all: Arc<Semaphore>,
@@ -429,9 +429,9 @@ impl Default for Uploads {
 }
 
 impl Uploads {
-    /// Waits, at most `wait`, for a turn of the token `token_id`: one of its own, then one of
-    /// all (in the order asked).
-    pub async fn turn(&self, token_id: &str, wait: Duration) -> ApiResult<Turn> {
+    /// A turn of the token `token_id`: one of its own, then one of all (in the order asked),
+    /// waited for at most `wait`; with no `wait` (HTTP/2), only one free at once.
+    pub async fn turn(&self, token_id: &str, wait: Option<Duration>) -> ApiResult<Turn> {
         let share = {
             let mut tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
             tokens.retain(|_, share| Arc::strong_count(share) > 1);
@@ -441,15 +441,18 @@ impl Uploads {
                     .or_insert_with(|| Arc::new(Semaphore::new(UPLOADS_PER_TOKEN))),
             )
         };
-        let deadline = tokio::time::Instant::now() + wait;
+        // A deadline already past: the semaphore is tried once.
+        let deadline = tokio::time::Instant::now() + wait.unwrap_or_default();
         let own = tokio::time::timeout_at(deadline, share.acquire_owned())
             .await
-            .map_err(|_| busy(wait, "this token's"))?
-            .map_err(|_| busy(wait, "this token's"))?;
+            .ok()
+            .and_then(Result::ok)
+            .ok_or_else(|| busy(wait, "this token's"))?;
         let all = tokio::time::timeout_at(deadline, Arc::clone(&self.all).acquire_owned())
             .await
-            .map_err(|_| busy(wait, "all tokens'"))?
-            .map_err(|_| busy(wait, "all tokens'"))?;
+            .ok()
+            .and_then(Result::ok)
+            .ok_or_else(|| busy(wait, "all tokens'"))?;
         Ok(Turn {
             _token: own,
             _all: all,
@@ -457,14 +460,24 @@ impl Uploads {
     }
 }
 
-fn busy(wait: Duration, whose: &str) -> ApiError {
+fn busy(wait: Option<Duration>, whose: &str) -> ApiError {
+    let waited = match wait {
+        Some(wait) => format!(
+            "this one waited {} s for a turn of {whose} (request_timeout_secs)",
+            wait.as_secs()
+        ),
+        // Its data, not read, would hold the connection's flow-control window from the
+        // uploads that have their turn.
+        None => format!(
+            "no turn of {whose} was free, and an upload over HTTP/2 is not kept waiting (it \
+             would hold up the other uploads of its connection)"
+        ),
+    };
     ApiError::new(
         Code::Unavailable,
         format!(
             "the server reads at most {UPLOADS_AT_ONCE} load-tool uploads at once, \
-             {UPLOADS_PER_TOKEN} per token; this one waited {} s for a turn of {whose} \
-             (request_timeout_secs): send it again later",
-            wait.as_secs()
+             {UPLOADS_PER_TOKEN} per token; {waited}: send it again later"
         ),
     )
     .with_details(
