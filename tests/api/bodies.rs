@@ -85,6 +85,41 @@ async fn bodies_being_read_are_bounded_together() {
     app.stop().await;
 }
 
+/// Found in review: a token's share was a quarter of the pool, or `max_body_bytes` if larger,
+/// but a body without a length grows by doubling: at a `max_body_bytes` of 24 MiB, one chunked
+/// body of 16 MiB, alone, was answered 503 (its token's share), and sending it again could
+/// never succeed. It is read (and refused as a topology, 422).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_body_without_a_length_fits_its_tokens_share() {
+    let db = TestDb::new(Backend::Sqlite).await.unwrap();
+    let app = spawn_app_on(db, |url| budgetd::Settings {
+        max_body_bytes: 24 * 1024 * 1024,
+        ..settings_for(url)
+    })
+    .await;
+    let p = app.people().await;
+    let mut body = b"{\"pad\": \"".to_vec();
+    body.resize(16 * 1024 * 1024 - 2, b'a');
+    body.extend_from_slice(b"\"}");
+    let chunks: Vec<Result<bytes::Bytes, std::io::Error>> = body
+        .chunks(64 * 1024)
+        .map(|c| Ok(bytes::Bytes::copy_from_slice(c)))
+        .collect();
+    let answer = app
+        .raw(
+            app.http
+                .put(app.url("/api/v1/chains/checkout/topology"))
+                .bearer_auth(&p.uploader)
+                .header("content-type", "application/json")
+                .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+                    chunks,
+                ))),
+        )
+        .await;
+    assert_eq!(answer.status, 422, "a chunked body of 16 MiB alone");
+    app.stop().await;
+}
+
 async fn put(app: &TestApp, token: &str, topology: &serde_json::Value) -> Answer {
     app.put("/api/v1/chains/checkout/topology", token, topology.clone())
         .await
