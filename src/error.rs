@@ -210,7 +210,15 @@ impl IntoResponse for ApiError {
         if let Some(source) = &self.source {
             tracing::error!(error = ?source, "request failed");
         }
-        (self.code.status(), axum::Json(self.body())).into_response()
+        let mut response = (self.code.status(), axum::Json(self.body())).into_response();
+        // Every 503 is the server busy or a dependency away for a moment.
+        if self.code == Code::Unavailable {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        response
     }
 }
 

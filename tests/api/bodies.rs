@@ -75,6 +75,7 @@ async fn bodies_being_read_are_bounded_together() {
         message.contains(&format!("({} MiB together)", BODIES_HELD >> 20)),
         "{message}"
     );
+    assert_eq!(refused.headers["retry-after"], "1");
     for held in stalled {
         held.abort();
     }
