@@ -33,8 +33,6 @@ struct Cohort {
     id: String,
     delivered: i64,
     acked: i64,
-    /// When its members were last found following it ([`Fleet::verify`]).
-    checked: Option<Instant>,
 }
 
 /// A slot's revisions as the flush found them.
@@ -172,7 +170,6 @@ impl Fleet {
                 id: id.clone(),
                 delivered,
                 acked,
-                checked: cohorts.by_key.get(key).and_then(|c| c.checked),
             };
             let moved = cohorts
                 .by_key
@@ -224,7 +221,7 @@ impl Fleet {
             }
             cohorts.by_key.insert(key, cohort);
         }
-        self.verify(&mut cohorts.by_key, &moved_keys, &by_key).await;
+        self.verify(&cohorts.by_key, &moved_keys, &by_key).await;
         true
     }
 
@@ -234,39 +231,28 @@ impl Fleet {
     /// while this one believes it follows the cohort. One scan of the agents per flush that
     /// moves a cohort; an entry found rewritten is rewritten whole from this replica's slot,
     /// at the next flush.
-    ///
-    /// Once no other replica process has been seen alive for twice `replica_silence`, every
-    /// entry another process rewrote was rewritten before it was last seen
-    /// ([`Fleet::others_seen`]): a cohort checked since then is not checked again, so a
-    /// replica alone scans the agents once per cohort, not after every publication.
     async fn verify(
         &self,
-        stored: &mut HashMap<Arc<str>, Cohort>,
+        stored: &HashMap<Arc<str>, Cohort>,
         moved: &[Arc<str>],
         by_key: &HashMap<Arc<str>, (String, Vec<Found>)>,
     ) {
-        let others = self.others_seen();
-        let alone = others.elapsed() > self.silence * 2;
-        let started = Instant::now();
-        let mut members: Vec<ToCheck> = Vec::new();
+        let mut members: Vec<(&str, Vec<&Arc<Slot>>)> = Vec::new();
         for key in moved {
             let (Some(cohort), Some((_, found))) = (stored.get(key), by_key.get(key)) else {
                 continue;
             };
-            if alone && cohort.checked.is_some_and(|at| at > others) {
-                continue;
-            }
             let slots = found
                 .iter()
                 .map(|f| &f.slot)
                 .filter(|slot| slot.in_cohort.load(Ordering::Acquire))
                 .collect();
-            members.push((key, cohort.id.clone(), slots));
+            members.push((cohort.id.as_str(), slots));
         }
         if members.is_empty() {
             return;
         }
-        let ids: Vec<String> = members.iter().map(|(_, id, _)| id.clone()).collect();
+        let ids: Vec<String> = members.iter().map(|(id, _)| (*id).to_owned()).collect();
         let sizes = match self.store.cohort_sizes(&ids).await {
             Ok(sizes) => sizes,
             Err(e) => {
@@ -274,11 +260,9 @@ impl Fleet {
                 return;
             }
         };
-        for (key, id, slots) in members {
-            let id = id.as_str();
+        for (id, slots) in members {
             let size = sizes.get(id).copied().unwrap_or(0);
             if usize::try_from(size).is_ok_and(|n| n >= slots.len()) {
-                checked(stored, key, started);
                 continue;
             }
             let by_id: HashMap<String, &Arc<Slot>> = slots
@@ -299,24 +283,12 @@ impl Fleet {
                             slot.touch();
                         }
                     }
-                    checked(stored, key, started);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "failed to check the agents following a cohort; will check at the next publication");
                 }
             }
         }
-    }
-}
-
-/// A cohort to check: its key, its id and its members here.
-type ToCheck<'a> = (&'a Arc<str>, String, Vec<&'a Arc<Slot>>);
-
-/// The cohort of `key` was found followed by its members, or those not following it were
-/// told to be written again, by a check that began `at`.
-fn checked(stored: &mut HashMap<Arc<str>, Cohort>, key: &Arc<str>, at: Instant) {
-    if let Some(cohort) = stored.get_mut(key) {
-        cohort.checked = Some(at);
     }
 }
 
@@ -370,7 +342,6 @@ mod tests {
                 id: format!("r#1/{n}"),
                 delivered: 1,
                 acked: 1,
-                checked: None,
             };
             cohorts.by_key.insert(key.into(), cohort);
             cohorts.waiting.insert(key.into(), Instant::now());

@@ -46,7 +46,6 @@ impl Fleet {
 
     /// Beats every [`Self::beat_every`], the first at once. A failed beat is logged and
     /// retried at the next; six in a row make this replica's agents read as disconnected.
-    /// After each beat, looks whether another replica process is alive ([`Self::others_seen`]).
     pub fn spawn_beats(&self) -> tokio::task::JoinHandle<()> {
         let fleet = self.clone();
         tokio::spawn(async move {
@@ -57,23 +56,7 @@ impl Fleet {
                 if let Err(e) = fleet.beat().await {
                     tracing::warn!(error = %e, "fleet: recording that this replica is alive failed");
                 }
-                let others = fleet
-                    .live_processes()
-                    .await
-                    .map_or(true, |live| live.iter().any(|p| **p != *fleet.process));
-                if others {
-                    *super::lock(&fleet.others_seen) = std::time::Instant::now();
-                }
             }
         })
-    }
-
-    /// When this replica last found another replica process alive, or could not tell (its
-    /// start, a failed read). A process that writes agents beats at least every
-    /// [`Self::beat_every`] and reads as alive for `replica_silence` after its last beat, so
-    /// the look after any of its writes finds it: every entry another process rewrote was
-    /// rewritten before this instant.
-    pub(super) fn others_seen(&self) -> std::time::Instant {
-        *super::lock(&self.others_seen)
     }
 }

@@ -239,10 +239,6 @@ pub struct Shared {
     silence: Duration,
     /// One flush at a time: cohort membership is decided by the flush.
     flushing: Arc<tokio::sync::Mutex<Cohorts>>,
-    /// When this replica last found another replica process alive (or could not tell); its
-    /// start at first ([`Fleet::spawn_beats`]). Only another process rewrites the entries of
-    /// this replica's cohort members.
-    others_seen: Arc<Mutex<Instant>>,
 }
 
 impl Fleet {
@@ -260,7 +256,6 @@ impl Fleet {
             claims: claims::Claims::spawn(store.clone()),
             news: Default::default(),
             beat: Arc::new(Mutex::new(Instant::now())),
-            others_seen: Arc::new(Mutex::new(Instant::now())),
             store,
             max_streams_per_token: settings.max_streams_per_token,
             reconnect_per_second: settings.reconnect_per_second.max(1),
