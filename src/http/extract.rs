@@ -228,11 +228,11 @@ impl FromRequest<AppState> for JsonBody {
 }
 
 /// The memory that request bodies read whole (JSON bodies, and every body with an
-/// `Idempotency-Key`) may hold together: [`BODIES_HELD`], or twice `max_body_bytes` when that is
-/// larger; one token's bodies a quarter of it, or twice `max_body_bytes` when that is larger. A body
-/// is charged as its bytes arrive, until its handler has parsed it (a schema-checked body:
-/// until the handler is done); one that does not fit is answered 503 at once and not read
-/// further.
+/// `Idempotency-Key`) may hold together: [`BODIES_HELD`], or twice `max_body_bytes` when that
+/// is larger; one token's bodies a quarter of it, or twice `max_body_bytes` when that is
+/// larger. A body is charged as its bytes arrive, until its handler has parsed it (a schema-
+/// checked body: until the handler is done); one that does not fit is answered 503 at once and
+/// not read further.
 #[derive(Clone)]
 pub struct Bodies {
     kib: Arc<Semaphore>,

@@ -11,7 +11,9 @@ use budgetd::http::api::upload::{UPLOADS_AT_ONCE, UPLOADS_PER_TOKEN};
 use budgetd::http::extract::BODIES_HELD;
 
 use crate::formats::{fixture, labelled_topology, send, Upload};
-use crate::helpers::{example, settings_for, spawn_app_on, Answer, Backend, TestApp, TestDb};
+use crate::helpers::{
+    example, settings_for, spawn_app_on, Answer, Backend, People, TestApp, TestDb,
+};
 
 /// Found by attacking the server: each JSON body was held to `max_body_bytes` (8 MiB), but
 /// nothing bounded them together (one HTTP/2 connection of 60 such bodies grew the server by
@@ -166,23 +168,7 @@ async fn load_tool_uploads_take_turns() {
         (4, 2),
         "the test's arithmetic"
     );
-    let db = TestDb::new(Backend::Sqlite).await.unwrap();
-    let app = spawn_app_on(db, |url| {
-        let mut settings = settings_for(url);
-        settings.http_limits.request_timeout_secs = 2;
-        settings.http_limits.body_read_timeout_secs = 300;
-        settings
-    })
-    .await;
-    let p = app.people().await;
-    let topology = app
-        .put(
-            "/api/v1/chains/checkout/topology",
-            &p.uploader,
-            labelled_topology(),
-        )
-        .await;
-    assert!(topology.status.is_success(), "{}", topology.status);
+    let (app, p) = labelled_checkout(2, 300).await;
     let (first, second, third) = (
         p.uploader.clone(),
         app.token("uploader", "bo").await,
@@ -246,23 +232,7 @@ async fn load_tool_uploads_take_turns() {
 /// HTTP/2 connection: each is answered 200 (a dry run) or 503 at once, none 408.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_uploads_are_not_kept_waiting() {
-    let db = TestDb::new(Backend::Sqlite).await.unwrap();
-    let app = spawn_app_on(db, |url| {
-        let mut settings = settings_for(url);
-        settings.http_limits.body_read_timeout_secs = 3;
-        settings.http_limits.request_timeout_secs = 30;
-        settings
-    })
-    .await;
-    let p = app.people().await;
-    let topology = app
-        .put(
-            "/api/v1/chains/checkout/topology",
-            &p.uploader,
-            labelled_topology(),
-        )
-        .await;
-    assert!(topology.status.is_success(), "{}", topology.status);
+    let (app, p) = labelled_checkout(30, 3).await;
     let h2 = reqwest::Client::builder()
         .http2_prior_knowledge()
         .build()
@@ -303,6 +273,32 @@ async fn http2_uploads_are_not_kept_waiting() {
         "{statuses:?}"
     );
     app.stop().await;
+}
+
+/// An app on SQLite with the given request and body-read timeouts (seconds), and chain
+/// `checkout` with the load tools' labels on its segments; its uploader and approver.
+async fn labelled_checkout(
+    request_timeout_secs: u64,
+    body_read_timeout_secs: u64,
+) -> (TestApp, People) {
+    let db = TestDb::new(Backend::Sqlite).await.unwrap();
+    let app = spawn_app_on(db, |url| {
+        let mut settings = settings_for(url);
+        settings.http_limits.request_timeout_secs = request_timeout_secs;
+        settings.http_limits.body_read_timeout_secs = body_read_timeout_secs;
+        settings
+    })
+    .await;
+    let p = app.people().await;
+    let topology = app
+        .put(
+            "/api/v1/chains/checkout/topology",
+            &p.uploader,
+            labelled_topology(),
+        )
+        .await;
+    assert!(topology.status.is_success(), "{}", topology.status);
+    (app, p)
 }
 
 /// A JMeter upload of `token` that sends a few lines and holds its connection until aborted;
