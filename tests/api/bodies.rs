@@ -10,7 +10,7 @@ use budget_core::example::CHECKOUT_TOPOLOGY;
 use budgetd::http::api::upload::{UPLOADS_AT_ONCE, UPLOADS_PER_TOKEN};
 use budgetd::http::extract::BODIES_HELD;
 
-use crate::formats::{fixture, labelled_topology, send, Upload};
+use crate::formats::{fixture, put_labelled_checkout, send, Upload};
 use crate::helpers::{
     example, settings_for, spawn_app_on, Answer, Backend, People, TestApp, TestDb,
 };
@@ -23,12 +23,7 @@ use crate::helpers::{
 /// request with a body is answered 503 at once; once their clients are gone, it is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_being_read_are_bounded_together() {
-    let db = TestDb::new(Backend::Sqlite).await.unwrap();
-    let app = spawn_app_on(db, |url| budgetd::Settings {
-        max_body_bytes: 8 * 1024 * 1024,
-        ..settings_for(url)
-    })
-    .await;
+    let app = sqlite_app(|s| s.max_body_bytes = 8 * 1024 * 1024).await;
     let p = app.people().await;
     let share = BODIES_HELD / 4 / BODY;
     let mut writers = vec![p.uploader.clone()];
@@ -94,12 +89,7 @@ async fn bodies_being_read_are_bounded_together() {
 /// never succeed. It is read (and refused as a topology, 422).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_body_without_a_length_fits_its_tokens_share() {
-    let db = TestDb::new(Backend::Sqlite).await.unwrap();
-    let app = spawn_app_on(db, |url| budgetd::Settings {
-        max_body_bytes: 24 * 1024 * 1024,
-        ..settings_for(url)
-    })
-    .await;
+    let app = sqlite_app(|s| s.max_body_bytes = 24 * 1024 * 1024).await;
     let p = app.people().await;
     let mut body = b"{\"pad\": \"".to_vec();
     body.resize(16 * 1024 * 1024 - 2, b'a');
@@ -281,24 +271,25 @@ async fn labelled_checkout(
     request_timeout_secs: u64,
     body_read_timeout_secs: u64,
 ) -> (TestApp, People) {
-    let db = TestDb::new(Backend::Sqlite).await.unwrap();
-    let app = spawn_app_on(db, |url| {
-        let mut settings = settings_for(url);
-        settings.http_limits.request_timeout_secs = request_timeout_secs;
-        settings.http_limits.body_read_timeout_secs = body_read_timeout_secs;
-        settings
+    let app = sqlite_app(|s| {
+        s.http_limits.request_timeout_secs = request_timeout_secs;
+        s.http_limits.body_read_timeout_secs = body_read_timeout_secs;
     })
     .await;
     let p = app.people().await;
-    let topology = app
-        .put(
-            "/api/v1/chains/checkout/topology",
-            &p.uploader,
-            labelled_topology(),
-        )
-        .await;
-    assert!(topology.status.is_success(), "{}", topology.status);
+    put_labelled_checkout(&app, &p.uploader).await;
     (app, p)
+}
+
+/// An app on SQLite with the tests' settings, `tune`d.
+async fn sqlite_app(tune: impl FnOnce(&mut budgetd::Settings)) -> TestApp {
+    let db = TestDb::new(Backend::Sqlite).await.unwrap();
+    spawn_app_on(db, |url| {
+        let mut settings = settings_for(url);
+        tune(&mut settings);
+        settings
+    })
+    .await
 }
 
 /// A JMeter upload of `token` that sends a few lines and holds its connection until aborted;

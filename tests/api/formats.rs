@@ -22,6 +22,17 @@ pub(crate) fn labelled_topology() -> Value {
     t
 }
 
+/// Puts [`labelled_topology`] on chain `checkout` as `token`, a new chain (201).
+pub(crate) async fn put_labelled_checkout(app: &TestApp, token: &str) {
+    app.put(
+        "/api/v1/chains/checkout/topology",
+        token,
+        labelled_topology(),
+    )
+    .await
+    .expect(201);
+}
+
 pub(crate) enum Upload {
     Raw {
         query: &'static str,
@@ -352,13 +363,7 @@ async fn every_format_equals_native(app: &TestApp) {
 
 async fn unmapped_and_bad_uploads(app: &TestApp) {
     let p = app.people().await;
-    app.put(
-        "/api/v1/chains/checkout/topology",
-        &p.uploader,
-        labelled_topology(),
-    )
-    .await
-    .expect(201);
+    put_labelled_checkout(app, &p.uploader).await;
     // Labels the topology does not know are reported, and the missing segment is an error.
     let mut csv = String::from_utf8(fixture("locust/shop_stats.csv")).unwrap();
     csv = csv.replace(",user,", ",profile,");

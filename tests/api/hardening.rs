@@ -14,6 +14,7 @@ use rand::{Rng as _, SeedableRng as _};
 use reqwest::Method;
 use serde_json::{json, Value};
 
+use crate::formats::{labelled_topology, put_labelled_checkout};
 use crate::helpers::{
     draft_a, example, fixture, multipart_body, raw_request, settings_for, spawn_app_on, Backend,
     RawAnswer, RawBody, RssSampler, ServerProcess, TestApp, TestDb, ADMIN_TOKEN,
@@ -25,15 +26,6 @@ const MAP_STREAM_RSS_BOUND_KIB: u64 = 64 * 1024;
 const READER_BODIES_RSS_BOUND_KIB: u64 = 32 * 1024;
 
 pub(crate) const BOUNDARY: &str = "budgetd-hardening-boundary";
-
-/// The checkout topology with the oha fixtures' labels on its three children.
-pub(crate) fn labelled_topology() -> Value {
-    let mut t: Value = serde_json::from_str(CHECKOUT_TOPOLOGY).unwrap();
-    for (i, label) in [(1, "inventory"), (2, "payment"), (3, "user")] {
-        t["segments"][i]["labels"] = json!([label]);
-    }
-    t
-}
 
 pub(crate) fn oha_parts() -> Vec<(String, Vec<u8>)> {
     ["inventory", "payment", "user"]
@@ -82,13 +74,7 @@ pub(crate) fn expect_status(a: RawAnswer, status: u16) -> RawAnswer {
 
 async fn multipart_map_and_files_are_bounded(app: &TestApp) {
     let p = app.people().await;
-    app.put(
-        "/api/v1/chains/checkout/topology",
-        &p.uploader,
-        labelled_topology(),
-    )
-    .await
-    .expect(201);
+    put_labelled_checkout(app, &p.uploader).await;
 
     // A 1 MiB map part (a valid JSON object, so only its size is wrong): 413 with the limit.
     let mut map = b"{\"inventory\": \"".to_vec();
@@ -168,13 +154,7 @@ async fn map_part_counts_against_the_upload_limit(backend: Backend) {
     })
     .await;
     let p = app.people().await;
-    app.put(
-        "/api/v1/chains/checkout/topology",
-        &p.uploader,
-        labelled_topology(),
-    )
-    .await
-    .expect(201);
+    put_labelled_checkout(&app, &p.uploader).await;
     let mut map = b"{\"pad\": \"".to_vec();
     map.extend(std::iter::repeat_n(b'a', 44 * 1024));
     map.extend(b"\"}");

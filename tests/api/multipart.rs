@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 use budgetd::http::api::upload::{MAX_MAP_BYTES, MAX_MULTIPART_AHEAD};
 use serde_json::json;
 
-use crate::hardening::{
-    expect_status, labelled_topology, oha_parts, post_multipart, process_with_checkout, BOUNDARY,
-};
+use crate::formats::put_labelled_checkout;
+use crate::hardening::{expect_status, oha_parts, post_multipart, process_with_checkout, BOUNDARY};
 use crate::helpers::{multipart_body, raw_request, RawBody, RssSampler, TestApp};
 
 /// Server memory growth allowed while one client streams 256 MiB that the parser would hold.
@@ -20,13 +19,7 @@ const AHEAD_RSS_BOUND_KIB: u64 = 64 * 1024;
 /// each under the limit, are refused together, and no run is stored.
 async fn map_parts_are_bounded_together(app: &TestApp) {
     let p = app.people().await;
-    app.put(
-        "/api/v1/chains/checkout/topology",
-        &p.uploader,
-        labelled_topology(),
-    )
-    .await
-    .expect(201);
+    put_labelled_checkout(app, &p.uploader).await;
     let mut parts: Vec<(String, Vec<u8>)> = (0..3)
         .map(|i| {
             let mut map = format!("{{\"pad-{i}\": \"").into_bytes();
