@@ -52,15 +52,40 @@ impl Schema {
         }
     }
 
-    /// Every violation as `{"pointer", "message"}`; empty when `instance` is valid.
+    /// The first [`LISTED`] violations as `{"pointer", "message"}` (empty when `instance` is
+    /// valid), each message at most [`MESSAGE_CHARS`] characters.
     pub fn violations(self, instance: &Value) -> Vec<Value> {
-        self.validator()
-            .iter_errors(instance)
+        self.check(instance).0
+    }
+
+    /// The first [`LISTED`] violations, as [`Self::violations`], and how many there are.
+    /// A message names the value that violates, and a value may be the whole body: both are
+    /// bounded so that an answer stays small whatever the body.
+    pub fn check(self, instance: &Value) -> (Vec<Value>, usize) {
+        let mut errors = self.validator().iter_errors(instance);
+        let listed: Vec<Value> = errors
+            .by_ref()
+            .take(LISTED)
             .map(|e| {
                 let pointer = e.instance_path().as_str().to_owned();
-                json!({"pointer": pointer, "message": e.to_string()})
+                json!({"pointer": pointer, "message": shortened(e.to_string())})
             })
-            .collect()
+            .collect();
+        let total = listed.len() + errors.count();
+        (listed, total)
+    }
+}
+
+/// The violations an answer lists at most.
+pub const LISTED: usize = 100;
+
+/// The characters a violation's message keeps at most.
+pub const MESSAGE_CHARS: usize = 500;
+
+fn shortened(message: String) -> String {
+    match message.char_indices().nth(MESSAGE_CHARS) {
+        Some((end, _)) => format!("{}…", &message[..end]),
+        None => message,
     }
 }
 

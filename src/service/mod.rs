@@ -54,13 +54,17 @@ fn audit(principal: &Principal, action: &'static str, chain: Option<&str>, detai
 
 /// Schema check, then typed parse: every violation with its JSON pointer.
 fn parse_with_schema<T: serde::de::DeserializeOwned>(schema: Schema, body: Value) -> ApiResult<T> {
-    let violations = schema.violations(&body);
+    let (violations, total) = schema.check(&body);
     if !violations.is_empty() {
+        let listed = if total > violations.len() {
+            format!("; the first {} listed", violations.len())
+        } else {
+            String::new()
+        };
         return Err(ApiError::validation(
             format!(
-                "the document does not match the {} schema ({} violations)",
+                "the document does not match the {} schema ({total} violations{listed})",
                 schema.name(),
-                violations.len()
             ),
             json!({"schema": format!("/schemas/{}.json", schema.name()), "violations": violations}),
         ));

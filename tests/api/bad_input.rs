@@ -4,7 +4,7 @@ use budget_core::example::{CHECKOUT_RUN_A, CHECKOUT_TOPOLOGY};
 use reqwest::header::CONTENT_TYPE;
 use serde_json::{json, Value};
 
-use crate::helpers::{example, TestApp, ADMIN_TOKEN};
+use crate::helpers::{example, spawn_app, Backend, TestApp, ADMIN_TOKEN};
 
 fn pointers(answer: &crate::helpers::Answer) -> Vec<String> {
     answer.json()["error"]["details"]["violations"]
@@ -186,3 +186,41 @@ async fn precise_errors(app: &TestApp) {
 }
 
 crate::on_both_backends!(precise_errors);
+
+/// Found while bounding what bodies take parsed: a schema's answer listed every violation, and
+/// a message names the value that violates, which may be the whole body: a topology of 1 MB
+/// of one-key segments was answered with 614,401 violations, its first message the body again.
+/// An answer now lists the first 100, each message at most 500 characters, and says how many
+/// there are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn violations_are_listed_within_bounds() {
+    let app = spawn_app(Backend::Sqlite).await.unwrap();
+    let segments = vec![json!({"a": 1}); 5000];
+    let answer = app
+        .put(
+            "/api/v1/chains/checkout/topology",
+            ADMIN_TOKEN,
+            json!({"entry_budget_ms": 1000, "segments": segments}),
+        )
+        .await
+        .expect(422);
+    let error = &answer.json()["error"];
+    // Too many segments, and five for each: four absent fields and one unknown.
+    assert_eq!(
+        error["message"],
+        "the document does not match the topology schema (25001 violations; the first 100 listed)"
+    );
+    let listed = error["details"]["violations"].as_array().unwrap();
+    assert_eq!(listed.len(), 100);
+    for v in listed {
+        let message = v["message"].as_str().unwrap();
+        assert!(message.chars().count() <= 501, "{}", message.len());
+    }
+    assert!(
+        listed
+            .iter()
+            .any(|v| v["message"].as_str().unwrap().ends_with('…')),
+        "the too-many-segments message, which names them all, is shortened"
+    );
+    app.stop().await;
+}
