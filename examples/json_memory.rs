@@ -1,12 +1,14 @@
 //! What a JSON request body takes once parsed: the server reads every JSON body into a
-//! `serde_json::Value` (docs/limits.md, "What this bounds"), and the body pool charges only
-//! the body's bytes. For 4 MiB bodies of a few shapes, this prints how much the process's
-//! resident memory grew with the parsed value held, and at its peak while parsing, as
-//! multiples of the body's bytes: each shape is parsed in a process of its own (this program
-//! run again), from a body made before the count starts.
+//! `serde_json::Value`, and charges an estimate of what that takes before it parses
+//! (`budgetd::http::json_cost`; docs/limits.md, "What this bounds"). For 4 MiB bodies of a few
+//! shapes, this prints how much the process's resident memory grew with the parsed value
+//! held, and at its peak while parsing, as multiples of the body's bytes: each shape is parsed
+//! in a process of its own (this program run again), from a body made before the count starts.
+//! Beside them, the server's estimate, which is to be no smaller than what is held. The
+//! layout, and so the figures, are the same with `--release`.
 //!
 //! ```sh
-//! cargo run --release --example json_memory
+//! cargo run --example json_memory
 //! ```
 
 /// The process's resident memory now and at its peak, in bytes (`VmRSS`, `VmHWM`).
@@ -65,7 +67,10 @@ fn shapes(bytes: usize) -> Vec<(&'static str, Vec<u8>)> {
 fn main() {
     let bytes = 4 << 20;
     let Some(index) = std::env::args().nth(1) else {
-        println!("bodies of about {bytes} bytes; resident memory parsed, held / peak, as multiples of the body");
+        println!(
+            "bodies of about {bytes} bytes; resident memory parsed, held / peak, and the \
+             server's estimate, as multiples of the body"
+        );
         let me = std::env::current_exe().expect("this program's path");
         for i in 0..shapes(0).len() {
             let out = std::process::Command::new(&me)
@@ -85,5 +90,10 @@ fn main() {
     let (held, peak) = resident();
     drop(value);
     let times = |n: usize| n.saturating_sub(before) as f64 / body.len() as f64;
-    println!("{name:32} {:5.1}x / {:5.1}x", times(held), times(peak));
+    let estimate = budgetd::http::json_cost::parsed_bytes(&body) as f64 / body.len() as f64;
+    println!(
+        "{name:32} {:5.1}x / {:5.1}x   estimate {estimate:5.1}x",
+        times(held),
+        times(peak)
+    );
 }

@@ -106,7 +106,7 @@ impl App {
             writer,
             settings.feedback.rollup_ms,
         )));
-        let bodies = crate::http::extract::Bodies::new(settings.max_body_bytes);
+        let bodies = crate::http::bodies::Bodies::new(settings.max_body_bytes);
         let state = AppState {
             bodies,
             uploads: Default::default(),

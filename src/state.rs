@@ -26,8 +26,8 @@ pub struct AppState {
     pub agent_tokens: Arc<crate::auth::TokenCache>,
     /// The approved baselines uploads compare with, kept parsed.
     pub approved: Arc<crate::service::approved::ApprovedBaselines>,
-    /// Request bodies read whole (JSON), all requests together ([`crate::http::extract::Bodies`]).
-    pub bodies: crate::http::extract::Bodies,
+    /// Request bodies read whole (JSON), all requests together ([`crate::http::bodies::Bodies`]).
+    pub bodies: crate::http::bodies::Bodies,
     /// Turns of load-tool uploads ([`crate::http::api::upload::Uploads`]).
     pub uploads: crate::http::api::upload::Uploads,
 }

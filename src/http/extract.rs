@@ -4,21 +4,18 @@
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
-use std::sync::{Arc, Mutex};
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
-use bytes::BytesMut;
-use http_body_util::BodyExt as _;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::api::page::MAX_LIMIT;
+use super::bodies::{Bodies, Charged, Held};
 use super::fields::{self, FieldError, Param, MAX_TEXT};
 use crate::auth::{Principal, Role};
 use crate::error::{ApiError, ApiResult, Code};
@@ -144,11 +141,11 @@ impl<T: RequestBody> FromRequest<AppState> for Json<T> {
         let content_type = content_type(&req);
         let limit = state.settings.max_body_bytes;
         // The body's charge is held until it has been read into `T`.
-        let (raw, _held) = match T::empty() {
+        let read = match T::empty() {
             // A body that may be empty is read before its content type counts.
             Some(empty) => {
                 let read = read_body(req, limit, &state.bodies).await?;
-                if read.0.iter().all(u8::is_ascii_whitespace) {
+                if read.raw.iter().all(u8::is_ascii_whitespace) {
                     return Ok(Self(empty));
                 }
                 require_json(content_type.as_deref())?;
@@ -159,7 +156,8 @@ impl<T: RequestBody> FromRequest<AppState> for Json<T> {
                 read_body(req, limit, &state.bodies).await?
             }
         };
-        let Value::Object(object) = parse(&raw)? else {
+        let (value, _, _held) = read.parse(&state.bodies)?;
+        let Value::Object(object) = value else {
             return Err(violation(
                 "",
                 "the body must be a JSON object",
@@ -217,8 +215,8 @@ impl FromRequest<AppState> for JsonBody {
 
     async fn from_request(req: Request, state: &AppState) -> ApiResult<Self> {
         require_json(content_type(&req).as_deref())?;
-        let (raw, held) = read_body(req, state.settings.max_body_bytes, &state.bodies).await?;
-        let value = parse(&raw)?;
+        let read = read_body(req, state.settings.max_body_bytes, &state.bodies).await?;
+        let (value, raw, held) = read.parse(&state.bodies)?;
         Ok(Self {
             value,
             raw,
@@ -227,170 +225,33 @@ impl FromRequest<AppState> for JsonBody {
     }
 }
 
-/// The memory that request bodies read whole (JSON bodies, and every body with an
-/// `Idempotency-Key`) may hold together: [`BODIES_HELD`], or twice `max_body_bytes` when that
-/// is larger; one token's bodies a quarter of it, or twice `max_body_bytes` when that is
-/// larger. A body is charged as its bytes arrive, until its handler has parsed it (a schema-
-/// checked body: until the handler is done); one that does not fit is answered 503 at once and
-/// not read further.
-#[derive(Clone)]
-pub struct Bodies {
-    kib: Arc<Semaphore>,
-    mib: usize,
-    /// Each token whose bodies are being read: its share, of `share_kib`. An entry nobody
-    /// holds is dropped at the next body.
-    tokens: Arc<Mutex<HashMap<String, Arc<Semaphore>>>>,
-    share_kib: usize,
+/// A body read whole, its charge, and the token of the caller sending it, if known.
+struct Read {
+    raw: Bytes,
+    held: Held,
+    token: Option<String>,
 }
 
-/// What [`Bodies`] holds at most, unless twice `max_body_bytes` is larger (a body of unknown length grows by doubling).
-pub const BODIES_HELD: usize = 64 * 1024 * 1024;
-
-/// A body's charge, in KiB: to all bodies, and to its token's share.
-pub struct Held {
-    _permit: Option<OwnedSemaphorePermit>,
-    _share: Option<OwnedSemaphorePermit>,
-}
-
-/// Marks a request whose body its reader has charged already (the idempotency layer).
-#[derive(Clone)]
-pub struct Charged;
-
-impl Bodies {
-    pub fn new(max_body_bytes: usize) -> Self {
-        let bytes = BODIES_HELD.max(max_body_bytes.saturating_mul(2));
-        // A body of unknown length may take twice its bytes as it grows.
-        let share = (bytes / 4).max(max_body_bytes.saturating_mul(2)).min(bytes);
-        Self {
-            kib: Arc::new(Semaphore::new(bytes.div_ceil(1024))),
-            mib: bytes >> 20,
-            tokens: Arc::default(),
-            share_kib: share.div_ceil(1024),
-        }
-    }
-
-    /// The share of the token `token_id`.
-    fn share(&self, token_id: &str) -> Arc<Semaphore> {
-        let mut tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
-        tokens.retain(|_, share| Arc::strong_count(share) > 1);
-        Arc::clone(
-            tokens
-                .entry(token_id.to_owned())
-                .or_insert_with(|| Arc::new(Semaphore::new(self.share_kib))),
-        )
-    }
-
-    /// Reads `body` whole, at most `limit` bytes, charging it as it arrives (to the share of
-    /// the token `token_id`, when the caller is known) unless it is `charged` already; `known`
-    /// is its length when its headers say it (`Content-Length`).
-    pub async fn read(
-        &self,
-        mut body: Body,
-        known: Option<usize>,
-        limit: usize,
-        charged: bool,
-        token_id: Option<&str>,
-    ) -> ApiResult<(Bytes, Held)> {
-        // Sized once when the length is known, at its first bytes; what is charged is what is
-        // allocated.
-        let known = known.unwrap_or(0).min(limit);
-        let mut bytes = BytesMut::new();
-        let mut held: Option<OwnedSemaphorePermit> = None;
-        let share = token_id.filter(|_| !charged).map(|id| self.share(id));
-        let mut shared: Option<OwnedSemaphorePermit> = None;
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| body_error(e, limit, "max_body_bytes"))?;
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            let len = bytes.len() + data.len();
-            if len > limit {
-                return Err(too_large(limit, "max_body_bytes"));
-            }
-            if bytes.capacity() == 0 {
-                bytes.reserve(known.max(data.len()));
-            } else {
-                bytes.reserve(data.len());
-            }
-            let has = held.as_ref().map_or(0, |p| p.num_permits());
-            let need = bytes.capacity().div_ceil(1024).saturating_sub(has);
-            if !charged && need > 0 {
-                let n = u32::try_from(need).map_err(|_| self.busy())?;
-                if let Some(share) = &share {
-                    let more = Arc::clone(share)
-                        .try_acquire_many_owned(n)
-                        .map_err(|_| self.token_busy())?;
-                    merge(&mut shared, more);
-                }
-                let more = self
-                    .kib
-                    .clone()
-                    .try_acquire_many_owned(n)
-                    .map_err(|_| self.busy())?;
-                merge(&mut held, more);
-            }
-            bytes.extend_from_slice(&data);
-        }
-        Ok((
-            bytes.freeze(),
-            Held {
-                _permit: held,
-                _share: shared,
-            },
-        ))
-    }
-
-    fn token_busy(&self) -> ApiError {
-        ApiError::new(
-            Code::Unavailable,
-            format!(
-                "this token's request bodies being read hold its share of the server's ({} of \
-                 {} MiB together); send this one again once they are answered",
-                mib(self.share_kib),
-                self.mib
-            ),
-        )
-    }
-
-    fn busy(&self) -> ApiError {
-        ApiError::new(
-            Code::Unavailable,
-            format!(
-                "the server holds as many request bodies as it may at once ({} MiB together); \
-                 send this one again shortly",
-                self.mib
-            ),
-        )
-    }
-}
-
-/// `kib` in MiB: `16 MiB`, `23.5 MiB`.
-fn mib(kib: usize) -> String {
-    let tenths = (kib * 10).div_ceil(1024);
-    if tenths % 10 == 0 {
-        format!("{} MiB", tenths / 10)
-    } else {
-        format!("{}.{} MiB", tenths / 10, tenths % 10)
-    }
-}
-
-fn merge(held: &mut Option<OwnedSemaphorePermit>, more: OwnedSemaphorePermit) {
-    match held.as_mut() {
-        Some(held) => held.merge(more),
-        None => *held = Some(more),
-    }
-}
-
-async fn read_body(req: Request, limit: usize, bodies: &Bodies) -> ApiResult<(Bytes, Held)> {
+async fn read_body(req: Request, limit: usize, bodies: &Bodies) -> ApiResult<Read> {
     let charged = req.extensions().get::<Charged>().is_some();
     let known = content_length(req.headers());
     let token = req
         .extensions()
         .get::<Principal>()
         .map(|p| p.token_id.clone());
-    bodies
+    let (raw, held) = bodies
         .read(req.into_body(), known, limit, charged, token.as_deref())
-        .await
+        .await?;
+    Ok(Read { raw, held, token })
+}
+
+impl Read {
+    /// Parses the body into JSON, charging what that takes first ([`Bodies::parsing`]).
+    fn parse(mut self, bodies: &Bodies) -> ApiResult<(Value, Bytes, Held)> {
+        bodies.parsing(&self.raw, self.token.as_deref(), &mut self.held)?;
+        let value = parse(&self.raw)?;
+        Ok((value, self.raw, self.held))
+    }
 }
 
 /// The `Content-Length` a request's headers give, if they give one.
@@ -403,7 +264,7 @@ pub fn content_length(headers: &axum::http::HeaderMap) -> Option<usize> {
         .ok()
 }
 
-fn too_large(limit: usize, setting: &str) -> ApiError {
+pub(super) fn too_large(limit: usize, setting: &str) -> ApiError {
     ApiError::new(
         Code::PayloadTooLarge,
         format!("request body exceeds the limit of {limit} bytes ({setting})"),

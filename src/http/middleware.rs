@@ -13,7 +13,7 @@ use sha2::Digest;
 
 use crate::auth::{self, Principal, Via};
 use crate::error::{ApiError, Code};
-use crate::http::extract::Charged;
+use crate::http::bodies::Charged;
 use crate::service::idempotency::{self, with_idempotency, IdemClaim, IdemLookup, IdemResponse};
 use crate::state::AppState;
 

@@ -1,9 +1,11 @@
 //! HTTP transport: `/api/v1` (authenticated), schemas, health and metrics.
 
 pub mod api;
+pub mod bodies;
 pub mod console;
 pub mod extract;
 pub mod fields;
+pub mod json_cost;
 pub mod metrics;
 pub mod middleware;
 pub mod serve;

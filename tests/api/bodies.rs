@@ -8,7 +8,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use budget_core::example::CHECKOUT_TOPOLOGY;
 use budgetd::http::api::upload::{UPLOADS_AT_ONCE, UPLOADS_PER_TOKEN};
-use budgetd::http::extract::BODIES_HELD;
+use budgetd::http::bodies::BODIES_HELD;
 
 use crate::formats::{fixture, put_labelled_checkout, send, Upload};
 use crate::helpers::{
@@ -110,6 +110,62 @@ async fn one_body_without_a_length_fits_its_tokens_share() {
         )
         .await;
     assert_eq!(answer.status, 422, "a chunked body of 16 MiB alone");
+    app.stop().await;
+}
+
+/// What a JSON body takes parsed was not bounded: every JSON body is parsed whole, and 1 MB of
+/// one-key objects grows the server by about 88 MB (`examples/json_memory.rs`), so the bodies
+/// the pool's 64 MiB admits could take gigabytes parsed. Now what a body takes parsed is
+/// estimated and charged before it is parsed: a body of 1 MB whose estimate is more than a
+/// token's share (64 MiB) is answered 413 at once, saying why (it was parsed, and answered 422
+/// as a topology); a topology of 1,000 segments, the most a chain may have, is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_would_take_too_much_parsed_is_refused_before_parsing() {
+    let app = sqlite_app(|s| s.max_body_bytes = 2 * 1024 * 1024).await;
+    let p = app.people().await;
+    let objects = vec![r#"{"a":1}"#; 120 * 1024].join(",");
+    let body = format!(r#"{{"entry_budget_ms": 1000, "segments": [{objects}]}}"#);
+    assert!(body.len() < 1024 * 1024);
+    let answer = app
+        .raw(
+            app.http
+                .put(app.url("/api/v1/chains/checkout/topology"))
+                .bearer_auth(&p.uploader)
+                .header("content-type", "application/json")
+                .body(body),
+        )
+        .await;
+    assert_eq!(answer.status, 413, "{}", answer.json()["error"]["message"]);
+    let message = answer.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("more than the 64 MiB one request's JSON may take"),
+        "{message}"
+    );
+    let estimate = answer.json()["error"]["details"]["parsed_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(estimate > 80 * 1024 * 1024, "{estimate}");
+
+    let mut segments = vec![
+        serde_json::json!({"id": "edge->api", "caller": "edge", "callee": "api", "class": "volatile"}),
+    ];
+    segments.extend((1..1000).map(|i| {
+        serde_json::json!({"id": format!("api->s{i}"), "caller": "api", "callee": format!("s{i}"),
+            "parent": "edge->api", "class": "stable", "stage": 1})
+    }));
+    let wide = serde_json::json!({"entry_budget_ms": 60000, "segments": segments});
+    let answer = app
+        .put("/api/v1/chains/wide/topology", &p.uploader, wide)
+        .await;
+    assert!(
+        answer.status.is_success(),
+        "{} {:?}",
+        answer.status,
+        answer.json()
+    );
     app.stop().await;
 }
 
