@@ -117,16 +117,12 @@ impl Bodies {
     }
 
     /// Charges to `held` what `raw` takes once parsed into JSON, estimated, before it is
-    /// parsed: 413 when that is more than the share of a token (of all bodies, without one),
-    /// 503 while other bodies hold it.
+    /// parsed: 413 when that is more than a token's share (with a caller or without), 503
+    /// while other bodies hold it.
     pub fn parsing(&self, raw: &[u8], token_id: Option<&str>, held: &mut Held) -> ApiResult<()> {
         let estimate = parsed_bytes(raw);
         let kib = estimate.div_ceil(1024);
-        let most = if token_id.is_some() {
-            self.parsed.share_kib
-        } else {
-            self.parsed.kib_all
-        };
+        let most = self.parsed.share_kib;
         if kib > most {
             return Err(ApiError::new(
                 Code::PayloadTooLarge,
