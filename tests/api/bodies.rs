@@ -272,6 +272,145 @@ async fn load_tool_uploads_take_turns() {
     app.stop().await;
 }
 
+/// Found by reading the limits: an upload holding a turn was cut off only when no byte came
+/// within the body-read timeout, so uploads that dribbled (two tokens', a line every 300 ms)
+/// held every turn, and another upload waited `request_timeout_secs` (30 s here) for nothing,
+/// then was answered 503. While another upload waits, one holding a turn must move 64 KiB in
+/// each body-read timeout (2 s here), or it is answered 408 and loses its turn: the waiting
+/// upload is served, and dribbling ones are answered 408, raw and multipart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dribbling_uploads_lose_their_turns_to_waiting_ones() {
+    let (app, p) = labelled_checkout(30, 2).await;
+    let (first, second, third) = (
+        p.uploader.clone(),
+        app.token("uploader", "bo").await,
+        app.token("uploader", "cy").await,
+    );
+    let answers = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let dribbling: Vec<_> = [
+        (&first, false),
+        (&first, true),
+        (&second, false),
+        (&second, true),
+    ]
+    .into_iter()
+    .map(|(token, multipart)| dribble_upload(&app, token, multipart, answers.clone()))
+    .collect();
+    let one = fixture("jmeter/shop_2x_default.jtl");
+    let url = app.url("/api/v1/chains/checkout/runs?format=jmeter&dry_run=true");
+    // Every turn is taken once an upload over HTTP/2 (which does not wait) finds none free.
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        let status = h2
+            .post(&url)
+            .bearer_auth(&third)
+            .header("content-type", "application/octet-stream")
+            .body(one.clone())
+            .send()
+            .await
+            .unwrap()
+            .status();
+        if status == 503 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{status}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let jtl = Upload::Raw {
+        query: "?format=jmeter&dry_run=true",
+        body: one,
+    };
+    // Each upload of the third token waits until a dribbling one loses its turn; until both
+    // kinds of dribbling upload, raw and multipart, have lost one.
+    let lost = |multipart: bool| {
+        answers.lock().unwrap().iter().any(|(m, a)| {
+            *m == multipart && a.starts_with("HTTP/1.1 408") && a.contains("lost its turn")
+        })
+    };
+    let started = Instant::now();
+    while !(lost(false) && lost(true)) {
+        let served = send(&app, &third, "checkout", &jtl).await;
+        assert_eq!(
+            served.status,
+            200,
+            "an upload waiting while four dribbled: {}",
+            served.json()["error"]["message"]
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{:?}",
+            answers.lock().unwrap()
+        );
+    }
+    for upload in dribbling {
+        upload.abort();
+    }
+    app.stop().await;
+}
+
+/// A JMeter upload of `token` (a raw body, or a `multipart` one's file part) that sends a
+/// line every 300 ms, well within the body-read timeout, and keeps each answer's start in
+/// `answers`; one answered is sent again.
+fn dribble_upload(
+    app: &TestApp,
+    token: &str,
+    multipart: bool,
+    answers: std::sync::Arc<std::sync::Mutex<Vec<(bool, String)>>>,
+) -> tokio::task::JoinHandle<()> {
+    let line = "1796023253086,72,inventory,200,OK,Shop 1-1,text,true,176,2,2,72\n";
+    let chunk = |data: &str| format!("{:x}\r\n{data}\r\n", data.len());
+    let (content_type, first) = if multipart {
+        (
+            "multipart/form-data; boundary=drip",
+            format!(
+                "--drip\r\ncontent-disposition: form-data; name=\"shop\"; \
+                 filename=\"shop.jtl\"\r\n\r\n{line}"
+            ),
+        )
+    } else {
+        ("application/octet-stream", line.to_owned())
+    };
+    let head = format!(
+        "POST /api/v1/chains/checkout/runs?format=jmeter HTTP/1.1\r\nhost: {}\r\n\
+         authorization: Bearer {token}\r\ncontent-type: {content_type}\r\n\
+         transfer-encoding: chunked\r\n\r\n{}",
+        app.addr,
+        chunk(&first)
+    );
+    let chunk = chunk(line);
+    let addr = app.addr;
+    tokio::spawn(async move {
+        loop {
+            let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let mut answer = vec![0; 4096];
+            if tcp.write_all(head.as_bytes()).await.is_ok() {
+                loop {
+                    tokio::select! {
+                        read = tcp.read(&mut answer) => {
+                            let n = read.unwrap_or(0);
+                            answers
+                                .lock()
+                                .unwrap()
+                                .push((multipart, String::from_utf8_lossy(&answer[..n]).into_owned()));
+                            break;
+                        }
+                        () = tokio::time::sleep(Duration::from_millis(300)) => {
+                            if tcp.write_all(chunk.as_bytes()).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+}
+
 /// Found by attacking the server: uploads waiting for a turn on an HTTP/2 connection held part
 /// of its flow-control window (their data not read) from the uploads that had their turns,
 /// which stalled until the body-read timeout (408). Four uploads of one token at once on one

@@ -10,6 +10,7 @@ pub mod page;
 pub mod releases;
 pub mod runs;
 pub mod tokens;
+pub mod turns;
 pub mod upload;
 
 use axum::http::Method;

@@ -4,10 +4,9 @@
 //! the whole file. Reading one file (format detection, parsing, SHA-256) is
 //! `budget_ingest::reader`; this module is the HTTP side: limits, multipart parts, API errors.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -17,11 +16,13 @@ use budget_ingest::reader::{FileReader, ReadError};
 use budget_ingest::{Extracted, Format, IngestError, Options, TimeUnit};
 use futures_util::StreamExt;
 use serde_json::json;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{ApiError, ApiResult, Code};
 use crate::http::extract::body_error;
 use crate::state::AppState;
+
+use super::turns::too_slow;
+pub use super::turns::{Turn, Uploads, MIN_PACE, UPLOADS_AT_ONCE, UPLOADS_PER_TOKEN};
 
 /// What the query string says about an upload, read: the format and unit known to the reader,
 /// the label map a JSON object.
@@ -106,6 +107,8 @@ struct Meter {
     read: AtomicU64,
     handed: AtomicU64,
     stopped: AtomicU8,
+    /// The 408 of a body that lost its turn ([`super::turns::TooSlow`]).
+    slow: Mutex<Option<ApiError>>,
 }
 
 const TOO_LARGE: u8 = 1;
@@ -139,6 +142,9 @@ impl Meter {
     /// The API error of a multipart body that could not be read: the limit that stopped it,
     /// or what the parser found wrong.
     fn error(&self, e: multer::Error) -> ApiError {
+        if let Some(slow) = self.slow.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            return slow;
+        }
         match self.stopped.load(Relaxed) {
             TOO_LARGE => too_large(self.limit),
             AHEAD => ApiError::new(
@@ -234,7 +240,9 @@ pub async fn read_raw(
     }
     let mut stream = req.into_body().into_data_stream();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| body_error(e, limit as usize, "max_upload_bytes"))?;
+        let chunk = chunk.map_err(|e| {
+            too_slow(&e).unwrap_or_else(|| body_error(e, limit as usize, "max_upload_bytes"))
+        })?;
         if file.size() + chunk.len() as u64 > limit {
             return Err(too_large(limit));
         }
@@ -268,10 +276,16 @@ pub async fn read_multipart(
         read: AtomicU64::new(0),
         handed: AtomicU64::new(0),
         stopped: AtomicU8::new(0),
+        slow: Mutex::default(),
     });
     let counted = Arc::clone(&meter);
     let body = req.into_body().into_data_stream().map(move |chunk| {
-        let chunk = chunk.map_err(|e| e.to_string())?;
+        let chunk = chunk.map_err(|e| {
+            if let Some(slow) = too_slow(&e) {
+                *counted.slow.lock().unwrap_or_else(|e| e.into_inner()) = Some(slow);
+            }
+            e.to_string()
+        })?;
         counted.count(chunk.len())?;
         Ok::<_, String>(chunk)
     });
@@ -391,96 +405,5 @@ pub fn is_json(req: &Request<Body>) -> bool {
         req.headers()
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok()),
-    )
-}
-
-/// Load-tool uploads read at once, all tokens together: each holds a parser and a latency
-/// histogram per label (about 190 KiB each, up to 256 labels: about 50 MB), so together they
-/// hold at most about 200 MB.
-pub const UPLOADS_AT_ONCE: usize = 4;
-
-/// Load-tool uploads of one token read at once, so that one pipeline cannot take every turn.
-pub const UPLOADS_PER_TOKEN: usize = 2;
-
-/// The turns of load-tool uploads ([`UPLOADS_AT_ONCE`], [`UPLOADS_PER_TOKEN`]): an upload
-/// waits for its turn before its file is read, at most `request_timeout_secs`, then is
-/// answered 503; over HTTP/2 it is answered 503 at once.
-#[derive(Clone)]
-pub struct Uploads {
-    all: Arc<Semaphore>,
-    /// Each token uploading or waiting: its share of the turns. An entry nobody holds is
-    /// dropped at the next upload.
-    tokens: Arc<Mutex<HashMap<String, Arc<Semaphore>>>>,
-}
-
-/// An upload's turn, until it is dropped.
-pub struct Turn {
-    _token: OwnedSemaphorePermit,
-    _all: OwnedSemaphorePermit,
-}
-
-impl Default for Uploads {
-    fn default() -> Self {
-        Self {
-            all: Arc::new(Semaphore::new(UPLOADS_AT_ONCE)),
-            tokens: Arc::default(),
-        }
-    }
-}
-
-impl Uploads {
-    /// A turn of the token `token_id`: one of its own, then one of all (in the order asked),
-    /// waited for at most `wait`; with no `wait` (HTTP/2), only one free at once.
-    pub async fn turn(&self, token_id: &str, wait: Option<Duration>) -> ApiResult<Turn> {
-        let share = {
-            let mut tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
-            tokens.retain(|_, share| Arc::strong_count(share) > 1);
-            Arc::clone(
-                tokens
-                    .entry(token_id.to_owned())
-                    .or_insert_with(|| Arc::new(Semaphore::new(UPLOADS_PER_TOKEN))),
-            )
-        };
-        // A deadline already past: the semaphore is tried once.
-        let deadline = tokio::time::Instant::now() + wait.unwrap_or_default();
-        let own = tokio::time::timeout_at(deadline, share.acquire_owned())
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .ok_or_else(|| busy(wait, "this token's"))?;
-        let all = tokio::time::timeout_at(deadline, Arc::clone(&self.all).acquire_owned())
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .ok_or_else(|| busy(wait, "all tokens'"))?;
-        Ok(Turn {
-            _token: own,
-            _all: all,
-        })
-    }
-}
-
-fn busy(wait: Option<Duration>, whose: &str) -> ApiError {
-    let waited = match wait {
-        Some(wait) => format!(
-            "this one waited {} s for a turn of {whose} (request_timeout_secs)",
-            wait.as_secs()
-        ),
-        // Its data, not read, would hold the connection's flow-control window from the
-        // uploads that have their turn.
-        None => format!(
-            "no turn of {whose} was free, and an upload over HTTP/2 is not kept waiting (it \
-             would hold up the other uploads of its connection)"
-        ),
-    };
-    ApiError::new(
-        Code::Unavailable,
-        format!(
-            "the server reads at most {UPLOADS_AT_ONCE} load-tool uploads at once, \
-             {UPLOADS_PER_TOKEN} per token; {waited}: send it again later"
-        ),
-    )
-    .with_details(
-        json!({"uploads_at_once": UPLOADS_AT_ONCE, "uploads_per_token": UPLOADS_PER_TOKEN}),
     )
 }
