@@ -4,12 +4,18 @@
 //! shapes, this prints how much the process's resident memory grew with the parsed value
 //! held, and at its peak while parsing, as multiples of the body's bytes: each shape is parsed
 //! in a process of its own (this program run again), from a body made before the count starts.
-//! Beside them, the server's estimate, which is to be no smaller than what is held. The
-//! layout, and so the figures, are the same with `--release`.
+//! Beside them, the server's estimate, which is to be no smaller than what is held. It runs
+//! on the server's allocator (jemalloc); the layout, and so the figures, are the same with
+//! `--release`.
 //!
 //! ```sh
 //! cargo run --example json_memory
 //! ```
+
+/// The server's allocator (src/bin/budgetd.rs), so that the figures are the server's.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// The process's resident memory now and at its peak, in bytes (`VmRSS`, `VmHWM`).
 fn resident() -> (usize, usize) {
@@ -61,6 +67,10 @@ fn shapes(bytes: usize) -> Vec<(&'static str, Vec<u8>)> {
             array_of("{\"a\":1,\"b\":2,\"c\":\"x\",\"d\":[]}", bytes),
         ),
         ("one object, many keys", object_of_keys(bytes)),
+        (
+            "strings of 16,385 bytes",
+            array_of(&format!("\"{}\"", "a".repeat(16_385)), bytes),
+        ),
     ]
 }
 

@@ -58,23 +58,51 @@ impl Schema {
         self.check(instance).0
     }
 
-    /// The first [`LISTED`] violations, as [`Self::violations`], and how many there are.
-    /// A message names the value that violates, and a value may be the whole body: both are
-    /// bounded so that an answer stays small whatever the body.
-    pub fn check(self, instance: &Value) -> (Vec<Value>, usize) {
-        let mut errors = self.validator().iter_errors(instance);
-        let listed: Vec<Value> = errors
-            .by_ref()
-            .take(LISTED)
-            .map(|e| {
-                let pointer = e.instance_path().as_str().to_owned();
-                json!({"pointer": pointer, "message": shortened(e.to_string())})
-            })
-            .collect();
-        let total = listed.len() + errors.count();
-        (listed, total)
+    /// The first [`LISTED`] violations, as [`Self::violations`], and how many there are; of a
+    /// document of more than [`LISTED_VALUES`] values, the first violation alone, and `None`
+    /// for the count. The validator gathers every violation before it gives the first (about
+    /// 400 bytes each, and an object missing four fields has four), so a body of a few MB
+    /// could make it gather millions: a document that large is checked up to its first.
+    pub fn check(self, instance: &Value) -> (Vec<Value>, Option<usize>) {
+        let validator = self.validator();
+        if validator.is_valid(instance) {
+            return (Vec::new(), Some(0));
+        }
+        let listed = |e: jsonschema::ValidationError<'_>| {
+            let pointer = e.instance_path().as_str().to_owned();
+            json!({"pointer": pointer, "message": shortened(e.to_string())})
+        };
+        if values_over(instance, LISTED_VALUES) {
+            let first = validator.validate(instance).err().map(listed);
+            return (first.into_iter().collect(), None);
+        }
+        let mut errors = validator.iter_errors(instance);
+        let first: Vec<Value> = errors.by_ref().take(LISTED).map(listed).collect();
+        let total = first.len() + errors.count();
+        (first, Some(total))
     }
 }
+
+/// Whether `value` holds more than `most` values, itself and those in it at any depth.
+fn values_over(value: &Value, most: usize) -> bool {
+    let mut left = most;
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        let Some(fewer) = left.checked_sub(1) else {
+            return true;
+        };
+        left = fewer;
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(members) => stack.extend(members.values()),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The values of a document whose violations are all gathered; past it, only the first.
+pub const LISTED_VALUES: usize = 20_000;
 
 /// The violations an answer lists at most.
 pub const LISTED: usize = 100;

@@ -127,9 +127,9 @@ impl Bodies {
             return Err(ApiError::new(
                 Code::PayloadTooLarge,
                 format!(
-                    "this body would take about {} parsed (each value a slot of 32 bytes, each \
-                     object at least 640), more than the {} one request's JSON may take; send \
-                     it in parts, or with fewer values",
+                    "this body would take about {} parsed (each value a slot of 32 bytes, an \
+                     object with members 640 or more), more than the {} one request's JSON may \
+                     take; send fewer values in one request",
                     mib(kib),
                     mib(most)
                 ),

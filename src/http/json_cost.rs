@@ -5,9 +5,10 @@
 //! bytes in its parent (an array's vector, which grows by doubling from 4 slots; an object's
 //! B-tree nodes of 11 key and value slots, one node up to 11 members and at least 5 members per
 //! node past that); a string, key or value, holds its bytes on the heap. Numbers, booleans and
-//! null take only their slot. Each allocation is counted as the allocator's chunk (16-byte
-//! steps with an 8-byte header, 32 bytes at least), and a quarter more is added for what the
-//! allocator keeps besides (an array of numbers grew the process by 12 % more than its layout).
+//! null take only their slot. Each allocation is counted as the larger of what jemalloc (the
+//! server's allocator: four size classes to each doubling) and glibc (an 8-byte header,
+//! 16-byte steps) take for it, and a quarter more is added for what the allocator keeps
+//! besides (an array of numbers grew a process on glibc by 12 % more than its layout).
 //! Escapes only shorten a string, and a repeated key is counted twice, so the estimate errs
 //! high. `examples/json_memory.rs` prints it beside the memory measured.
 
@@ -125,13 +126,25 @@ fn begun(open: &mut [Open]) {
     }
 }
 
-/// The allocator's chunk for `bytes` (none for none).
+/// What the allocator takes for `bytes` (none for none): the larger of glibc's chunk (an
+/// 8-byte header, 16-byte steps, 32 at least) and jemalloc's size class (steps of an eighth
+/// of the next power of two past 128: 256 up to 2048, 4096 up to 32768, …).
 fn chunk(bytes: usize) -> usize {
     if bytes == 0 {
-        0
-    } else {
-        (bytes.saturating_add(8).div_ceil(16) * 16).max(32)
+        return 0;
     }
+    let glibc = bytes
+        .saturating_add(8)
+        .div_ceil(16)
+        .saturating_mul(16)
+        .max(32);
+    let step = (bytes
+        .checked_next_power_of_two()
+        .unwrap_or(usize::MAX / 2 + 1)
+        / 8)
+    .max(16);
+    let jemalloc = bytes.div_ceil(step).saturating_mul(step);
+    glibc.max(jemalloc)
 }
 
 #[cfg(test)]
@@ -146,6 +159,20 @@ mod tests {
             SLOT + chunk(LEAF) + 32 + chunk(4 * SLOT) + 32
         );
         assert_eq!(parsed_bytes(raw), laid_out(raw) * 5 / 4);
+    }
+
+    #[test]
+    fn allocations_are_counted_as_the_larger_allocators_take_them() {
+        // glibc: header and 16-byte steps.
+        assert_eq!(chunk(1), 32);
+        assert_eq!(chunk(40), 48);
+        assert_eq!(chunk(128), 144);
+        assert_eq!(chunk(632), 640);
+        // jemalloc: a quarter of a power of two past one (found by attacking the server:
+        // strings of 16,385 bytes take 20 KiB each).
+        assert_eq!(chunk(16_385), 20_480);
+        assert_eq!(chunk(1025), 1280);
+        assert_eq!(chunk(usize::MAX), usize::MAX);
     }
 
     #[test]

@@ -56,14 +56,20 @@ fn audit(principal: &Principal, action: &'static str, chain: Option<&str>, detai
 fn parse_with_schema<T: serde::de::DeserializeOwned>(schema: Schema, body: Value) -> ApiResult<T> {
     let (violations, total) = schema.check(&body);
     if !violations.is_empty() {
-        let listed = if total > violations.len() {
-            format!("; the first {} listed", violations.len())
-        } else {
-            String::new()
+        let count = match total {
+            Some(total) if total > violations.len() => {
+                format!("{total} violations; the first {} listed", violations.len())
+            }
+            Some(total) => format!("{total} violations"),
+            None => format!(
+                "the first violation; a document of more than {} values is checked up to its \
+                 first",
+                crate::schemas::LISTED_VALUES
+            ),
         };
         return Err(ApiError::validation(
             format!(
-                "the document does not match the {} schema ({total} violations{listed})",
+                "the document does not match the {} schema ({count})",
                 schema.name(),
             ),
             json!({"schema": format!("/schemas/{}.json", schema.name()), "violations": violations}),

@@ -191,7 +191,7 @@ crate::on_both_backends!(precise_errors);
 /// a message names the value that violates, which may be the whole body: a topology of 1 MB
 /// of one-key segments was answered with 614,401 violations, its first message the body again.
 /// An answer now lists the first 100, each message at most 500 characters, and says how many
-/// there are.
+/// there are; of a document of more than 20,000 values, the first alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn violations_are_listed_within_bounds() {
     let app = spawn_app(Backend::Sqlite).await.unwrap();
@@ -222,5 +222,25 @@ async fn violations_are_listed_within_bounds() {
             .any(|v| v["message"].as_str().unwrap().ends_with('…')),
         "the too-many-segments message, which names them all, is shortened"
     );
+
+    // Found by attacking the server: the validator gathers every violation before it gives
+    // the first, so 2^20 empty segments (3 MB) took 1.6 GB to list 4 million. A document of
+    // more than 20,000 values is checked up to its first violation.
+    let segments = vec![json!({}); 60_000];
+    let answer = app
+        .put(
+            "/api/v1/chains/checkout/topology",
+            ADMIN_TOKEN,
+            json!({"entry_budget_ms": 1000, "segments": segments}),
+        )
+        .await
+        .expect(422);
+    let error = &answer.json()["error"];
+    assert_eq!(
+        error["message"],
+        "the document does not match the topology schema (the first violation; a document of \
+         more than 20000 values is checked up to its first)"
+    );
+    assert_eq!(error["details"]["violations"].as_array().unwrap().len(), 1);
     app.stop().await;
 }
