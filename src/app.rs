@@ -109,7 +109,9 @@ impl App {
         let bodies = crate::http::bodies::Bodies::new(settings.max_body_bytes);
         let state = AppState {
             bodies,
-            uploads: Default::default(),
+            uploads: crate::http::api::upload::Uploads::new(Duration::from_secs(
+                settings.http_limits.body_read_timeout_secs,
+            )),
             store,
             settings: Arc::new(settings),
             hub,

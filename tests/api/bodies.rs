@@ -352,6 +352,34 @@ async fn dribbling_uploads_lose_their_turns_to_waiting_ones() {
     app.stop().await;
 }
 
+/// Found by attacking the server: a multipart upload whose body stopped arriving was
+/// answered 400 "invalid multipart body: failed to read stream" (the reason was lost on the
+/// way through the multipart parser); it is answered 408 like a raw one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multipart_upload_that_stops_is_answered_408() {
+    let (app, p) = labelled_checkout(30, 1).await;
+    let part =
+        "--drip\r\ncontent-disposition: form-data; name=\"shop\"; filename=\"shop.jtl\"\r\n\r\n\
+                1796023253086,72,inventory,200,OK,Shop 1-1,text,true,176,2,2,72\n";
+    let head = format!(
+        "POST /api/v1/chains/checkout/runs?format=jmeter HTTP/1.1\r\nhost: {}\r\n\
+         authorization: Bearer {}\r\ncontent-type: multipart/form-data; boundary=drip\r\n\
+         content-length: 100000\r\n\r\n{part}",
+        app.addr, p.uploader
+    );
+    let mut tcp = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(30), tcp.read(&mut answer))
+        .await
+        .expect("answered within 30 s")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("stopped arriving"), "{answer}");
+    app.stop().await;
+}
+
 /// A JMeter upload of `token` (a raw body, or a `multipart` one's file part) that sends a
 /// line every 300 ms, well within the body-read timeout, and keeps each answer's start in
 /// `answers`; one answered is sent again.

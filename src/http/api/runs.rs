@@ -52,7 +52,7 @@ async fn upload(
         // An unknown chain is refused before its files are read.
         service::chains::require(&state, &chain).await?;
         let turn = upload_turn(&state, &principal, req.version()).await?;
-        let req = turn.pace(req, pace_window(&state));
+        let req = turn.pace(req);
         let (files, sources, map) = upload::read_multipart(&state, req, &q).await?;
         service::upload_tool_run(&state, &principal, &chain, files, sources, &map, dry_run).await?
     } else if native {
@@ -61,7 +61,7 @@ async fn upload(
     } else {
         service::chains::require(&state, &chain).await?;
         let turn = upload_turn(&state, &principal, req.version()).await?;
-        let req = turn.pace(req, pace_window(&state));
+        let req = turn.pace(req);
         let (files, sources) = upload::read_raw(&state, req, &q).await?;
         service::upload_tool_run(&state, &principal, &chain, files, sources, &q.map, dry_run)
             .await?
@@ -85,12 +85,6 @@ async fn upload_turn(
     let wait = (version < axum::http::Version::HTTP_2)
         .then(|| Duration::from_secs(state.settings.http_limits.request_timeout_secs));
     state.uploads.turn(&principal.token_id, wait).await
-}
-
-/// The window in which an upload holding a turn must move [`upload::MIN_PACE`] while
-/// another waits: `body_read_timeout_secs`.
-fn pace_window(state: &AppState) -> Duration {
-    Duration::from_secs(state.settings.http_limits.body_read_timeout_secs)
 }
 
 async fn show(

@@ -42,10 +42,13 @@ pub struct Uploads {
     /// Each token uploading or waiting: its share of the turns. An entry nobody holds is
     /// dropped at the next upload.
     tokens: Arc<Mutex<HashMap<String, Arc<Semaphore>>>>,
-    /// Uploads waiting for a turn now.
+    /// Uploads that hold a turn of their token's and wait for one of all, now.
     waiting: Arc<AtomicUsize>,
-    /// When an upload over HTTP/2 last found no turn free (it does not wait).
-    refused: Arc<Mutex<Option<Instant>>>,
+    /// Uploads over HTTP/2 that found no turn of all free (they do not wait), not yet given
+    /// one by a paced upload losing its turn, and when the last was.
+    refused: Arc<Mutex<(usize, Option<Instant>)>>,
+    /// The window of [`MIN_PACE`]: `body_read_timeout_secs`.
+    window: Duration,
 }
 
 /// An upload's turn, until it is dropped.
@@ -53,17 +56,6 @@ pub struct Turn {
     _token: OwnedSemaphorePermit,
     _all: OwnedSemaphorePermit,
     uploads: Uploads,
-}
-
-impl Default for Uploads {
-    fn default() -> Self {
-        Self {
-            all: Arc::new(Semaphore::new(UPLOADS_AT_ONCE)),
-            tokens: Arc::default(),
-            waiting: Arc::default(),
-            refused: Arc::default(),
-        }
-    }
 }
 
 /// Counts an upload as waiting until dropped.
@@ -76,6 +68,18 @@ impl Drop for Waiting {
 }
 
 impl Uploads {
+    /// The turns, with `window` the time in which an upload holding one must move
+    /// [`MIN_PACE`] while another wants one.
+    pub fn new(window: Duration) -> Self {
+        Self {
+            all: Arc::new(Semaphore::new(UPLOADS_AT_ONCE)),
+            tokens: Arc::default(),
+            waiting: Arc::default(),
+            refused: Arc::default(),
+            window,
+        }
+    }
+
     /// A turn of the token `token_id`: one of its own, then one of all (in the order asked),
     /// waited for at most `wait`; with no `wait` (HTTP/2), only one free at once.
     pub async fn turn(&self, token_id: &str, wait: Option<Duration>) -> ApiResult<Turn> {
@@ -88,33 +92,33 @@ impl Uploads {
                     .or_insert_with(|| Arc::new(Semaphore::new(UPLOADS_PER_TOKEN))),
             )
         };
-        let turn = async {
-            if let (Ok(own), Ok(all)) = (
-                Arc::clone(&share).try_acquire_owned(),
-                Arc::clone(&self.all).try_acquire_owned(),
-            ) {
-                return Ok::<_, ApiError>((own, all));
+        // A deadline already past: the semaphore is tried once.
+        let deadline = Instant::now() + wait.unwrap_or_default();
+        // Waiting for a turn of its own token's takes none from other tokens' uploads.
+        let own = tokio::time::timeout_at(deadline, share.acquire_owned())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .ok_or_else(|| busy(wait, "this token's"))?;
+        let all = match Arc::clone(&self.all).try_acquire_owned() {
+            Ok(all) => all,
+            Err(_) if wait.is_none() => {
+                let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+                let fresh = refused.1.is_some_and(|at| at.elapsed() < self.window);
+                let before = if fresh { refused.0 } else { 0 };
+                *refused = ((before + 1).min(UPLOADS_AT_ONCE), Some(Instant::now()));
+                return Err(busy(wait, "all tokens'"));
             }
-            if wait.is_none() {
-                *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+            Err(_) => {
+                self.waiting.fetch_add(1, Relaxed);
+                let _waiting = Waiting(Arc::clone(&self.waiting));
+                tokio::time::timeout_at(deadline, Arc::clone(&self.all).acquire_owned())
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .ok_or_else(|| busy(wait, "all tokens'"))?
             }
-            self.waiting.fetch_add(1, Relaxed);
-            let _waiting = Waiting(Arc::clone(&self.waiting));
-            // A deadline already past: the semaphore is tried once.
-            let deadline = Instant::now() + wait.unwrap_or_default();
-            let own = tokio::time::timeout_at(deadline, share.acquire_owned())
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .ok_or_else(|| busy(wait, "this token's"))?;
-            let all = tokio::time::timeout_at(deadline, Arc::clone(&self.all).acquire_owned())
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .ok_or_else(|| busy(wait, "all tokens'"))?;
-            Ok((own, all))
         };
-        let (own, all) = turn.await?;
         Ok(Turn {
             _token: own,
             _all: all,
@@ -122,28 +126,40 @@ impl Uploads {
         })
     }
 
-    /// Whether another upload waits for a turn, or found none free within `window`.
-    fn wanted(&self, window: Duration) -> bool {
-        self.waiting.load(Relaxed) > 0
-            || self
-                .refused
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_some_and(|at| at.elapsed() < window)
+    /// Whether another upload wants a turn of all: one waits for it, or one over HTTP/2
+    /// found none within the window and no paced upload has lost its turn for it yet (this
+    /// call takes that want, so that one refusal costs one turn).
+    fn wanted(&self) -> bool {
+        if self.waiting.load(Relaxed) > 0 {
+            return true;
+        }
+        let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        let fresh = refused.1.is_some_and(|at| at.elapsed() < self.window);
+        if fresh && refused.0 > 0 {
+            refused.0 -= 1;
+            true
+        } else {
+            false
+        }
     }
 }
 
 impl Turn {
     /// `req` with its body paced: while another upload wants a turn, it must move at least
-    /// [`MIN_PACE`] bytes in each `window`, or it ends with [`TooSlow`].
-    pub fn pace(&self, req: Request, window: Duration) -> Request {
+    /// [`MIN_PACE`] bytes in each window of time the server spends waiting for them, or it
+    /// ends with [`TooSlow`].
+    pub fn pace(&self, req: Request) -> Request {
+        if self.uploads.window.is_zero() {
+            return req;
+        }
         let (parts, body) = req.into_parts();
         let paced = Paced {
             body: body.into_data_stream(),
             uploads: self.uploads.clone(),
-            window,
             moved: 0,
-            tick: Box::pin(tokio::time::sleep(window)),
+            waited: Duration::ZERO,
+            since: None,
+            tick: Box::pin(tokio::time::sleep(self.uploads.window)),
         };
         Request::from_parts(parts, Body::from_stream(paced))
     }
@@ -161,9 +177,9 @@ impl std::fmt::Display for TooSlow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "the upload moved {} bytes in {} s while other uploads waited for a turn; one \
-             holding a turn must move at least {} KiB in each body_read_timeout_secs, so it lost \
-             its turn: send it again",
+            "the upload sent {} bytes in {} s of the server waiting for them while other \
+             uploads wanted a turn; one holding a turn must send at least {} KiB in each \
+             body_read_timeout_secs of waiting, so it lost its turn: send it again",
             self.moved,
             self.window.as_secs(),
             MIN_PACE / 1024
@@ -182,13 +198,18 @@ impl TooSlow {
     }
 }
 
+/// A body whose clock runs only while the server waits for its bytes: the time the server
+/// spends on bytes it has (parsing them) counts against no client.
 struct Paced {
     body: BodyDataStream,
     uploads: Uploads,
-    window: Duration,
     /// Bytes moved in this window.
     moved: u64,
-    /// The window's end.
+    /// Time of this window spent waiting for bytes, before `since`.
+    waited: Duration,
+    /// Since when the body waits for bytes, if it does.
+    since: Option<Instant>,
+    /// The window's end, while the body waits.
     tick: Pin<Box<Sleep>>,
 }
 
@@ -197,26 +218,41 @@ impl Stream for Paced {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
-        while this.tick.as_mut().poll(cx).is_ready() {
-            if this.moved < MIN_PACE && this.uploads.wanted(this.window) {
+        let window = this.uploads.window;
+        loop {
+            match Pin::new(&mut this.body).poll_next(cx) {
+                Poll::Ready(Some(Ok(chunk))) => {
+                    if let Some(since) = this.since.take() {
+                        this.waited += since.elapsed();
+                    }
+                    if this.waited >= window {
+                        // The window ended as these bytes came: they start the next.
+                        (this.moved, this.waited) = (0, Duration::ZERO);
+                    }
+                    this.moved += chunk.len() as u64;
+                    return Poll::Ready(Some(Ok(chunk)));
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => {}
+            }
+            let since = *this.since.get_or_insert_with(Instant::now);
+            let end = since + window.saturating_sub(this.waited);
+            if Instant::now() < end {
+                this.tick.as_mut().reset(end);
+                if this.tick.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+            }
+            // A window of waiting is over.
+            if this.moved < MIN_PACE && this.uploads.wanted() {
                 let slow = TooSlow {
                     moved: this.moved,
-                    window: this.window,
+                    window,
                 };
                 return Poll::Ready(Some(Err(Box::new(slow))));
             }
-            this.moved = 0;
-            let next = Instant::now() + this.window;
-            this.tick.as_mut().reset(next);
-        }
-        match Pin::new(&mut this.body).poll_next(cx) {
-            Poll::Ready(Some(Ok(chunk))) => {
-                this.moved += chunk.len() as u64;
-                Poll::Ready(Some(Ok(chunk)))
-            }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
+            (this.moved, this.waited, this.since) = (0, Duration::ZERO, None);
         }
     }
 }
@@ -256,4 +292,76 @@ pub fn too_slow(e: &axum::Error) -> Option<ApiError> {
         cause = err.source();
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt as _;
+
+    use super::*;
+
+    /// The turns, with a window of 200 ms, and an upload's turn that another upload wants.
+    async fn wanted_turn() -> (Uploads, Turn) {
+        let uploads = Uploads::new(Duration::from_millis(200));
+        let turn = uploads.turn("t", Some(Duration::ZERO)).await.unwrap();
+        uploads.waiting.fetch_add(1, Relaxed);
+        (uploads, turn)
+    }
+
+    fn paced(turn: &Turn, body: Body) -> Body {
+        turn.pace(Request::new(body)).into_body()
+    }
+
+    #[tokio::test]
+    async fn a_body_that_sends_nothing_loses_its_turn_when_wanted_only() {
+        let (uploads, turn) = wanted_turn().await;
+        let never = futures_util::stream::pending::<Result<Bytes, std::io::Error>>();
+        let mut body = paced(&turn, Body::from_stream(never));
+        let error = body.frame().await.unwrap().unwrap_err();
+        let slow = too_slow(&error).unwrap();
+        assert_eq!(slow.code, Code::RequestTimeout);
+        assert_eq!(slow.details["moved_bytes"], 0);
+        // Nobody wants a turn: it waits on.
+        uploads.waiting.fetch_sub(1, Relaxed);
+        let never = futures_util::stream::pending::<Result<Bytes, std::io::Error>>();
+        let mut body = paced(&turn, Body::from_stream(never));
+        let waited = tokio::time::timeout(Duration::from_millis(600), body.frame()).await;
+        assert!(waited.is_err(), "still waiting after three windows");
+    }
+
+    /// Found by attacking the server: the clock ran while the server parsed what it had, so a
+    /// client that had sent its whole body lost its turn to a slow server (408, 65,238 bytes
+    /// moved in the window).
+    #[tokio::test]
+    async fn time_the_server_spends_on_bytes_it_has_counts_against_no_client() {
+        let (_uploads, turn) = wanted_turn().await;
+        let mut body = paced(&turn, Body::from(vec![7u8; 10]));
+        // The server is busy elsewhere for three windows before it reads.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap().len(), 10);
+        assert!(body.frame().await.is_none());
+    }
+
+    /// Found by attacking the server: one upload over HTTP/2 refused a turn made every
+    /// paced upload lose its turn, for a window, though it did not wait for one.
+    #[tokio::test]
+    async fn one_refused_upload_costs_one_turn() {
+        let uploads = Uploads::new(Duration::from_millis(200));
+        let mut turns = Vec::new();
+        for token in ["a", "a", "b", "b"] {
+            turns.push(uploads.turn(token, None).await.unwrap());
+        }
+        let refused = uploads.turn("c", None).await.err().unwrap();
+        assert_eq!(refused.code, Code::Unavailable);
+        assert!(uploads.wanted());
+        assert!(!uploads.wanted(), "the refusal's want was taken");
+        // A token waiting for a turn of its own wants none of other tokens'.
+        let own = uploads.turn("a", Some(Duration::from_millis(300)));
+        let (own, wanted) = tokio::join!(own, async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            uploads.wanted()
+        });
+        assert!(own.is_err() && !wanted);
+    }
 }

@@ -107,8 +107,9 @@ struct Meter {
     read: AtomicU64,
     handed: AtomicU64,
     stopped: AtomicU8,
-    /// The 408 of a body that lost its turn ([`super::turns::TooSlow`]).
-    slow: Mutex<Option<ApiError>>,
+    /// Why the body could not be read, if it could not: it stopped arriving, or lost its
+    /// turn ([`super::turns::TooSlow`]), or the client cut it off.
+    failed: Mutex<Option<ApiError>>,
 }
 
 const TOO_LARGE: u8 = 1;
@@ -142,8 +143,8 @@ impl Meter {
     /// The API error of a multipart body that could not be read: the limit that stopped it,
     /// or what the parser found wrong.
     fn error(&self, e: multer::Error) -> ApiError {
-        if let Some(slow) = self.slow.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            return slow;
+        if let Some(failed) = self.failed.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            return failed;
         }
         match self.stopped.load(Relaxed) {
             TOO_LARGE => too_large(self.limit),
@@ -276,15 +277,16 @@ pub async fn read_multipart(
         read: AtomicU64::new(0),
         handed: AtomicU64::new(0),
         stopped: AtomicU8::new(0),
-        slow: Mutex::default(),
+        failed: Mutex::default(),
     });
     let counted = Arc::clone(&meter);
     let body = req.into_body().into_data_stream().map(move |chunk| {
         let chunk = chunk.map_err(|e| {
-            if let Some(slow) = too_slow(&e) {
-                *counted.slow.lock().unwrap_or_else(|e| e.into_inner()) = Some(slow);
-            }
-            e.to_string()
+            let why = e.to_string();
+            let error =
+                too_slow(&e).unwrap_or_else(|| body_error(e, limit as usize, "max_upload_bytes"));
+            *counted.failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
+            why
         })?;
         counted.count(chunk.len())?;
         Ok::<_, String>(chunk)
