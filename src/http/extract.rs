@@ -285,7 +285,7 @@ pub fn body_error(e: axum::Error, limit: usize, setting: &str) -> ApiError {
             )
             .with_details(json!({"limit_bytes": limit}));
         }
-        if err.is::<tower_http::timeout::TimeoutError>() {
+        if err.is::<super::read_timeout::Stalled>() {
             return ApiError::new(
                 Code::RequestTimeout,
                 "the request body stopped arriving (body_read_timeout_secs)",

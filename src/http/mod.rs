@@ -8,6 +8,7 @@ pub mod fields;
 pub mod json_cost;
 pub mod metrics;
 pub mod middleware;
+pub mod read_timeout;
 pub mod serve;
 mod sorted;
 

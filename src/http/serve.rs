@@ -21,9 +21,9 @@
 //!   no HTTP/2 flow-control window while it answers pings), and so is one still open
 //!   [`CLOSE_GRACE`] after a graceful shutdown and the end of its last request (an answer stuck
 //!   in its write buffer).
-//! - `body_read_timeout_secs`: every request body is a [`TimeoutBody`]: when no frame arrives
-//!   for this long, reading it fails and the request is aborted. Uploads of any size keep
-//!   going as long as bytes keep arriving.
+//! - `body_read_timeout_secs`: every request body is a [`ReadTimeout`]: when the server has
+//!   waited this long for its next frame, reading it fails and the request is aborted. Uploads
+//!   of any size keep going as long as bytes keep arriving.
 //! - `request_timeout_secs`: a total deadline for a request's handler (body read included),
 //!   answered 503; not applied to the routes in [`UNTIMED`] (load-test uploads stream
 //!   gigabytes; archive verification reads every object).
@@ -56,8 +56,8 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
-use tower_http::timeout::TimeoutBody;
 
+use super::read_timeout::ReadTimeout;
 use crate::config::HttpLimits;
 use crate::error::{ApiError, Code};
 
@@ -434,7 +434,7 @@ impl tower::Service<hyper::Request<Incoming>> for ConnService {
     fn call(&mut self, req: hyper::Request<Incoming>) -> Self::Future {
         let in_flight = InFlight::start(&self.activity);
         let timeout = self.body_read_timeout;
-        let req = req.map(|body| Body::new(TimeoutBody::new(timeout, body)));
+        let req = req.map(|body| Body::new(ReadTimeout::new(body, timeout)));
         let response = self.router.clone().oneshot(req);
         Box::pin(async move {
             let response = response.await?;
