@@ -92,6 +92,14 @@ fn values_over(value: &Value, most: usize) -> bool {
             return true;
         };
         left = fewer;
+        let inner = match v {
+            Value::Array(items) => items.len(),
+            Value::Object(members) => members.len(),
+            _ => 0,
+        };
+        if inner > left {
+            return true;
+        }
         match v {
             Value::Array(items) => stack.extend(items),
             Value::Object(members) => stack.extend(members.values()),

@@ -12,7 +12,6 @@ use http_body_util::BodyExt as _;
 use serde_json::json;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::extract::{body_error, too_large};
 use super::json_cost::parsed_bytes;
 use crate::error::{ApiError, ApiResult, Code};
 
@@ -239,6 +238,34 @@ fn merge(held: &mut Option<OwnedSemaphorePermit>, more: OwnedSemaphorePermit) {
         Some(held) => held.merge(more),
         None => *held = Some(more),
     }
+}
+
+fn too_large(limit: usize, setting: &str) -> ApiError {
+    ApiError::new(
+        Code::PayloadTooLarge,
+        format!("request body exceeds the limit of {limit} bytes ({setting})"),
+    )
+    .with_details(json!({"limit_bytes": limit}))
+}
+
+/// Why a request body could not be read: over `limit` (413), stalled past the body-read
+/// timeout (408), or cut off by the client (400).
+pub fn body_error(e: axum::Error, limit: usize, setting: &str) -> ApiError {
+    let source = e.into_inner();
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
+    while let Some(err) = cause {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return too_large(limit, setting);
+        }
+        if err.is::<super::read_timeout::Stalled>() {
+            return ApiError::new(
+                Code::RequestTimeout,
+                "the request body stopped arriving (body_read_timeout_secs)",
+            );
+        }
+        cause = err.source();
+    }
+    ApiError::bad_request(format!("failed to read the request body: {source}"))
 }
 
 #[cfg(test)]

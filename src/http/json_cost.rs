@@ -24,8 +24,8 @@ const BRANCH: usize = LEAF + 12 * size_of::<usize>();
 const DEEPEST: usize = 256;
 
 /// The bytes `raw` takes once parsed into a `Value`, estimated (see the module's text). Any
-/// bytes are counted without panicking; bytes that are not JSON are refused by the parser
-/// afterwards.
+/// bytes are counted without panicking; the parser refuses those that are not JSON
+/// afterwards, having built at most what they are counted as.
 pub fn parsed_bytes(raw: &[u8]) -> usize {
     let laid_out = laid_out(raw);
     laid_out.saturating_add(laid_out / 4)
@@ -53,7 +53,7 @@ fn laid_out(raw: &[u8]) -> usize {
             b @ (b'[' | b'{') => {
                 begun(&mut open);
                 if open.len() == DEEPEST {
-                    return total;
+                    return still_open(total, &open);
                 }
                 open.push(Open {
                     object: b == b'{',
@@ -89,7 +89,15 @@ fn laid_out(raw: &[u8]) -> usize {
         }
         i += 1;
     }
-    total
+    still_open(total, &open)
+}
+
+/// `total` with what the arrays and objects still `open` hold: the parser builds them whole
+/// before it finds that they never end (an array of numbers without its `]` takes as much as
+/// one with it).
+fn still_open(total: usize, open: &[Open]) -> usize {
+    open.iter()
+        .fold(total, |total, o| total.saturating_add(o.bytes()))
 }
 
 /// An array or object being counted: the values begun in it (an object's keys count as
@@ -224,8 +232,25 @@ mod tests {
         ] {
             assert!(laid_out(raw) >= SLOT);
         }
+        // Arrays opened and never closed, each holding the next: counted as far as 256 deep.
         let deep = "[".repeat(100_000);
-        assert!(laid_out(deep.as_bytes()) < 1024);
+        assert_eq!(laid_out(deep.as_bytes()), SLOT + DEEPEST * chunk(4 * SLOT));
+    }
+
+    /// Found in review: what was still open when the bytes ran out counted nothing, though
+    /// the parser builds it whole before it reports the missing end, so 8 MiB of `1,` without
+    /// its `]` (about 128 MiB parsed) was charged 32 bytes.
+    #[test]
+    fn what_never_ends_is_counted_as_if_it_did() {
+        assert_eq!(laid_out(b"[1,1,1,1,1"), laid_out(b"[1,1,1,1,1]"));
+        assert_eq!(
+            laid_out(br#"{"a":1,"b":[1"#),
+            laid_out(br#"{"a":1,"b":[1]}"#)
+        );
+        // Past the depth the parser allows, too.
+        let ones = vec!["1"; 1000].join(",");
+        let deep = format!("[{ones},{}", "[".repeat(300));
+        assert!(laid_out(deep.as_bytes()) >= laid_out(format!("[{ones}]").as_bytes()));
     }
 
     /// The largest bodies the API expects stay far below a token's share parsed (64 MiB at

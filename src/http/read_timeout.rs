@@ -30,8 +30,10 @@ impl std::error::Error for Stalled {}
 pub struct ReadTimeout<B> {
     body: B,
     timeout: Duration,
-    /// The deadline, while the server waits for a frame.
-    sleep: Option<Pin<Box<Sleep>>>,
+    /// The deadline, once set for this wait.
+    sleep: Pin<Box<Sleep>>,
+    /// Whether the server waits for a frame, since `sleep` was set.
+    waiting: bool,
 }
 
 impl<B> ReadTimeout<B> {
@@ -39,7 +41,8 @@ impl<B> ReadTimeout<B> {
         Self {
             body,
             timeout,
-            sleep: None,
+            sleep: Box::pin(tokio::time::sleep(timeout)),
+            waiting: false,
         }
     }
 }
@@ -59,15 +62,16 @@ where
         let this = &mut *self;
         // The body first: bytes that have come are never late.
         if let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx) {
-            this.sleep = None;
+            this.waiting = false;
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
-        let timeout = this.timeout;
-        let sleep = this
-            .sleep
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-        match sleep.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(Stalled(timeout))))),
+        if !this.waiting {
+            this.waiting = true;
+            let deadline = tokio::time::Instant::now() + this.timeout;
+            this.sleep.as_mut().reset(deadline);
+        }
+        match this.sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(Stalled(this.timeout))))),
             Poll::Pending => Poll::Pending,
         }
     }

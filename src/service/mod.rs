@@ -52,7 +52,8 @@ fn audit(principal: &Principal, action: &'static str, chain: Option<&str>, detai
     }
 }
 
-/// Schema check, then typed parse: every violation with its JSON pointer.
+/// Schema check, then typed parse: the violations with their JSON pointers
+/// ([`Schema::check`]: the first 100, or of a large document the first).
 fn parse_with_schema<T: serde::de::DeserializeOwned>(schema: Schema, body: Value) -> ApiResult<T> {
     let (violations, total) = schema.check(&body);
     if !violations.is_empty() {

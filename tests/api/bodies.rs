@@ -149,9 +149,9 @@ async fn a_body_that_would_take_too_much_parsed_is_refused_before_parsing() {
         .unwrap();
     assert!(estimate > 80 * 1024 * 1024, "{estimate}");
 
-    let mut segments = vec![
-        serde_json::json!({"id": "edge->api", "caller": "edge", "callee": "api", "class": "volatile"}),
-    ];
+    let root = serde_json::json!({"id": "edge->api", "caller": "edge", "callee": "api",
+        "class": "volatile"});
+    let mut segments = vec![root];
     segments.extend((1..1000).map(|i| {
         serde_json::json!({"id": format!("api->s{i}"), "caller": "api", "callee": format!("s{i}"),
             "parent": "edge->api", "class": "stable", "stage": 1})
@@ -369,12 +369,9 @@ async fn a_multipart_upload_that_stops_is_answered_408() {
     );
     let mut tcp = tokio::net::TcpStream::connect(app.addr).await.unwrap();
     tcp.write_all(head.as_bytes()).await.unwrap();
-    let mut answer = vec![0; 4096];
-    let n = tokio::time::timeout(Duration::from_secs(30), tcp.read(&mut answer))
+    let answer = tokio::time::timeout(Duration::from_secs(30), rest_of_answer(&mut tcp, b""))
         .await
-        .expect("answered within 30 s")
-        .unwrap();
-    let answer = String::from_utf8_lossy(&answer[..n]);
+        .expect("answered within 30 s");
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("stopped arriving"), "{answer}");
     app.stop().await;
@@ -420,10 +417,8 @@ fn dribble_upload(
                     tokio::select! {
                         read = tcp.read(&mut answer) => {
                             let n = read.unwrap_or(0);
-                            answers
-                                .lock()
-                                .unwrap()
-                                .push((multipart, String::from_utf8_lossy(&answer[..n]).into_owned()));
+                            let answer = rest_of_answer(&mut tcp, &answer[..n]).await;
+                            answers.lock().unwrap().push((multipart, answer));
                             break;
                         }
                         () = tokio::time::sleep(Duration::from_millis(300)) => {
@@ -536,6 +531,21 @@ fn stall_upload(app: &TestApp, token: &str) -> tokio::task::JoinHandle<()> {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
+}
+
+/// An answer whose first bytes were `start`, read on until the server closes the connection
+/// (it does after an answer to a body it did not read whole), or for at most 10 s.
+async fn rest_of_answer(tcp: &mut tokio::net::TcpStream, start: &[u8]) -> String {
+    let mut answer = start.to_vec();
+    let mut buf = [0; 4096];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while let Ok(Ok(n)) = tokio::time::timeout_at(deadline, tcp.read(&mut buf)).await {
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&answer).into_owned()
 }
 
 /// Sends a request every 50 ms until its answer's status is `wanted`: that answer, or after

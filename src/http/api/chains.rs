@@ -42,8 +42,8 @@ async fn get_topology(
     ))
 }
 
-/// The body is checked against `schemas/topology.json` first, so every violation is answered
-/// with its JSON pointer: it is read as it is, not as a typed request.
+/// The body is checked against `schemas/topology.json` first, so its violations are answered
+/// with their JSON pointers: it is read as it is, not as a typed request.
 async fn put_topology(
     State(state): State<AppState>,
     principal: Principal,

@@ -192,9 +192,12 @@ impl std::error::Error for TooSlow {}
 impl TooSlow {
     /// The API's answer: 408, like a body that stopped.
     pub fn error(&self) -> ApiError {
-        ApiError::new(Code::RequestTimeout, self.to_string()).with_details(
-            json!({"moved_bytes": self.moved, "window_secs": self.window.as_secs(), "min_bytes": MIN_PACE}),
-        )
+        let details = json!({
+            "moved_bytes": self.moved,
+            "window_secs": self.window.as_secs(),
+            "min_bytes": MIN_PACE,
+        });
+        ApiError::new(Code::RequestTimeout, self.to_string()).with_details(details)
     }
 }
 
@@ -226,8 +229,11 @@ impl Stream for Paced {
                         this.waited += since.elapsed();
                     }
                     if this.waited >= window {
-                        // The window ended as these bytes came: they start the next.
-                        (this.moved, this.waited) = (0, Duration::ZERO);
+                        // The window ended as these bytes came: it is judged without them,
+                        // and they start the next.
+                        if let Some(slow) = this.judge(window) {
+                            return Poll::Ready(Some(Err(Box::new(slow))));
+                        }
                     }
                     this.moved += chunk.len() as u64;
                     return Poll::Ready(Some(Ok(chunk)));
@@ -245,15 +251,26 @@ impl Stream for Paced {
                 }
             }
             // A window of waiting is over.
-            if this.moved < MIN_PACE && this.uploads.wanted() {
-                let slow = TooSlow {
-                    moved: this.moved,
-                    window,
-                };
+            if let Some(slow) = this.judge(window) {
                 return Poll::Ready(Some(Err(Box::new(slow))));
             }
-            (this.moved, this.waited, this.since) = (0, Duration::ZERO, None);
+            this.since = None;
         }
+    }
+}
+
+impl Paced {
+    /// At a window's end: too slow, if it moved less than [`MIN_PACE`] while another upload
+    /// wants a turn; else the next window starts.
+    fn judge(&mut self, window: Duration) -> Option<TooSlow> {
+        if self.moved < MIN_PACE && self.uploads.wanted() {
+            return Some(TooSlow {
+                moved: self.moved,
+                window,
+            });
+        }
+        (self.moved, self.waited) = (0, Duration::ZERO);
+        None
     }
 }
 

@@ -18,7 +18,7 @@ use futures_util::StreamExt;
 use serde_json::json;
 
 use crate::error::{ApiError, ApiResult, Code};
-use crate::http::extract::body_error;
+use crate::http::bodies::body_error;
 use crate::state::AppState;
 
 use super::turns::too_slow;
@@ -222,6 +222,12 @@ fn finish(file: FileReader) -> ApiResult<(Extracted, RunSource)> {
     Ok((extracted, source))
 }
 
+/// Why an upload's body could not be read: it lost its turn ([`super::turns::TooSlow`]), or
+/// as any body ([`body_error`]).
+fn upload_body_error(e: axum::Error, limit: u64) -> ApiError {
+    too_slow(&e).unwrap_or_else(|| body_error(e, limit as usize, "max_upload_bytes"))
+}
+
 /// Reads a raw (non-multipart) body as one file.
 pub async fn read_raw(
     state: &AppState,
@@ -241,9 +247,7 @@ pub async fn read_raw(
     }
     let mut stream = req.into_body().into_data_stream();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| {
-            too_slow(&e).unwrap_or_else(|| body_error(e, limit as usize, "max_upload_bytes"))
-        })?;
+        let chunk = chunk.map_err(|e| upload_body_error(e, limit))?;
         if file.size() + chunk.len() as u64 > limit {
             return Err(too_large(limit));
         }
@@ -283,9 +287,8 @@ pub async fn read_multipart(
     let body = req.into_body().into_data_stream().map(move |chunk| {
         let chunk = chunk.map_err(|e| {
             let why = e.to_string();
-            let error =
-                too_slow(&e).unwrap_or_else(|| body_error(e, limit as usize, "max_upload_bytes"));
-            *counted.failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
+            *counted.failed.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(upload_body_error(e, limit));
             why
         })?;
         counted.count(chunk.len())?;
