@@ -195,16 +195,19 @@ crate::on_both_backends!(precise_errors);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn violations_are_listed_within_bounds() {
     let app = spawn_app(Backend::Sqlite).await.unwrap();
-    let segments = vec![json!({"a": 1}); 5000];
-    let answer = app
-        .put(
-            "/api/v1/chains/checkout/topology",
-            ADMIN_TOKEN,
-            json!({"entry_budget_ms": 1000, "segments": segments}),
-        )
-        .await
-        .expect(422);
-    let error = &answer.json()["error"];
+    // The error of a topology of `n` times `segment`.
+    let refused = |segment: Value, n: usize| {
+        let body = json!({"entry_budget_ms": 1000, "segments": vec![segment; n]});
+        let app = &app;
+        async move {
+            let answer = app
+                .put("/api/v1/chains/checkout/topology", ADMIN_TOKEN, body)
+                .await
+                .expect(422);
+            answer.json()["error"].clone()
+        }
+    };
+    let error = &refused(json!({"a": 1}), 5000).await;
     // Too many segments, and five for each: four absent fields and one unknown.
     assert_eq!(
         error["message"],
@@ -226,16 +229,7 @@ async fn violations_are_listed_within_bounds() {
     // Found by attacking the server: the validator gathers every violation before it gives
     // the first, so 2^20 empty segments (3 MB) took 1.6 GB to list 4 million. A document of
     // more than 20,000 values is checked up to its first violation.
-    let segments = vec![json!({}); 60_000];
-    let answer = app
-        .put(
-            "/api/v1/chains/checkout/topology",
-            ADMIN_TOKEN,
-            json!({"entry_budget_ms": 1000, "segments": segments}),
-        )
-        .await
-        .expect(422);
-    let error = &answer.json()["error"];
+    let error = &refused(json!({}), 60_000).await;
     assert_eq!(
         error["message"],
         "the document does not match the topology schema (the first violation; a document of \

@@ -245,30 +245,14 @@ async fn load_tool_uploads_take_turns() {
         "{message}"
     );
     stalled[3].abort();
-    if let Err(status) = answer_until(
-        15,
-        |status| status == 200,
-        || send(&app, &third, "checkout", &jtl),
-    )
-    .await
-    {
-        panic!("not served within 15 s of a stalled upload going: {status}");
-    }
+    served_within_15_s(&app, &third, &jtl, "a stalled upload going").await;
     let own = send(&app, &first, "checkout", &jtl).await.expect(503);
     let message = own.json()["error"]["message"].as_str().unwrap().to_owned();
     assert!(message.contains("turn of this token's"), "{message}");
     for upload in stalled {
         upload.abort();
     }
-    if let Err(status) = answer_until(
-        15,
-        |status| status == 200,
-        || send(&app, &first, "checkout", &jtl),
-    )
-    .await
-    {
-        panic!("not served within 15 s of its stalled uploads going: {status}");
-    }
+    served_within_15_s(&app, &first, &jtl, "its stalled uploads going").await;
     app.stop().await;
 }
 
@@ -432,6 +416,18 @@ fn dribble_upload(
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
+}
+
+/// Sends `upload` of `token` until it is served (200), for at most 15 s after `what`.
+async fn served_within_15_s(app: &TestApp, token: &str, upload: &Upload, what: &str) {
+    let served = answer_until(
+        15,
+        |status| status == 200,
+        || send(app, token, "checkout", upload),
+    );
+    if let Err(status) = served.await {
+        panic!("not served within 15 s of {what}: {status}");
+    }
 }
 
 /// Found by attacking the server: uploads waiting for a turn on an HTTP/2 connection held part
