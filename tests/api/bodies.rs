@@ -98,23 +98,14 @@ async fn one_body_without_a_length_fits_its_tokens_share() {
         .chunks(64 * 1024)
         .map(|c| Ok(bytes::Bytes::copy_from_slice(c)))
         .collect();
-    let answer = app
-        .raw(
-            app.http
-                .put(app.url("/api/v1/chains/checkout/topology"))
-                .bearer_auth(&p.uploader)
-                .header("content-type", "application/json")
-                .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
-                    chunks,
-                ))),
-        )
-        .await;
+    let stream = futures_util::stream::iter(chunks);
+    let answer = put_raw(&app, &p.uploader, reqwest::Body::wrap_stream(stream)).await;
     assert_eq!(answer.status, 422, "a chunked body of 16 MiB alone");
     app.stop().await;
 }
 
 /// What a JSON body takes parsed was not bounded: every JSON body is parsed whole, and 1 MB of
-/// one-key objects grows the server by about 88 MB (`examples/json_memory.rs`), so the bodies
+/// one-key objects grows the server by about 84 MB (`examples/json_memory.rs`), so the bodies
 /// the pool's 64 MiB admits could take gigabytes parsed. Now what a body takes parsed is
 /// estimated and charged before it is parsed: a body of 1 MB whose estimate is more than a
 /// token's share (64 MiB) is answered 413 at once, saying why (it was parsed, and answered 422
@@ -126,15 +117,7 @@ async fn a_body_that_would_take_too_much_parsed_is_refused_before_parsing() {
     let objects = vec![r#"{"a":1}"#; 120 * 1024].join(",");
     let body = format!(r#"{{"entry_budget_ms": 1000, "segments": [{objects}]}}"#);
     assert!(body.len() < 1024 * 1024);
-    let answer = app
-        .raw(
-            app.http
-                .put(app.url("/api/v1/chains/checkout/topology"))
-                .bearer_auth(&p.uploader)
-                .header("content-type", "application/json")
-                .body(body),
-        )
-        .await;
+    let answer = put_raw(&app, &p.uploader, body.into()).await;
     assert_eq!(answer.status, 413, "{}", answer.json()["error"]["message"]);
     let message = answer.json()["error"]["message"]
         .as_str()
@@ -167,6 +150,17 @@ async fn a_body_that_would_take_too_much_parsed_is_refused_before_parsing() {
         answer.json()
     );
     app.stop().await;
+}
+
+/// `body` PUT as chain `checkout`'s topology by `token`, as JSON.
+async fn put_raw(app: &TestApp, token: &str, body: reqwest::Body) -> Answer {
+    let request = app
+        .http
+        .put(app.url("/api/v1/chains/checkout/topology"))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(body);
+    app.raw(request).await
 }
 
 async fn put(app: &TestApp, token: &str, topology: &serde_json::Value) -> Answer {
