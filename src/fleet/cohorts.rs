@@ -14,6 +14,11 @@ use crate::store::{AgentProgress, CohortProgress};
 /// the publication on its way to reach them all (and their ACKs to come).
 const MAX_WAIT: Duration = Duration::from_secs(2);
 
+/// How long after a cohort moves its followers are counted ([`Fleet::check_cohorts`]): at
+/// most one count per cohort in that time, however many publications move it, and none on
+/// the way of a publication.
+pub(super) const CHECK_AFTER: Duration = Duration::from_secs(10);
+
 /// This replica's cohorts, one per token and chains watched, as stored by the last flush.
 #[derive(Debug)]
 pub(super) struct Cohorts {
@@ -26,6 +31,10 @@ pub(super) struct Cohorts {
     waiting: HashMap<Arc<str>, Instant>,
     /// By token and chains watched (one line each).
     by_key: HashMap<Arc<str>, Cohort>,
+    /// Cohort keys that moved since their followers were last counted, since when.
+    unchecked: HashMap<Arc<str>, Instant>,
+    /// [`CHECK_AFTER`]; shorter in tests.
+    pub(super) check_after: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -52,6 +61,8 @@ impl Cohorts {
             made: 0,
             waiting: HashMap::new(),
             by_key: HashMap::new(),
+            unchecked: HashMap::new(),
+            check_after: CHECK_AFTER,
         }
     }
 
@@ -68,6 +79,23 @@ impl Cohorts {
             .collect();
         self.by_key.retain(|key, _| keys.contains(key));
         self.waiting.retain(|key, _| keys.contains(key));
+        self.unchecked.retain(|key, _| keys.contains(key));
+    }
+
+    /// The cohorts due for a count of their followers: moved [`Self::check_after`] ago or
+    /// more. They are taken off the list.
+    fn due(&mut self, now: Instant) -> Vec<(Arc<str>, String)> {
+        let mut due = Vec::new();
+        self.unchecked.retain(|key, since| {
+            if now.duration_since(*since) < self.check_after {
+                return true;
+            }
+            if let Some(cohort) = self.by_key.get(key) {
+                due.push((key.clone(), cohort.id.clone()));
+            }
+            false
+        });
+        due
     }
 }
 
@@ -221,59 +249,75 @@ impl Fleet {
             }
             cohorts.by_key.insert(key, cohort);
         }
-        self.verify(&cohorts.by_key, &moved_keys, &by_key).await;
+        for key in moved_keys {
+            cohorts.unchecked.entry(key).or_insert(now);
+        }
         true
     }
 
-    /// Checks that the members of each cohort that `moved` still follow it. Another replica
-    /// rewrites an agent's entry whole (its stream there ended, after it opened one here), and
-    /// the entry then follows no cohort: the agent would keep the revisions that replica wrote
-    /// while this one believes it follows the cohort. One scan of the agents per flush that
-    /// moves a cohort; an entry found rewritten is rewritten whole from this replica's slot,
-    /// at the next flush.
-    async fn verify(
-        &self,
-        stored: &HashMap<Arc<str>, Cohort>,
-        moved: &[Arc<str>],
-        by_key: &HashMap<Arc<str>, (String, Vec<Found>)>,
-    ) {
-        let mut members: Vec<(&str, Vec<&Arc<Slot>>)> = Vec::new();
-        for key in moved {
-            let (Some(cohort), Some((_, found))) = (stored.get(key), by_key.get(key)) else {
+    /// Counts the followers of each cohort that moved [`CHECK_AFTER`] ago or more, and
+    /// returns how many cohorts were counted. Another replica may rewrite an agent's entry
+    /// whole, so that it follows no cohort: one whose binary predates the entries' owners
+    /// (migration 0015) during a rolling upgrade, when the agent's stream there ends after it
+    /// opened one here. The agent would then keep the revisions that replica wrote while this
+    /// one believes it follows the cohort. An entry found rewritten is rewritten whole from
+    /// this replica's slot at the next flush.
+    ///
+    /// Each count reads the whole fleet (an agent's cohort is not indexed, migration 0014), so
+    /// it runs in the periodic flusher, not in the flush after a publication: at most once per
+    /// cohort every [`CHECK_AFTER`], however many publications move it.
+    pub(super) async fn check_cohorts(&self) -> usize {
+        let mut cohorts = self.flushing.lock().await;
+        self.count_followers(&mut cohorts).await
+    }
+
+    /// [`Self::check_cohorts`], under the flush's lock.
+    async fn count_followers(&self, cohorts: &mut Cohorts) -> usize {
+        let due = cohorts.due(Instant::now());
+        if due.is_empty() {
+            return 0;
+        }
+        // The flushes that moved these cohorts have committed (the lock is held), so a slot
+        // here is a member exactly when its entry was last written following its cohort.
+        let mut members: HashMap<Arc<str>, Vec<Arc<Slot>>> = due
+            .iter()
+            .map(|(key, _)| (key.clone(), Vec::new()))
+            .collect();
+        for slot in lock(&self.agents).values() {
+            if !slot.in_cohort.load(Ordering::Acquire) {
                 continue;
-            };
-            let slots = found
-                .iter()
-                .map(|f| &f.slot)
-                .filter(|slot| slot.in_cohort.load(Ordering::Acquire))
-                .collect();
-            members.push((cohort.id.as_str(), slots));
+            }
+            if let Some(v) = members.get_mut(&slot.cohort_key()) {
+                v.push(slot.clone());
+            }
         }
-        if members.is_empty() {
-            return;
-        }
-        let ids: Vec<String> = members.iter().map(|(id, _)| (*id).to_owned()).collect();
+        let ids: Vec<String> = due.iter().map(|(_, id)| id.clone()).collect();
         let sizes = match self.store.cohort_sizes(&ids).await {
             Ok(sizes) => sizes,
             Err(e) => {
-                tracing::warn!(error = %e, "failed to check the agents following cohorts; will check at the next publication");
-                return;
+                tracing::warn!(error = %e, "failed to count the agents following cohorts; will count again");
+                let again = Instant::now();
+                for (key, _) in due {
+                    cohorts.unchecked.entry(key).or_insert(again);
+                }
+                return 0;
             }
         };
-        for (id, slots) in members {
+        for (key, id) in &due {
+            let slots = members.remove(key).unwrap_or_default();
             let size = sizes.get(id).copied().unwrap_or(0);
             if usize::try_from(size).is_ok_and(|n| n >= slots.len()) {
                 continue;
             }
             let by_id: HashMap<String, &Arc<Slot>> = slots
                 .iter()
-                .map(|slot| (lock(&slot.status).agent_id.clone(), *slot))
+                .map(|slot| (lock(&slot.status).agent_id.clone(), slot))
                 .collect();
             let agent_ids: Vec<String> = by_id.keys().cloned().collect();
             match self.store.not_following(id, &agent_ids).await {
                 Ok(lost) => {
                     tracing::info!(
-                        cohort = id,
+                        cohort = %id,
                         agents = lost.len(),
                         "agents of a cohort were rewritten by another replica; writing them again"
                     );
@@ -285,10 +329,15 @@ impl Fleet {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "failed to check the agents following a cohort; will check at the next publication");
+                    tracing::warn!(error = %e, "failed to check the agents following a cohort; will check again");
+                    cohorts
+                        .unchecked
+                        .entry(key.clone())
+                        .or_insert(Instant::now());
                 }
             }
         }
+        due.len()
     }
 }
 

@@ -563,8 +563,9 @@ impl Fleet {
         }
     }
 
-    /// Flushes every `every`, and expires gone agents every quarter of the retention period
-    /// (at most every 10 minutes).
+    /// Flushes every `every`, counts the followers of cohorts that moved
+    /// ([`Self::check_cohorts`]), and expires gone agents every quarter of the retention
+    /// period (at most every 10 minutes).
     pub fn spawn_flusher(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let fleet = self.clone();
         let sweep = (self.retention / 4).clamp(Duration::from_secs(1), Duration::from_secs(600));
@@ -574,6 +575,7 @@ impl Fleet {
             loop {
                 tick.tick().await;
                 fleet.flush_now(true).await;
+                fleet.check_cohorts().await;
                 if last_sweep.is_none_or(|t| t.elapsed() >= sweep) {
                     fleet.expire().await;
                     last_sweep = Some(Instant::now());

@@ -1258,9 +1258,11 @@ async fn a_publication_writes_the_fleet_status_once(backend: Backend) {
         "the publication to {N} agents rewrote {published} agent rows"
     );
 
-    // Another replica rewrites storm-2's entry whole, as when the agent's stream there ends
-    // after it opened one here: the entry no longer follows this replica's cohort, and the
-    // next publications must still show what storm-2 is sent here.
+    // Another replica rewrites storm-2's entry whole, as one of a version before the entries'
+    // owners (migration 0015) does when the agent's stream there ends after it opened one
+    // here: the entry no longer follows this replica's cohort, and the next publications
+    // must still show what storm-2 is sent here, once the periodic check has counted the
+    // cohort (10 s after it moved).
     let store = budgetd::store::connect(&app.db_url).await.unwrap();
     let mut other = store
         .list_agents("2000-01-01T00:00:00.000Z", None, 1000)
@@ -1286,7 +1288,7 @@ async fn a_publication_writes_the_fleet_status_once(backend: Backend) {
         )
     };
     assert!(
-        eventually(10, || async { storm2().await.0 == rev4 }).await,
+        eventually(30, || async { storm2().await.0 == rev4 }).await,
         "storm-2 shows {:?}, not revision {rev4} (after {rev3})",
         storm2().await
     );
