@@ -82,20 +82,25 @@ impl Cohorts {
         self.unchecked.retain(|key, _| keys.contains(key));
     }
 
-    /// The cohorts due for a count of their followers: moved [`Self::check_after`] ago or
-    /// more. They are taken off the list.
+    /// The cohorts due for a count of their followers, taken off the list: once one of them
+    /// moved [`Self::check_after`] ago or more, every cohort that moved since its last count,
+    /// so that one read of the fleet counts them all.
     fn due(&mut self, now: Instant) -> Vec<(Arc<str>, String)> {
-        let mut due = Vec::new();
-        self.unchecked.retain(|key, since| {
-            if now.duration_since(*since) < self.check_after {
-                return true;
-            }
-            if let Some(cohort) = self.by_key.get(key) {
-                due.push((key.clone(), cohort.id.clone()));
-            }
-            false
-        });
-        due
+        let check_after = self.check_after;
+        if !self
+            .unchecked
+            .values()
+            .any(|since| now.duration_since(*since) >= check_after)
+        {
+            return Vec::new();
+        }
+        self.unchecked
+            .drain()
+            .filter_map(|(key, _)| {
+                let id = self.by_key.get(&key)?.id.clone();
+                Some((key, id))
+            })
+            .collect()
     }
 }
 
@@ -263,9 +268,10 @@ impl Fleet {
     /// one believes it follows the cohort. An entry found rewritten is rewritten whole from
     /// this replica's slot at the next flush.
     ///
-    /// Each count reads the whole fleet (an agent's cohort is not indexed, migration 0014), so
-    /// it runs in the periodic flusher, not in the flush after a publication: at most once per
-    /// cohort every [`CHECK_AFTER`], however many publications move it.
+    /// A count reads the whole fleet (an agent's cohort is not indexed, migration 0014), so it
+    /// runs in the periodic flusher, not in the flush after a publication: one read counts
+    /// every cohort that moved, at most once every [`CHECK_AFTER`], however many publications
+    /// move them.
     pub(super) async fn check_cohorts(&self) -> usize {
         let mut cohorts = self.flushing.lock().await;
         self.count_followers(&mut cohorts).await
@@ -277,8 +283,10 @@ impl Fleet {
         if due.is_empty() {
             return 0;
         }
-        // The flushes that moved these cohorts have committed (the lock is held), so a slot
-        // here is a member exactly when its entry was last written following its cohort.
+        // The flushes that moved these cohorts have committed (the lock is held), and a slot
+        // joined its cohort with them: its entry was written following the cohort, unless it
+        // was owned by another process then (the join wrote nothing), and then the count says
+        // so. A slot whose chains changed since has no key, and will be written whole.
         let mut members: HashMap<Arc<str>, Vec<Arc<Slot>>> = due
             .iter()
             .map(|(key, _)| (key.clone(), Vec::new()))
@@ -287,7 +295,8 @@ impl Fleet {
             if !slot.in_cohort.load(Ordering::Acquire) {
                 continue;
             }
-            if let Some(v) = members.get_mut(&slot.cohort_key()) {
+            let key = lock(&slot.cohort_key).clone();
+            if let Some(v) = key.and_then(|key| members.get_mut(&key)) {
                 v.push(slot.clone());
             }
         }
@@ -394,6 +403,7 @@ mod tests {
             };
             cohorts.by_key.insert(key.into(), cohort);
             cohorts.waiting.insert(key.into(), Instant::now());
+            cohorts.unchecked.insert(key.into(), Instant::now());
         }
         let slots = [
             slot(Some("t\ncheckout")),
@@ -406,7 +416,10 @@ mod tests {
         assert_eq!(kept, ["t\ncheckout", "u\ncheckout"]);
         assert_eq!(cohorts.waiting.len(), 2);
         assert!(!cohorts.waiting.contains_key("t\nsearch"));
+        assert_eq!(cohorts.unchecked.len(), 2);
+        assert!(!cohorts.unchecked.contains_key("t\nsearch"));
         cohorts.forget_unfollowed([].iter());
         assert!(cohorts.by_key.is_empty() && cohorts.waiting.is_empty());
+        assert!(cohorts.unchecked.is_empty());
     }
 }

@@ -48,7 +48,7 @@ pub struct Slot {
     /// Set with `dirty` or `progressed`: the fleet has something to flush.
     news: Arc<AtomicBool>,
     /// The stored entry follows its token's cohort on this replica ([`Fleet::flush`]).
-    /// Changed only by the flush, under its lock.
+    /// Changed only by the flush and [`Fleet::check_cohorts`], under the flush's lock.
     in_cohort: AtomicBool,
     /// The token and chains watched, one line each: the agents that may share a cohort.
     /// Made when first needed, forgotten when the chains change.
