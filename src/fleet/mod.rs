@@ -564,7 +564,7 @@ impl Fleet {
     }
 
     /// Flushes every `every`, counts the followers of cohorts that moved
-    /// ([`Self::check_cohorts`]), and expires gone agents every quarter of the retention
+    /// (`check_cohorts`), and expires gone agents every quarter of the retention
     /// period (at most every 10 minutes).
     pub fn spawn_flusher(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let fleet = self.clone();
