@@ -15,8 +15,8 @@ use crate::store::{AgentProgress, CohortProgress};
 const MAX_WAIT: Duration = Duration::from_secs(2);
 
 /// How long after a cohort moves its followers are counted ([`Fleet::check_cohorts`]): at
-/// most one count per cohort in that time, however many publications move it, and none on
-/// the way of a publication.
+/// most one count (of every cohort that moved) in that time, however many publications move
+/// them, and none on the way of a publication.
 pub(super) const CHECK_AFTER: Duration = Duration::from_secs(10);
 
 /// This replica's cohorts, one per token and chains watched, as stored by the last flush.
@@ -274,11 +274,6 @@ impl Fleet {
     /// move them.
     pub(super) async fn check_cohorts(&self) -> usize {
         let mut cohorts = self.flushing.lock().await;
-        self.count_followers(&mut cohorts).await
-    }
-
-    /// [`Self::check_cohorts`], under the flush's lock.
-    async fn count_followers(&self, cohorts: &mut Cohorts) -> usize {
         let due = cohorts.due(Instant::now());
         if due.is_empty() {
             return 0;
