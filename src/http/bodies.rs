@@ -140,14 +140,42 @@ impl Bodies {
     }
 }
 
+/// A semaphore per token, of the same permits each: made when the token first asks for it,
+/// dropped at a later ask once nothing holds it (a permit holds its semaphore).
+#[derive(Clone)]
+pub(crate) struct TokenShares {
+    permits: usize,
+    tokens: Arc<Mutex<HashMap<String, Arc<Semaphore>>>>,
+}
+
+impl TokenShares {
+    /// No token yet; each gets `permits`.
+    pub(crate) fn new(permits: usize) -> Self {
+        Self {
+            permits,
+            tokens: Arc::default(),
+        }
+    }
+
+    /// The semaphore of the token `token_id`.
+    pub(crate) fn of(&self, token_id: &str) -> Arc<Semaphore> {
+        let mut tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
+        tokens.retain(|_, share| Arc::strong_count(share) > 1);
+        Arc::clone(
+            tokens
+                .entry(token_id.to_owned())
+                .or_insert_with(|| Arc::new(Semaphore::new(self.permits))),
+        )
+    }
+}
+
 /// One bound: a semaphore of KiB for all bodies, and one per token whose bodies hold some.
 #[derive(Clone)]
 struct Pool {
     all: Arc<Semaphore>,
     kib_all: usize,
-    /// Each token whose bodies hold part of this: its share, of `share_kib`. An entry nobody
-    /// holds is dropped at the next body.
-    tokens: Arc<Mutex<HashMap<String, Arc<Semaphore>>>>,
+    /// Each token whose bodies hold part of this: its share, of `share_kib`.
+    tokens: TokenShares,
     share_kib: usize,
     /// What is held, in the answers' words: "request bodies being read".
     holders: &'static str,
@@ -160,7 +188,7 @@ impl Pool {
         Self {
             all: Arc::new(Semaphore::new(bytes.div_ceil(1024))),
             kib_all: bytes.div_ceil(1024),
-            tokens: Arc::default(),
+            tokens: TokenShares::new(share.div_ceil(1024)),
             share_kib: share.div_ceil(1024),
             holders,
             things,
@@ -169,13 +197,7 @@ impl Pool {
 
     /// The share of the token `token_id`.
     fn share(&self, token_id: &str) -> Arc<Semaphore> {
-        let mut tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
-        tokens.retain(|_, share| Arc::strong_count(share) > 1);
-        Arc::clone(
-            tokens
-                .entry(token_id.to_owned())
-                .or_insert_with(|| Arc::new(Semaphore::new(self.share_kib))),
-        )
+        self.tokens.of(token_id)
     }
 
     /// Adds `kib` to `to`, from the token's `share` (when known) and from all.

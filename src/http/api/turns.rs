@@ -2,7 +2,6 @@
 //! [`UPLOADS_PER_TOKEN`] per token, and while another waits for a turn, one that holds a turn
 //! must keep moving ([`MIN_PACE`]) or lose it (docs/limits.md, "What this bounds").
 
-use std::collections::HashMap;
 use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -19,6 +18,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
 use crate::error::{ApiError, ApiResult, Code};
+use crate::http::bodies::TokenShares;
 
 /// Load-tool uploads read at once, all tokens together: each holds a parser and a latency
 /// histogram per label (about 190 KiB each, up to 256 labels: about 50 MB), so together they
@@ -39,9 +39,8 @@ pub const MIN_PACE: u64 = 64 * 1024;
 #[derive(Clone)]
 pub struct Uploads {
     all: Arc<Semaphore>,
-    /// Each token uploading or waiting: its share of the turns. An entry nobody holds is
-    /// dropped at the next upload.
-    tokens: Arc<Mutex<HashMap<String, Arc<Semaphore>>>>,
+    /// Each token uploading or waiting: its share of the turns.
+    tokens: TokenShares,
     /// Uploads that hold a turn of their token's and wait for one of all, now.
     waiting: Arc<AtomicUsize>,
     /// Uploads over HTTP/2 that found no turn of all free (they do not wait), not yet given
@@ -73,7 +72,7 @@ impl Uploads {
     pub fn new(window: Duration) -> Self {
         Self {
             all: Arc::new(Semaphore::new(UPLOADS_AT_ONCE)),
-            tokens: Arc::default(),
+            tokens: TokenShares::new(UPLOADS_PER_TOKEN),
             waiting: Arc::default(),
             refused: Arc::default(),
             window,
@@ -83,15 +82,7 @@ impl Uploads {
     /// A turn of the token `token_id`: one of its own, then one of all (in the order asked),
     /// waited for at most `wait`; with no `wait` (HTTP/2), only one free at once.
     pub async fn turn(&self, token_id: &str, wait: Option<Duration>) -> ApiResult<Turn> {
-        let share = {
-            let mut tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
-            tokens.retain(|_, share| Arc::strong_count(share) > 1);
-            Arc::clone(
-                tokens
-                    .entry(token_id.to_owned())
-                    .or_insert_with(|| Arc::new(Semaphore::new(UPLOADS_PER_TOKEN))),
-            )
-        };
+        let share = self.tokens.of(token_id);
         // A deadline already past: the semaphore is tried once.
         let deadline = Instant::now() + wait.unwrap_or_default();
         // Waiting for a turn of its own token's takes none from other tokens' uploads.
